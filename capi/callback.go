@@ -1,0 +1,138 @@
+package main
+
+// #include "gobn.h"
+import "C"
+
+import (
+	"fmt"
+	"runtime/cgo"
+
+	"github.com/gobn/gobn/opdef"
+)
+
+// The exported functions below are what the C trampolines in register.c and
+// registry_gen.c call. Each recovers from panics: a bug in gobn becomes an
+// Internal error, never a crash of the host process.
+
+//export gobnCreate
+func gobnCreate(ctx *C.TF_OpKernelConstruction, op C.int) (handle C.uintptr_t) {
+	status := C.TF_NewStatus()
+	defer C.TF_DeleteStatus(status)
+	defer func() {
+		if p := recover(); p != nil {
+			setStatus(status, internalError(fmt.Sprintf("gobn: panic while creating a kernel: %v", p)))
+			C.TF_OpKernelConstruction_Failure(ctx, status)
+			handle = 0
+		}
+	}()
+	k, err := newKernel(opdef.All[op], constructionAttrs{ctx: ctx, status: status})
+	if err != nil {
+		setStatus(status, err)
+		C.TF_OpKernelConstruction_Failure(ctx, status)
+		return 0
+	}
+	return C.uintptr_t(cgo.NewHandle(k))
+}
+
+//export gobnCompute
+func gobnCompute(handle C.uintptr_t, ctx *C.TF_OpKernelContext) {
+	c := newCall(ctx)
+	defer c.release()
+	defer func() {
+		if p := recover(); p != nil {
+			setStatus(c.status, internalError(fmt.Sprintf("gobn: panic in kernel: %v", p)))
+			C.TF_OpKernelContext_Failure(ctx, c.status)
+		}
+	}()
+	if err := compute(cgo.Handle(handle).Value().(*kernel), c); err != nil {
+		setStatus(c.status, err)
+		C.TF_OpKernelContext_Failure(ctx, c.status)
+	}
+}
+
+//export gobnDelete
+func gobnDelete(handle C.uintptr_t) {
+	defer func() { _ = recover() }()
+	if handle != 0 {
+		cgo.Handle(handle).Delete()
+	}
+}
+
+//export gobnShape
+func gobnShape(ctx *C.TF_ShapeInferenceContext, op C.int, status *C.TF_Status) {
+	s := &shapeContext{ctx: ctx, status: status}
+	defer s.release()
+	defer func() {
+		if p := recover(); p != nil {
+			setStatus(status, internalError(fmt.Sprintf("gobn: panic in shape function: %v", p)))
+		}
+	}()
+	if err := inferShapes(opdef.All[op], s); err != nil {
+		setStatus(status, err)
+	}
+}
+
+func compute(k *kernel, c *call) error {
+	inputs, err := c.inputs()
+	if err != nil {
+		return err
+	}
+	return k.compute(inputs, c.allocate)
+}
+
+// newKernel reads the attrs the op declares.
+func newKernel(op opdef.Op, attrs constructionAttrs) (*kernel, error) {
+	k := &kernel{op: op}
+	var err error
+	for _, a := range op.Attrs {
+		switch a.Name {
+		case "T":
+			k.dtype, err = attrs.dtype(a.Name)
+		case "epsilon", "variance_epsilon":
+			k.epsilon, err = attrs.float(a.Name)
+		case "data_format":
+			k.dataFormat, err = attrs.string(a.Name)
+		case "is_training":
+			k.isTraining, err = attrs.bool(a.Name)
+		case "scale_after_normalization":
+			k.scaleAfterNormalization, err = attrs.bool(a.Name)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return k, nil
+}
+
+// inferShapes gives every output its static shape: x_backprop (dx) takes x's
+// (t's) shape, the 1-D outputs take the shape of the per-channel inputs, the
+// placeholders [0]. It also rejects inputs whose known ranks or dims already
+// break the op's rules.
+func inferShapes(op opdef.Op, s *shapeContext) error {
+	handles := make([]*C.TF_ShapeHandle, len(op.Inputs))
+	dims := make([][]int64, len(op.Inputs))
+	for i, in := range op.Inputs {
+		minRank, maxRank := 0, -1
+		if len(in.Ranks) > 0 {
+			minRank, maxRank = in.Ranks[0], in.Ranks[len(in.Ranks)-1]
+		}
+		h, err := s.input(i, minRank, maxRank)
+		if err != nil {
+			return err
+		}
+		handles[i], dims[i] = h, s.dims(h)
+	}
+	if err := op.CheckStaticShapes(dims); err != nil {
+		return err
+	}
+	for i, out := range op.Outputs {
+		h := s.emptyVector()
+		if !out.Shape.Empty {
+			h = handles[out.Shape.Like]
+		}
+		if err := s.setOutput(i, h); err != nil {
+			return err
+		}
+	}
+	return nil
+}

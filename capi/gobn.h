@@ -1,0 +1,55 @@
+// Declarations shared by gobn's C registration code and its Go callbacks.
+#ifndef GOBN_CAPI_GOBN_H_
+#define GOBN_CAPI_GOBN_H_
+
+#include <stdint.h>
+
+// ops.h declares its handle types as bare structs (C++ style); C needs the
+// typedefs before it is included.
+typedef struct TF_DimensionHandle TF_DimensionHandle;
+typedef struct TF_OpDefinitionBuilder TF_OpDefinitionBuilder;
+typedef struct TF_ShapeHandle TF_ShapeHandle;
+typedef struct TF_ShapeInferenceContext TF_ShapeInferenceContext;
+
+// kernels.h defines the constant TF_InputRange_Args_STRUCT_SIZE in the
+// header; in C (unlike C++) that is an external definition in every file that
+// includes it, and the link fails. Make those definitions weak.
+#define TF_InputRange_Args_STRUCT_SIZE __attribute__((weak)) TF_InputRange_Args_STRUCT_SIZE
+#include "tensorflow/c/kernels.h"
+#undef TF_InputRange_Args_STRUCT_SIZE
+#include "tensorflow/c/ops.h"
+#include "tensorflow/c/tf_status.h"
+#include "tensorflow/c/tf_tensor.h"
+
+// One dtype binding of a kernel: the TF_DataType of attr T, and of attr U or -1.
+typedef struct {
+  int t;
+  int u;
+} gobn_binding;
+
+// One op as generated from opdef: spec strings and the per-op trampolines.
+typedef struct {
+  const char* name;
+  int num_inputs;
+  const char* const* inputs;
+  int num_outputs;
+  const char* const* outputs;
+  int num_attrs;
+  const char* const* attrs;
+  int num_kernels;
+  const gobn_binding* kernels;
+  void* (*create)(TF_OpKernelConstruction*);
+  void (*shape)(TF_ShapeInferenceContext*, TF_Status*);
+} gobn_op_spec;
+
+extern const gobn_op_spec gobn_ops[];
+extern const int gobn_num_ops;
+
+// C trampolines into the exported Go callbacks (register.c).
+void* gobn_create(TF_OpKernelConstruction* ctx, int op);
+void gobn_shape(TF_ShapeInferenceContext* ctx, int op, TF_Status* status);
+
+// The first registration failure, or "" when all went well.
+const char* gobn_registration_error(void);
+
+#endif  // GOBN_CAPI_GOBN_H_

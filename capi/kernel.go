@@ -1,0 +1,188 @@
+package main
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/gobn/gobn/kernels"
+	"github.com/gobn/gobn/opdef"
+)
+
+// hostTensor is a TensorFlow tensor in host memory, seen from Go.
+type hostTensor struct {
+	dtype opdef.DType
+	dims  []int64
+	data  unsafe.Pointer
+	bytes int
+}
+
+// view returns t's elements as a []E. It panics if t's byte size does not
+// match its dims and E, which would make the slice run past the buffer.
+func view[E any](t hostTensor) []E {
+	n := 1
+	for _, d := range t.dims {
+		n *= int(d)
+	}
+	var zero E
+	if n*int(unsafe.Sizeof(zero)) != t.bytes {
+		panic(fmt.Sprintf("capi: tensor of shape %s holds %d bytes, want %d",
+			opdef.ShapeString(t.dims), t.bytes, n*int(unsafe.Sizeof(zero))))
+	}
+	if n == 0 {
+		return []E{}
+	}
+	return unsafe.Slice((*E)(t.data), n)
+}
+
+// allocator allocates output i of the running op.
+type allocator func(i int, dtype opdef.DType, dims []int64) (hostTensor, error)
+
+// kernel is one instantiated gobn op: its spec and its attrs.
+type kernel struct {
+	op                      opdef.Op
+	dtype                   opdef.DType // attr T
+	dataFormat              string
+	isTraining              bool
+	epsilon                 float32 // epsilon or variance_epsilon
+	scaleAfterNormalization bool
+}
+
+// compute validates the inputs with stock's rules, allocates the outputs and
+// runs the kernel.
+func (k *kernel) compute(inputs []hostTensor, allocate allocator) error {
+	if len(inputs) != len(k.op.Inputs) {
+		return fmt.Errorf("%s: got %d inputs, want %d", k.op.Name, len(inputs), len(k.op.Inputs))
+	}
+	if err := k.checkDTypes(inputs); err != nil {
+		return err
+	}
+	if k.op.Kind == opdef.GlobalNormalizationGrad {
+		return k.globalNormalizationGrad(inputs, allocate)
+	}
+	return k.fusedGrad(inputs, allocate)
+}
+
+// checkDTypes confirms what TensorFlow's type constraints already promise.
+func (k *kernel) checkDTypes(inputs []hostTensor) error {
+	for i, in := range k.op.Inputs {
+		want := k.dtype
+		if in.Type == "float" || in.Type == "U" {
+			want = opdef.Float
+		}
+		if inputs[i].dtype != want {
+			return &opdef.ArgumentError{Msg: fmt.Sprintf("%s must be %s, got %s", in.Name, want, inputs[i].dtype)}
+		}
+	}
+	return nil
+}
+
+func (k *kernel) fusedGrad(in []hostTensor, allocate allocator) error {
+	g, err := opdef.CheckFusedGrad(k.dataFormat, opdef.FusedGradInputs{
+		YBackprop: in[0].dims, X: in[1].dims, Scale: in[2].dims,
+		ReserveSpace1: in[3].dims, ReserveSpace2: in[4].dims,
+	})
+	if err != nil {
+		return err
+	}
+	out := make([]hostTensor, len(k.op.Outputs))
+	for i := range out {
+		dtype, dims := opdef.Float, []int64{g.C}
+		switch {
+		case i == 0:
+			dtype, dims = k.dtype, in[1].dims
+		case k.op.Outputs[i].Shape.Empty:
+			dims = []int64{0}
+		}
+		if out[i], err = allocate(i, dtype, dims); err != nil {
+			return err
+		}
+	}
+	d := kernels.Dims{N: g.N, C: g.C, S: g.S, Layout: layout(g)}
+	switch k.dtype {
+	case opdef.Float:
+		fusedGrad[float32](k.isTraining, k.epsilon, d, in, out)
+	case opdef.Half:
+		fusedGrad[kernels.Half](k.isTraining, k.epsilon, d, in, out)
+	case opdef.BFloat16:
+		fusedGrad[kernels.BFloat16](k.isTraining, k.epsilon, d, in, out)
+	default:
+		return &opdef.ArgumentError{Msg: fmt.Sprintf("%s: T=%s is not supported", k.op.Name, k.dtype)}
+	}
+	return nil
+}
+
+func fusedGrad[T kernels.Element](isTraining bool, epsilon float32, d kernels.Dims, in, out []hostTensor) {
+	args := kernels.FusedGradArgs[T]{
+		Dims:           d,
+		YBackprop:      view[T](in[0]),
+		X:              view[T](in[1]),
+		Scale:          view[float32](in[2]),
+		ReserveSpace1:  view[float32](in[3]),
+		ReserveSpace2:  view[float32](in[4]),
+		Epsilon:        epsilon,
+		XBackprop:      view[T](out[0]),
+		ScaleBackprop:  view[float32](out[1]),
+		OffsetBackprop: view[float32](out[2]),
+	}
+	if isTraining {
+		kernels.TrainingGrad(args)
+	} else {
+		kernels.InferenceGrad(args)
+	}
+}
+
+func (k *kernel) globalNormalizationGrad(in []hostTensor, allocate allocator) error {
+	g, err := opdef.CheckGlobalNormalizationGrad(opdef.GlobalNormalizationGradInputs{
+		T: in[0].dims, M: in[1].dims, V: in[2].dims, Gamma: in[3].dims, Backprop: in[4].dims,
+	})
+	if err != nil {
+		return err
+	}
+	out := make([]hostTensor, len(k.op.Outputs))
+	for i := range out {
+		dims := []int64{g.C}
+		if i == 0 {
+			dims = in[0].dims
+		}
+		if out[i], err = allocate(i, k.dtype, dims); err != nil {
+			return err
+		}
+	}
+	d := kernels.Dims{N: g.N, C: g.C, S: g.S, Layout: kernels.ChannelsLast}
+	switch k.dtype {
+	case opdef.Float:
+		globalNormalizationGrad[float32](k, d, in, out)
+	case opdef.Double:
+		globalNormalizationGrad[float64](k, d, in, out)
+	case opdef.Half:
+		globalNormalizationGrad[kernels.Half](k, d, in, out)
+	default:
+		return &opdef.ArgumentError{Msg: fmt.Sprintf("%s: T=%s is not supported", k.op.Name, k.dtype)}
+	}
+	return nil
+}
+
+func globalNormalizationGrad[T kernels.Element](k *kernel, d kernels.Dims, in, out []hostTensor) {
+	kernels.GlobalNormalizationGrad(kernels.GlobalNormalizationArgs[T]{
+		Dims:                    d,
+		T:                       view[T](in[0]),
+		M:                       view[T](in[1]),
+		V:                       view[T](in[2]),
+		Gamma:                   view[T](in[3]),
+		Backprop:                view[T](in[4]),
+		VarianceEpsilon:         k.epsilon,
+		ScaleAfterNormalization: k.scaleAfterNormalization,
+		DX:                      view[T](out[0]),
+		DM:                      view[T](out[1]),
+		DV:                      view[T](out[2]),
+		DB:                      view[T](out[3]),
+		DG:                      view[T](out[4]),
+	})
+}
+
+func layout(g opdef.Geometry) kernels.Layout {
+	if g.ChannelsLast {
+		return kernels.ChannelsLast
+	}
+	return kernels.ChannelsFirst
+}

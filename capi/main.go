@@ -1,0 +1,18 @@
+// Command capi is gobn's TensorFlow plugin, built with -buildmode=c-shared as
+// build/libgobn.so. Loading it (tf.load_op_library, tf.LoadLibrary in Go)
+// registers the Gobn> ops and their CPU kernels through TensorFlow's C API.
+//
+// Layout of the package: register.c registers ops and kernels from the tables
+// in registry_gen.c (generated from opdef) while the library loads;
+// callback.go holds the exported Go functions the C trampolines call;
+// tensors.go and status.go are the only other files that see C; kernel.go
+// validates inputs and dispatches to the kernels package in plain Go.
+//
+// Build flags (include path of TensorFlow's headers, libtensorflow_framework)
+// come from the environment (CGO_CFLAGS, CGO_LDFLAGS) as the Makefile sets
+// them from tf.sysconfig.
+package main
+
+//go:generate go run ../internal/gencapi -o registry_gen.c
+
+func main() {}

@@ -1,0 +1,49 @@
+package main
+
+// #include <stdlib.h>
+// #include "gobn.h"
+import "C"
+
+import (
+	"errors"
+	"unsafe"
+
+	"github.com/gobn/gobn/opdef"
+)
+
+// tfError is an error that carries a TensorFlow status code.
+type tfError struct {
+	code C.TF_Code
+	msg  string
+}
+
+func (e *tfError) Error() string { return e.msg }
+
+// internalError wraps a recovered panic: TensorFlow sees TF_INTERNAL.
+func internalError(msg string) error { return &tfError{code: C.TF_INTERNAL, msg: msg} }
+
+// statusError returns the error status holds, or nil when it is TF_OK.
+func statusError(status *C.TF_Status) error {
+	code := C.TF_GetCode(status)
+	if code == C.TF_OK {
+		return nil
+	}
+	return &tfError{code: code, msg: C.GoString(C.TF_Message(status))}
+}
+
+// setStatus writes err into status: InvalidArgument for broken op rules, the
+// carried code for TensorFlow's own errors, Internal for anything else.
+func setStatus(status *C.TF_Status, err error) {
+	code := C.TF_Code(C.TF_INTERNAL)
+	var argErr *opdef.ArgumentError
+	var tfErr *tfError
+	switch {
+	case errors.As(err, &argErr):
+		code = C.TF_INVALID_ARGUMENT
+	case errors.As(err, &tfErr):
+		code = tfErr.code
+	}
+	msg := C.CString(err.Error())
+	defer C.free(unsafe.Pointer(msg))
+	C.TF_SetStatus(status, code, msg)
+}

@@ -1,0 +1,194 @@
+package main
+
+// #include <stdlib.h>
+// #include "gobn.h"
+import "C"
+
+import (
+	"unsafe"
+
+	"github.com/gobn/gobn/opdef"
+)
+
+// call is one run of a kernel's compute: it owns every TF_Tensor it hands out
+// and frees them all in release.
+type call struct {
+	ctx     *C.TF_OpKernelContext
+	status  *C.TF_Status
+	tensors []*C.TF_Tensor
+}
+
+func newCall(ctx *C.TF_OpKernelContext) *call {
+	return &call{ctx: ctx, status: C.TF_NewStatus()}
+}
+
+// release frees the call's tensors and status.
+func (c *call) release() {
+	for _, t := range c.tensors {
+		C.TF_DeleteTensor(t)
+	}
+	c.tensors = nil
+	C.TF_DeleteStatus(c.status)
+}
+
+func (c *call) hold(t *C.TF_Tensor) hostTensor {
+	c.tensors = append(c.tensors, t)
+	dims := make([]int64, int(C.TF_NumDims(t)))
+	for i := range dims {
+		dims[i] = int64(C.TF_Dim(t, C.int(i)))
+	}
+	return hostTensor{
+		dtype: opdef.DType(C.TF_TensorType(t)),
+		dims:  dims,
+		data:  C.TF_TensorData(t),
+		bytes: int(C.TF_TensorByteSize(t)),
+	}
+}
+
+// inputs fetches every input of the call.
+func (c *call) inputs() ([]hostTensor, error) {
+	in := make([]hostTensor, int(C.TF_NumInputs(c.ctx)))
+	for i := range in {
+		var t *C.TF_Tensor
+		C.TF_GetInput(c.ctx, C.int(i), &t, c.status)
+		if err := statusError(c.status); err != nil {
+			return nil, err
+		}
+		in[i] = c.hold(t)
+	}
+	return in, nil
+}
+
+// allocate allocates output i with the given dtype and dims.
+func (c *call) allocate(i int, dtype opdef.DType, dims []int64) (hostTensor, error) {
+	n := int64(1)
+	for _, d := range dims {
+		n *= d
+	}
+	var dimsPtr *C.int64_t
+	if len(dims) > 0 {
+		dimsPtr = (*C.int64_t)(unsafe.Pointer(&dims[0]))
+	}
+	t := C.TF_AllocateOutput(c.ctx, C.int(i), C.TF_DataType(dtype), dimsPtr, C.int(len(dims)),
+		C.size_t(n*int64(dtype.Size())), c.status)
+	if err := statusError(c.status); err != nil {
+		if t != nil {
+			C.TF_DeleteTensor(t)
+		}
+		return hostTensor{}, err
+	}
+	return c.hold(t), nil
+}
+
+// constructionAttrs reads the attrs of a kernel being constructed.
+type constructionAttrs struct {
+	ctx    *C.TF_OpKernelConstruction
+	status *C.TF_Status
+}
+
+func (a constructionAttrs) float(name string) (float32, error) {
+	cname := C.CString(name)
+	defer C.free(unsafe.Pointer(cname))
+	var v C.float
+	C.TF_OpKernelConstruction_GetAttrFloat(a.ctx, cname, &v, a.status)
+	return float32(v), statusError(a.status)
+}
+
+func (a constructionAttrs) bool(name string) (bool, error) {
+	cname := C.CString(name)
+	defer C.free(unsafe.Pointer(cname))
+	var v C.TF_Bool
+	C.TF_OpKernelConstruction_GetAttrBool(a.ctx, cname, &v, a.status)
+	return v != 0, statusError(a.status)
+}
+
+func (a constructionAttrs) dtype(name string) (opdef.DType, error) {
+	cname := C.CString(name)
+	defer C.free(unsafe.Pointer(cname))
+	var v C.TF_DataType
+	C.TF_OpKernelConstruction_GetAttrType(a.ctx, cname, &v, a.status)
+	return opdef.DType(v), statusError(a.status)
+}
+
+func (a constructionAttrs) string(name string) (string, error) {
+	cname := C.CString(name)
+	defer C.free(unsafe.Pointer(cname))
+	var listSize, totalSize C.int32_t
+	C.TF_OpKernelConstruction_GetAttrSize(a.ctx, cname, &listSize, &totalSize, a.status)
+	if err := statusError(a.status); err != nil {
+		return "", err
+	}
+	buf := make([]byte, int(totalSize)+1)
+	C.TF_OpKernelConstruction_GetAttrString(a.ctx, cname, (*C.char)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)), a.status)
+	if err := statusError(a.status); err != nil {
+		return "", err
+	}
+	return string(buf[:totalSize]), nil
+}
+
+// shapeContext is the shape-inference context of one op being added to a graph.
+type shapeContext struct {
+	ctx    *C.TF_ShapeInferenceContext
+	status *C.TF_Status
+	// handles are freed by release.
+	handles []*C.TF_ShapeHandle
+}
+
+func (s *shapeContext) release() {
+	for _, h := range s.handles {
+		C.TF_DeleteShapeHandle(h)
+	}
+}
+
+func (s *shapeContext) own(h *C.TF_ShapeHandle) *C.TF_ShapeHandle {
+	s.handles = append(s.handles, h)
+	return h
+}
+
+// input returns the shape of input i, checked to have a rank in [minRank, maxRank]
+// when its rank is known (maxRank < 0: no check).
+func (s *shapeContext) input(i, minRank, maxRank int) (*C.TF_ShapeHandle, error) {
+	h := s.own(C.TF_NewShapeHandle())
+	C.TF_ShapeInferenceContextGetInput(s.ctx, C.int(i), h, s.status)
+	if err := statusError(s.status); err != nil {
+		return nil, err
+	}
+	if maxRank < 0 {
+		return h, nil
+	}
+	checked := s.own(C.TF_NewShapeHandle())
+	C.TF_ShapeInferenceContextWithRankAtLeast(s.ctx, h, C.int64_t(minRank), checked, s.status)
+	if err := statusError(s.status); err != nil {
+		return nil, err
+	}
+	C.TF_ShapeInferenceContextWithRankAtMost(s.ctx, checked, C.int64_t(maxRank), checked, s.status)
+	return checked, statusError(s.status)
+}
+
+// dims returns the known dims of h (-1 for unknown ones), or nil when its rank
+// is unknown.
+func (s *shapeContext) dims(h *C.TF_ShapeHandle) []int64 {
+	if C.TF_ShapeInferenceContextRankKnown(s.ctx, h) == 0 {
+		return nil
+	}
+	dims := make([]int64, int(C.TF_ShapeInferenceContextRank(s.ctx, h)))
+	d := C.TF_NewDimensionHandle()
+	defer C.TF_DeleteDimensionHandle(d)
+	for i := range dims {
+		C.TF_ShapeInferenceContextDim(s.ctx, h, C.int64_t(i), d)
+		dims[i] = -1
+		if C.TF_DimensionHandleValueKnown(d) != 0 {
+			dims[i] = int64(C.TF_DimensionHandleValue(d))
+		}
+	}
+	return dims
+}
+
+func (s *shapeContext) emptyVector() *C.TF_ShapeHandle {
+	return s.own(C.TF_ShapeInferenceContextVectorFromSize(s.ctx, 0))
+}
+
+func (s *shapeContext) setOutput(i int, h *C.TF_ShapeHandle) error {
+	C.TF_ShapeInferenceContextSetOutput(s.ctx, C.int(i), h, s.status)
+	return statusError(s.status)
+}

@@ -1,0 +1,161 @@
+package kernels
+
+import (
+	"fmt"
+	"math"
+)
+
+// FusedGradArgs are the arguments of the FusedBatchNormGrad family (V1, V2,
+// V3). Inputs are read only; outputs are fully overwritten.
+type FusedGradArgs[T Element] struct {
+	Dims Dims
+	// YBackprop and X have Dims.Len() elements in Dims.Layout.
+	YBackprop, X []T
+	// Scale, ReserveSpace1 and ReserveSpace2 have Dims.C elements.
+	// ReserveSpace1 is the mean μ: the batch mean when training, the population
+	// mean in inference. ReserveSpace2 is the variance σ²: the biased batch
+	// variance when training (as stock TensorFlow's CPU forward saves it), the
+	// population variance in inference.
+	Scale, ReserveSpace1, ReserveSpace2 []float32
+	Epsilon                             float32
+	// XBackprop has Dims.Len() elements; ScaleBackprop and OffsetBackprop Dims.C.
+	XBackprop                     []T
+	ScaleBackprop, OffsetBackprop []float32
+}
+
+func (g FusedGradArgs[T]) check() {
+	n, C := g.Dims.Len(), int(g.Dims.C)
+	if len(g.YBackprop) != n || len(g.X) != n || len(g.XBackprop) != n {
+		panic(fmt.Sprintf("kernels: activation lengths %d, %d, %d, want %d",
+			len(g.YBackprop), len(g.X), len(g.XBackprop), n))
+	}
+	for _, p := range [][]float32{g.Scale, g.ReserveSpace1, g.ReserveSpace2, g.ScaleBackprop, g.OffsetBackprop} {
+		if len(p) != C {
+			panic(fmt.Sprintf("kernels: per-channel length %d, want %d", len(p), C))
+		}
+	}
+}
+
+// TrainingGrad computes the gradient of training-mode batch normalization.
+// With R = N·S elements per channel, c = 1/sqrt(σ²+ε) and sums over a channel:
+//
+//	offset_backprop = Σ dy
+//	scale_backprop  = c · Σ dy·(x−μ)
+//	x_backprop      = scale·c · (dy − Σdy/R − (x−μ)·c²·Σ dy·(x−μ) / R)
+//
+// which is applyAffine with A = scale·c, B = −scale·c³·Σdy(x−μ)/R and
+// D = −scale·c·Σdy/R. Sums are accumulated and the coefficients formed in
+// float64. With R = 0 the 1-D outputs are zero. It panics if slice lengths
+// disagree with Dims.
+func TrainingGrad[T Element](g FusedGradArgs[T]) {
+	g.check()
+	mean := toFloat64(g.ReserveSpace1)
+	sumDy, sumDyXc := reduce(g.Dims, g.YBackprop, g.X, mean)
+	R := float64(g.Dims.PerChannel())
+	t := newAffine(mean)
+	for c := range mean {
+		inv := invStd(g.ReserveSpace2[c], g.Epsilon)
+		g.OffsetBackprop[c] = float32(sumDy[c])
+		g.ScaleBackprop[c] = float32(sumDyXc[c] * inv)
+		k := float64(g.Scale[c]) * inv
+		t.A[c] = k
+		t.B[c] = -k * inv * inv * sumDyXc[c] / R
+		t.D[c] = -k * sumDy[c] / R
+	}
+	applyAll(g.Dims, t, g.YBackprop, g.X, g.XBackprop)
+}
+
+// InferenceGrad computes the gradient of inference-mode batch normalization,
+// where μ and σ² are constants. With c = 1/sqrt(σ²+ε):
+//
+//	offset_backprop = Σ dy
+//	scale_backprop  = c · Σ dy·(x−μ)
+//	x_backprop      = dy · scale · c
+//
+// It panics if slice lengths disagree with Dims.
+func InferenceGrad[T Element](g FusedGradArgs[T]) {
+	g.check()
+	mean := toFloat64(g.ReserveSpace1)
+	sumDy, sumDyXc := reduce(g.Dims, g.YBackprop, g.X, mean)
+	t := newAffine(mean)
+	for c := range mean {
+		inv := invStd(g.ReserveSpace2[c], g.Epsilon)
+		g.OffsetBackprop[c] = float32(sumDy[c])
+		g.ScaleBackprop[c] = float32(sumDyXc[c] * inv)
+		t.A[c] = float64(g.Scale[c]) * inv
+	}
+	applyAll(g.Dims, t, g.YBackprop, g.X, g.XBackprop)
+}
+
+// GlobalNormalizationArgs are the arguments of
+// BatchNormWithGlobalNormalizationGrad. Dims.Layout must be ChannelsLast.
+type GlobalNormalizationArgs[T Element] struct {
+	Dims Dims
+	// T (the op's input t) and Backprop have Dims.Len() elements.
+	T, Backprop []T
+	// M, V and Gamma (mean, variance, γ) have Dims.C elements.
+	M, V, Gamma             []T
+	VarianceEpsilon         float32
+	ScaleAfterNormalization bool
+	// DX has Dims.Len() elements; DM, DV, DB and DG have Dims.C.
+	DX, DM, DV, DB, DG []T
+}
+
+// GlobalNormalizationGrad computes the gradient of
+// BatchNormWithGlobalNormalization. With s = 1/sqrt(v+ε), γ' = γ when
+// scale_after_normalization and 1 otherwise, and sums over a channel:
+//
+//	db = Σ dy
+//	dx = dy · s · γ'
+//	dm = −db · s · γ'
+//	dg = s · Σ dy·(t−m)            (0 without scale_after_normalization)
+//	dv = −½ · s³ · γ' · Σ dy·(t−m)
+//
+// Sums and per-channel terms are formed in float64, whatever T is (stock
+// TensorFlow sums in T, even half). It panics if slice lengths disagree with
+// Dims or the layout is not ChannelsLast.
+func GlobalNormalizationGrad[T Element](g GlobalNormalizationArgs[T]) {
+	n, C := g.Dims.Len(), int(g.Dims.C)
+	if g.Dims.Layout != ChannelsLast {
+		panic("kernels: BatchNormWithGlobalNormalizationGrad is channels-last only")
+	}
+	if len(g.T) != n || len(g.Backprop) != n || len(g.DX) != n {
+		panic(fmt.Sprintf("kernels: activation lengths %d, %d, %d, want %d", len(g.T), len(g.Backprop), len(g.DX), n))
+	}
+	for _, p := range [][]T{g.M, g.V, g.Gamma, g.DM, g.DV, g.DB, g.DG} {
+		if len(p) != C {
+			panic(fmt.Sprintf("kernels: per-channel length %d, want %d", len(p), C))
+		}
+	}
+	mean, variance, gamma := toFloat64(g.M), toFloat64(g.V), toFloat64(g.Gamma)
+	sumDy, sumDyXc := reduce(g.Dims, g.Backprop, g.T, mean)
+	t := newAffine(mean)
+	dm, dv, dg := make([]float64, C), make([]float64, C), make([]float64, C)
+	eps := float64(g.VarianceEpsilon)
+	for c := range C {
+		s := 1 / math.Sqrt(variance[c]+eps)
+		k := s
+		if g.ScaleAfterNormalization {
+			k *= gamma[c]
+			dg[c] = s * sumDyXc[c]
+		}
+		t.A[c] = k
+		dm[c] = -sumDy[c] * k
+		dv[c] = -0.5 * s * s * k * sumDyXc[c]
+	}
+	applyAll(g.Dims, t, g.Backprop, g.T, g.DX)
+	fromFloat64(g.DB, sumDy)
+	fromFloat64(g.DM, dm)
+	fromFloat64(g.DV, dv)
+	fromFloat64(g.DG, dg)
+}
+
+// invStd returns 1/sqrt(variance+epsilon) in float64.
+func invStd(variance, epsilon float32) float64 {
+	return 1 / math.Sqrt(float64(variance)+float64(epsilon))
+}
+
+func newAffine(mean []float64) affine {
+	C := len(mean)
+	return affine{A: make([]float64, C), B: make([]float64, C), D: make([]float64, C), Mean: mean}
+}

@@ -1,0 +1,235 @@
+package opdef
+
+// Op is the specification of one gobn op: exactly the signature of the stock
+// TensorFlow op it mirrors, under the Gobn> namespace.
+type Op struct {
+	// Name is the registered name, e.g. "Gobn>FusedBatchNormGradV3".
+	Name string
+	// Stock is the name of the stock TensorFlow op with the same signature.
+	Stock string
+	// Kind says which kernel family computes the op.
+	Kind Kind
+	// Inputs, Outputs and Attrs are REGISTER_OP spec strings and their parsed
+	// parts, in stock order.
+	Inputs  []Arg
+	Outputs []Arg
+	Attrs   []Attr
+	// Kernels lists the dtype bindings for which CPU kernels are registered.
+	Kernels []TypeBinding
+}
+
+// Kind names the math an op performs.
+type Kind int
+
+const (
+	// FusedBatchNormGrad is the family of FusedBatchNormGrad, V2 and V3.
+	FusedBatchNormGrad Kind = iota
+	// GlobalNormalizationGrad is BatchNormWithGlobalNormalizationGrad.
+	GlobalNormalizationGrad
+)
+
+// Arg is one input or output.
+type Arg struct {
+	Name string
+	// Type is the type expression: an attr name ("T") or a fixed type ("float").
+	Type string
+	// Ranks lists the ranks an input may have (empty: any). Only inputs use it.
+	Ranks []int
+	// Shape says how an output's static shape follows from the inputs.
+	Shape ShapeRule
+}
+
+// Spec returns the spec string TensorFlow's op builder takes, "name: type".
+func (a Arg) Spec() string { return a.Name + ": " + a.Type }
+
+// ShapeRule describes an output's static shape.
+type ShapeRule struct {
+	// Empty outputs have shape [0] (the placeholder reserve spaces).
+	Empty bool
+	// Like is the index of the input whose shape the output takes, when Empty is false.
+	Like int
+}
+
+// Attr is one attribute with its REGISTER_OP spec string.
+type Attr struct {
+	Name string
+	Spec string
+}
+
+// TypeBinding is one assignment of dtypes to the op's type attrs, e.g.
+// {"T": Half, "U": Float}.
+type TypeBinding map[string]DType
+
+// DType is a TensorFlow dtype, numbered as TF_DataType.
+type DType int
+
+// The dtypes gobn's kernels handle, with TensorFlow's enum values.
+const (
+	Float    DType = 1
+	Double   DType = 2
+	BFloat16 DType = 14
+	Half     DType = 19
+)
+
+// String returns the dtype's name as TensorFlow's type expressions spell it.
+func (d DType) String() string {
+	switch d {
+	case Float:
+		return "float"
+	case Double:
+		return "double"
+	case BFloat16:
+		return "bfloat16"
+	case Half:
+		return "half"
+	}
+	return "unknown"
+}
+
+// Size returns the number of bytes of one element of d.
+func (d DType) Size() int {
+	switch d {
+	case Float:
+		return 4
+	case Double:
+		return 8
+	case BFloat16, Half:
+		return 2
+	}
+	return 0
+}
+
+// Data formats of the fused ops.
+const (
+	NHWC  = "NHWC"
+	NCHW  = "NCHW"
+	NDHWC = "NDHWC"
+	NCDHW = "NCDHW"
+)
+
+var activation = []int{4, 5}
+var vector = []int{1}
+
+func fusedInputs(scaleType, reserveType string, withReserve3 bool) []Arg {
+	in := []Arg{
+		{Name: "y_backprop", Type: "T", Ranks: activation},
+		{Name: "x", Type: "T", Ranks: activation},
+		{Name: "scale", Type: scaleType, Ranks: vector},
+		{Name: "reserve_space_1", Type: reserveType, Ranks: vector},
+		{Name: "reserve_space_2", Type: reserveType, Ranks: vector},
+	}
+	if withReserve3 {
+		in = append(in, Arg{Name: "reserve_space_3", Type: reserveType})
+	}
+	return in
+}
+
+func fusedOutputs(reserveType string, placeholders ...string) []Arg {
+	out := []Arg{
+		{Name: "x_backprop", Type: "T", Shape: ShapeRule{Like: 1}},
+		{Name: "scale_backprop", Type: reserveType, Shape: ShapeRule{Like: 2}},
+		{Name: "offset_backprop", Type: reserveType, Shape: ShapeRule{Like: 2}},
+	}
+	for _, name := range placeholders {
+		out = append(out, Arg{Name: name, Type: reserveType, Shape: ShapeRule{Empty: true}})
+	}
+	return out
+}
+
+func fusedAttrs(typeAttrs []Attr, formats string) []Attr {
+	return append(typeAttrs,
+		Attr{Name: "epsilon", Spec: "epsilon: float = 0.0001"},
+		Attr{Name: "data_format", Spec: "data_format: {" + formats + "} = 'NHWC'"},
+		Attr{Name: "is_training", Spec: "is_training: bool = true"},
+	)
+}
+
+var mixedPrecision = []Attr{
+	{Name: "T", Spec: "T: {half, bfloat16, float}"},
+	{Name: "U", Spec: "U: {float}"},
+}
+
+var mixedKernels = []TypeBinding{
+	{"T": Float, "U": Float},
+	{"T": Half, "U": Float},
+	{"T": BFloat16, "U": Float},
+}
+
+// All lists every op gobn registers, in a fixed order. Index i of All is the
+// op's number in the generated C tables.
+var All = []Op{
+	{
+		Name:    "Gobn>FusedBatchNormGrad",
+		Stock:   "FusedBatchNormGrad",
+		Kind:    FusedBatchNormGrad,
+		Inputs:  fusedInputs("T", "T", false),
+		Outputs: fusedOutputs("T", "reserve_space_3", "reserve_space_4"),
+		Attrs:   fusedAttrs([]Attr{{Name: "T", Spec: "T: {float}"}}, "'NHWC', 'NCHW'"),
+		Kernels: []TypeBinding{{"T": Float}},
+	},
+	{
+		Name:    "Gobn>FusedBatchNormGradV2",
+		Stock:   "FusedBatchNormGradV2",
+		Kind:    FusedBatchNormGrad,
+		Inputs:  fusedInputs("float", "U", false),
+		Outputs: fusedOutputs("U", "reserve_space_3", "reserve_space_4"),
+		Attrs:   fusedAttrs(mixedPrecision, "'NHWC', 'NCHW'"),
+		Kernels: mixedKernels,
+	},
+	{
+		Name:    "Gobn>FusedBatchNormGradV3",
+		Stock:   "FusedBatchNormGradV3",
+		Kind:    FusedBatchNormGrad,
+		Inputs:  fusedInputs("float", "U", true),
+		Outputs: fusedOutputs("U", "reserve_space_4", "reserve_space_5"),
+		Attrs:   fusedAttrs(mixedPrecision, "'NHWC', 'NCHW', 'NDHWC', 'NCDHW'"),
+		Kernels: mixedKernels,
+	},
+	{
+		Name:  "Gobn>BatchNormWithGlobalNormalizationGrad",
+		Stock: "BatchNormWithGlobalNormalizationGrad",
+		Kind:  GlobalNormalizationGrad,
+		Inputs: []Arg{
+			{Name: "t", Type: "T", Ranks: []int{4}},
+			{Name: "m", Type: "T", Ranks: vector},
+			{Name: "v", Type: "T", Ranks: vector},
+			{Name: "gamma", Type: "T", Ranks: vector},
+			{Name: "backprop", Type: "T", Ranks: []int{4}},
+		},
+		Outputs: []Arg{
+			{Name: "dx", Type: "T", Shape: ShapeRule{Like: 0}},
+			{Name: "dm", Type: "T", Shape: ShapeRule{Like: 1}},
+			{Name: "dv", Type: "T", Shape: ShapeRule{Like: 2}},
+			{Name: "db", Type: "T", Shape: ShapeRule{Like: 1}},
+			{Name: "dg", Type: "T", Shape: ShapeRule{Like: 3}},
+		},
+		Attrs: []Attr{
+			{Name: "T", Spec: "T: numbertype"},
+			{Name: "variance_epsilon", Spec: "variance_epsilon: float"},
+			{Name: "scale_after_normalization", Spec: "scale_after_normalization: bool"},
+		},
+		Kernels: []TypeBinding{{"T": Half}, {"T": Float}, {"T": Double}},
+	},
+}
+
+// ByName returns the op registered as name, and whether there is one.
+func ByName(name string) (Op, bool) {
+	for _, op := range All {
+		if op.Name == name {
+			return op, true
+		}
+	}
+	return Op{}, false
+}
+
+// TypeAttrs returns the names of the op's type attrs bound by its kernels, in
+// a fixed order ("T", then "U").
+func (op Op) TypeAttrs() []string {
+	var names []string
+	for _, name := range []string{"T", "U"} {
+		if _, ok := op.Kernels[0][name]; ok {
+			names = append(names, name)
+		}
+	}
+	return names
+}

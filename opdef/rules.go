@@ -1,0 +1,185 @@
+package opdef
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// ArgumentError reports input that breaks an op's rules. The capi layer turns
+// it into TensorFlow's InvalidArgument.
+type ArgumentError struct {
+	Msg string
+}
+
+func (e *ArgumentError) Error() string { return e.Msg }
+
+func invalid(format string, args ...any) error {
+	return &ArgumentError{Msg: fmt.Sprintf(format, args...)}
+}
+
+// ShapeString formats dims as TensorFlow does: "[2,3,4]".
+func ShapeString(dims []int64) string {
+	parts := make([]string, len(dims))
+	for i, d := range dims {
+		parts[i] = strconv.FormatInt(d, 10)
+	}
+	return "[" + strings.Join(parts, ",") + "]"
+}
+
+// ChannelsLast reports whether data_format puts the channel axis last (NHWC,
+// NDHWC) rather than at axis 1 (NCHW, NCDHW). It returns an error for a format
+// that is not one of the four.
+func ChannelsLast(dataFormat string) (bool, error) {
+	switch dataFormat {
+	case NHWC, NDHWC:
+		return true, nil
+	case NCHW, NCDHW:
+		return false, nil
+	}
+	return false, invalid("data_format must be one of NHWC, NCHW, NDHWC, NCDHW, got %q", dataFormat)
+}
+
+// Geometry is an activation tensor seen as N × C × S: S is the product of its
+// spatial dimensions, so R = N·S elements belong to each channel.
+type Geometry struct {
+	N, C, S      int64
+	ChannelsLast bool
+}
+
+// Elements returns N·C·S.
+func (g Geometry) Elements() int64 { return g.N * g.C * g.S }
+
+// geometry splits a rank-4 or rank-5 shape around its channel axis. It
+// returns an error when the element count overflows int64.
+func geometry(shape []int64, channelsLast bool) (Geometry, error) {
+	g := Geometry{N: shape[0], S: 1, ChannelsLast: channelsLast}
+	spatial := shape[2:]
+	g.C = shape[1]
+	if channelsLast {
+		g.C = shape[len(shape)-1]
+		spatial = shape[1 : len(shape)-1]
+	}
+	total := g.N
+	for _, d := range append(append([]int64{}, spatial...), g.C) {
+		if d < 0 {
+			return Geometry{}, invalid("dimensions must be non-negative, got shape %s", ShapeString(shape))
+		}
+		if d != 0 && total > (1<<63-1)/d {
+			return Geometry{}, invalid("shape %s has more than 2^63-1 elements", ShapeString(shape))
+		}
+		total *= d
+	}
+	for _, d := range spatial {
+		g.S *= d
+	}
+	return g, nil
+}
+
+// FusedGradInputs are the shapes of the inputs of FusedBatchNormGrad, V2 and V3
+// that the rules constrain.
+type FusedGradInputs struct {
+	YBackprop, X, Scale, ReserveSpace1, ReserveSpace2 []int64
+}
+
+// CheckFusedGrad applies stock TensorFlow's rules, in stock order, to the
+// inputs of a fused batch-norm gradient: y_backprop and x of rank 4 or 5;
+// scale, reserve_space_1 and reserve_space_2 of rank 1; x and y_backprop of
+// the same shape; scale, reserve_space_1 and reserve_space_2 sized C, the
+// channel dimension of x under dataFormat. It returns x's geometry.
+func CheckFusedGrad(dataFormat string, in FusedGradInputs) (Geometry, error) {
+	channelsLast, err := ChannelsLast(dataFormat)
+	if err != nil {
+		return Geometry{}, err
+	}
+	for _, a := range []struct {
+		name  string
+		shape []int64
+	}{{"y_backprop", in.YBackprop}, {"x", in.X}} {
+		if len(a.shape) != 4 && len(a.shape) != 5 {
+			return Geometry{}, invalid("%s must be 4 or 5-dimensional, got shape %s", a.name, ShapeString(a.shape))
+		}
+	}
+	for _, a := range []struct {
+		name  string
+		shape []int64
+	}{{"scale", in.Scale}, {"reserve_space_1 (saved mean)", in.ReserveSpace1}, {"reserve_space_2 (saved variance)", in.ReserveSpace2}} {
+		if len(a.shape) != 1 {
+			return Geometry{}, invalid("%s must be 1-dimensional, got shape %s", a.name, ShapeString(a.shape))
+		}
+	}
+	if !sameShape(in.X, in.YBackprop) {
+		return Geometry{}, invalid("x and y_backprop must have same shape, but x has shape %s and y_backprop has shape %s",
+			ShapeString(in.X), ShapeString(in.YBackprop))
+	}
+	g, err := geometry(in.X, channelsLast)
+	if err != nil {
+		return Geometry{}, err
+	}
+	for _, a := range []struct {
+		name string
+		n    int64
+	}{{"scale", in.Scale[0]}, {"reserve_space_1", in.ReserveSpace1[0]}, {"reserve_space_2", in.ReserveSpace2[0]}} {
+		if a.n != g.C {
+			return Geometry{}, invalid("%s must have the same number of elements as the channels of x, got %d and %d", a.name, a.n, g.C)
+		}
+	}
+	return g, nil
+}
+
+// GlobalNormalizationGradInputs are the shapes of the inputs of
+// BatchNormWithGlobalNormalizationGrad.
+type GlobalNormalizationGradInputs struct {
+	T, M, V, Gamma, Backprop []int64
+}
+
+// CheckGlobalNormalizationGrad applies stock TensorFlow's rules, in stock
+// order, to the inputs of BatchNormWithGlobalNormalizationGrad: t of rank 4;
+// m, v and gamma of rank 1; backprop of rank 4. Stock stops there and reads
+// out of bounds when the sizes disagree; gobn also requires t and backprop to
+// have the same shape and m, v and gamma to be sized C, the last dimension of t.
+func CheckGlobalNormalizationGrad(in GlobalNormalizationGradInputs) (Geometry, error) {
+	if len(in.T) != 4 {
+		return Geometry{}, invalid("t (input) must be 4-dimensional, got shape %s", ShapeString(in.T))
+	}
+	for _, a := range []struct {
+		name  string
+		shape []int64
+	}{{"m (mean)", in.M}, {"v (variance)", in.V}, {"gamma", in.Gamma}} {
+		if len(a.shape) != 1 {
+			return Geometry{}, invalid("%s must be 1-dimensional, got shape %s", a.name, ShapeString(a.shape))
+		}
+	}
+	if len(in.Backprop) != 4 {
+		return Geometry{}, invalid("backprop must be 4-dimensional, got shape %s", ShapeString(in.Backprop))
+	}
+	if !sameShape(in.T, in.Backprop) {
+		return Geometry{}, invalid("t and backprop must have same shape, but t has shape %s and backprop has shape %s",
+			ShapeString(in.T), ShapeString(in.Backprop))
+	}
+	g, err := geometry(in.T, true)
+	if err != nil {
+		return Geometry{}, err
+	}
+	for _, a := range []struct {
+		name string
+		n    int64
+	}{{"m", in.M[0]}, {"v", in.V[0]}, {"gamma", in.Gamma[0]}} {
+		if a.n != g.C {
+			return Geometry{}, invalid("%s must have the same number of elements as the channels of t, got %d and %d", a.name, a.n, g.C)
+		}
+	}
+	return g, nil
+}
+
+func sameShape(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -91,6 +91,10 @@ func widen[T Element](dst []float32, src []T) {
 			dst[i] = halfTable[h]
 		}
 	case []BFloat16:
+		if simdWidenBFloat16 != nil {
+			simdWidenBFloat16(dst, src)
+			return
+		}
 		for i, b := range src {
 			dst[i] = b.Float32()
 		}
@@ -198,6 +202,7 @@ func applyAll[T Element](d Dims, t affine, dy, x, dx []T) {
 	if n == 0 {
 		return
 	}
+	t = t.withFloat32()
 	parallel(n, workersFor(n), func(_, lo, hi int) {
 		forBlocks(lo, hi, dy, x, dx,
 			func(off int, dy, x, dx []float32) { applyAffine(d, off, t, dy, x, dx) },

@@ -43,12 +43,17 @@ func (g FusedGradArgs[T]) check() {
 //	scale_backprop  = c · Σ dy·(x−μ)
 //	x_backprop      = scale·c · (dy − Σdy/R − (x−μ)·c²·Σ dy·(x−μ) / R)
 //
-// which is applyAffine with A = scale·c, B = −scale·c³·Σdy(x−μ)/R and
-// D = −scale·c·Σdy/R. Sums are accumulated and the coefficients formed in
-// float64. With R = 0 the 1-D outputs are zero. It panics if slice lengths
-// disagree with Dims.
+// which is applyAffine with A = scale·c, MeanDy = Σdy/R and
+// B = −scale·c³·Σdy(x−μ)/R. Sums are accumulated and the coefficients formed
+// in float64. With R = 0 the 1-D outputs are zero (as stock's, whatever the
+// variance). It panics if slice lengths disagree with Dims.
 func TrainingGrad[T Element](g FusedGradArgs[T]) {
 	g.check()
+	if g.Dims.PerChannel() == 0 {
+		clear(g.ScaleBackprop)
+		clear(g.OffsetBackprop)
+		return
+	}
 	mean := toFloat64(g.ReserveSpace1)
 	sumDy, sumDyXc := reduce(g.Dims, g.YBackprop, g.X, mean)
 	R := float64(g.Dims.PerChannel())
@@ -60,7 +65,7 @@ func TrainingGrad[T Element](g FusedGradArgs[T]) {
 		k := float64(g.Scale[c]) * inv
 		t.A[c] = k
 		t.B[c] = -k * inv * inv * sumDyXc[c] / R
-		t.D[c] = -k * sumDy[c] / R
+		t.MeanDy[c] = sumDy[c] / R
 	}
 	applyAll(g.Dims, t, g.YBackprop, g.X, g.XBackprop)
 }
@@ -75,9 +80,15 @@ func TrainingGrad[T Element](g FusedGradArgs[T]) {
 // It panics if slice lengths disagree with Dims.
 func InferenceGrad[T Element](g FusedGradArgs[T]) {
 	g.check()
+	if g.Dims.PerChannel() == 0 {
+		clear(g.ScaleBackprop)
+		clear(g.OffsetBackprop)
+		return
+	}
 	mean := toFloat64(g.ReserveSpace1)
 	sumDy, sumDyXc := reduce(g.Dims, g.YBackprop, g.X, mean)
 	t := newAffine(mean)
+	t.ScaleOnly = true // x_backprop does not involve x
 	for c := range mean {
 		inv := invStd(g.ReserveSpace2[c], g.Epsilon)
 		g.OffsetBackprop[c] = float32(sumDy[c])
@@ -130,6 +141,7 @@ func GlobalNormalizationGrad[T Element](g GlobalNormalizationArgs[T]) {
 	mean, variance, gamma := toFloat64(g.M), toFloat64(g.V), toFloat64(g.Gamma)
 	sumDy, sumDyXc := reduce(g.Dims, g.Backprop, g.T, mean)
 	t := newAffine(mean)
+	t.ScaleOnly = true // dx does not involve t
 	dm, dv, dg := make([]float64, C), make([]float64, C), make([]float64, C)
 	eps := float64(g.VarianceEpsilon)
 	for c := range C {
@@ -157,5 +169,5 @@ func invStd(variance, epsilon float32) float64 {
 
 func newAffine(mean []float64) affine {
 	C := len(mean)
-	return affine{A: make([]float64, C), B: make([]float64, C), D: make([]float64, C), Mean: mean}
+	return affine{A: make([]float64, C), B: make([]float64, C), MeanDy: make([]float64, C), Mean: mean}
 }

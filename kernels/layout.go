@@ -43,6 +43,12 @@ func channelSums[F native](d Dims, off int, dy, x []F, mean, sumDy, sumDyXc []fl
 	if len(dy) != len(x) {
 		panic("kernels: dy and x lengths differ")
 	}
+	if simdSums != nil {
+		if dy32, ok := any(dy).([]float32); ok {
+			simdSums(d, off, dy32, any(x).([]float32), mean, sumDy, sumDyXc)
+			return
+		}
+	}
 	if d.Layout == ChannelsLast {
 		sumsChannelsLast(int(d.C), off, dy, x, mean, sumDy, sumDyXc)
 	} else {
@@ -88,9 +94,58 @@ func sumsChannelsFirst[F native](C, S, off int, dy, x []F, mean, sumDy, sumDyXc 
 
 // affine is the per-channel form every gradient's x_backprop takes:
 //
-//	dx = A[c]·dy + B[c]·(x − mean[c]) + D[c]
+//	dx = A[c]·(dy − MeanDy[c]) + B[c]·(x − Mean[c])
+//
+// Centring dy and x before scaling keeps dx exact where the terms cancel (R = 1).
+//
+// ScaleOnly marks the inference forms, where B and MeanDy are zero: dx = A[c]·dy
+// is then computed without reading x or mean, so that a NaN or infinite x or
+// mean, which the math does not involve, cannot turn dx into NaN through
+// 0·NaN or 0·Inf.
 type affine struct {
-	A, B, D, Mean []float64
+	A, B, MeanDy, Mean []float64
+	ScaleOnly          bool
+	// f32 holds the coefficients rounded to float32, for the SIMD loops.
+	f32 *affine32
+}
+
+// affine32 is affine in float32.
+type affine32 struct {
+	A, B, MeanDy, Mean []float32
+	ScaleOnly          bool
+}
+
+// The AVX2+FMA loops for float32 (simd_amd64.go), or nil where the build or
+// the CPU lacks them and the portable loops here run instead.
+var (
+	simdSums          func(d Dims, off int, dy, x []float32, mean, sumDy, sumDyXc []float64)
+	simdApply         func(d Dims, off int, t *affine32, dy, x, dx []float32)
+	simdWidenBFloat16 func(dst []float32, src []BFloat16)
+)
+
+// SIMD reports whether the float32 loops use AVX2 and FMA: gobn built with
+// GOEXPERIMENT=simd, running on a CPU that has them.
+func SIMD() bool { return simdSums != nil }
+
+// withFloat32 returns t with its float32 copy filled in when the SIMD loops
+// will use it.
+func (t affine) withFloat32() affine {
+	if simdApply == nil {
+		return t
+	}
+	f := &affine32{}
+	for _, p := range []struct {
+		dst *[]float32
+		src []float64
+	}{{&f.A, t.A}, {&f.B, t.B}, {&f.MeanDy, t.MeanDy}, {&f.Mean, t.Mean}} {
+		*p.dst = make([]float32, len(p.src))
+		for i, v := range p.src {
+			(*p.dst)[i] = float32(v)
+		}
+	}
+	f.ScaleOnly = t.ScaleOnly
+	t.f32 = f
+	return t
 }
 
 // applyAffine writes dx for the elements at flat indices [off, off+len(x)),
@@ -98,6 +153,16 @@ type affine struct {
 func applyAffine[F native](d Dims, off int, t affine, dy, x, dx []F) {
 	if len(dy) != len(x) || len(dx) != len(x) {
 		panic("kernels: dy, x and dx lengths differ")
+	}
+	if t.f32 != nil {
+		if dy32, ok := any(dy).([]float32); ok {
+			simdApply(d, off, t.f32, dy32, any(x).([]float32), any(dx).([]float32))
+			return
+		}
+	}
+	if t.ScaleOnly {
+		applyScale(d, off, t.A, dy, dx)
+		return
 	}
 	if d.Layout == ChannelsLast {
 		applyChannelsLast(int(d.C), off, t, dy, x, dx)
@@ -111,9 +176,9 @@ func applyChannelsLast[F native](C, off int, t affine, dy, x, dx []F) {
 	for i, n := 0, len(x); i < n; {
 		m := min(C-c0, n-i)
 		dyRow, xRow, dxRow := dy[i:i+m], x[i:i+m], dx[i:i+m]
-		a, b, d, mu := t.A[c0:c0+m], t.B[c0:c0+m], t.D[c0:c0+m], t.Mean[c0:c0+m]
+		a, b, mdy, mu := t.A[c0:c0+m], t.B[c0:c0+m], t.MeanDy[c0:c0+m], t.Mean[c0:c0+m]
 		for j := range dyRow {
-			dxRow[j] = F(a[j]*float64(dyRow[j]) + b[j]*(float64(xRow[j])-mu[j]) + d[j])
+			dxRow[j] = F(a[j]*(float64(dyRow[j])-mdy[j]) + b[j]*(float64(xRow[j])-mu[j]))
 		}
 		i += m
 		c0 = 0
@@ -125,10 +190,42 @@ func applyChannelsFirst[F native](C, S, off int, t affine, dy, x, dx []F) {
 	for i, n := 0, len(x); i < n; {
 		m := min(S-pos, n-i)
 		c := plane % C
-		a, b, d, mu := t.A[c], t.B[c], t.D[c], t.Mean[c]
+		a, b, mdy, mu := t.A[c], t.B[c], t.MeanDy[c], t.Mean[c]
 		dxRun, xRun := dx[i:i+m], x[i:i+m]
 		for j, g := range dy[i : i+m] {
-			dxRun[j] = F(a*float64(g) + b*(float64(xRun[j])-mu) + d)
+			dxRun[j] = F(a*(float64(g)-mdy) + b*(float64(xRun[j])-mu))
+		}
+		i += m
+		pos = 0
+		plane++
+	}
+}
+
+// applyScale writes dx = A[c]·dy, computed in float64 and rounded to F, for
+// the elements at flat indices [off, off+len(dy)): applyAffine's form when B
+// and MeanDy are zero, reading neither x nor the mean.
+func applyScale[F native](d Dims, off int, A []float64, dy, dx []F) {
+	C, S := int(d.C), int(d.S)
+	if d.Layout == ChannelsLast {
+		c0 := off % C
+		for i, n := 0, len(dy); i < n; {
+			m := min(C-c0, n-i)
+			a, dyRow, dxRow := A[c0:c0+m], dy[i:i+m], dx[i:i+m]
+			for j := range dyRow {
+				dxRow[j] = F(a[j] * float64(dyRow[j]))
+			}
+			i += m
+			c0 = 0
+		}
+		return
+	}
+	plane, pos := off/S, off%S
+	for i, n := 0, len(dy); i < n; {
+		m := min(S-pos, n-i)
+		a := A[plane%C]
+		dxRun := dx[i : i+m]
+		for j, g := range dy[i : i+m] {
+			dxRun[j] = F(a * float64(g))
 		}
 		i += m
 		pos = 0

@@ -50,9 +50,15 @@ type Geometry struct {
 // Elements returns N·C·S.
 func (g Geometry) Elements() int64 { return g.N * g.C * g.S }
 
-// geometry splits a rank-4 or rank-5 shape around its channel axis. It
-// returns an error when the element count overflows int64.
-func geometry(shape []int64, channelsLast bool) (Geometry, error) {
+// geometry splits the rank-4 or rank-5 shape of the tensor called name
+// around its channel axis. It returns an error, naming the tensor, when a
+// dimension is negative or the element count overflows int64.
+func geometry(name string, shape []int64, channelsLast bool) (Geometry, error) {
+	for _, d := range shape {
+		if d < 0 {
+			return Geometry{}, invalid("%s dimensions must be non-negative, got shape %s", name, ShapeString(shape))
+		}
+	}
 	g := Geometry{N: shape[0], S: 1, ChannelsLast: channelsLast}
 	spatial := shape[2:]
 	g.C = shape[1]
@@ -62,11 +68,8 @@ func geometry(shape []int64, channelsLast bool) (Geometry, error) {
 	}
 	total := g.N
 	for _, d := range append(append([]int64{}, spatial...), g.C) {
-		if d < 0 {
-			return Geometry{}, invalid("dimensions must be non-negative, got shape %s", ShapeString(shape))
-		}
 		if d != 0 && total > (1<<63-1)/d {
-			return Geometry{}, invalid("shape %s has more than 2^63-1 elements", ShapeString(shape))
+			return Geometry{}, invalid("%s has more than 2^63-1 elements: shape %s", name, ShapeString(shape))
 		}
 		total *= d
 	}
@@ -112,7 +115,7 @@ func CheckFusedGrad(dataFormat string, in FusedGradInputs) (Geometry, error) {
 		return Geometry{}, invalid("x and y_backprop must have same shape, but x has shape %s and y_backprop has shape %s",
 			ShapeString(in.X), ShapeString(in.YBackprop))
 	}
-	g, err := geometry(in.X, channelsLast)
+	g, err := geometry("x", in.X, channelsLast)
 	if err != nil {
 		return Geometry{}, err
 	}
@@ -157,7 +160,7 @@ func CheckGlobalNormalizationGrad(in GlobalNormalizationGradInputs) (Geometry, e
 		return Geometry{}, invalid("t and backprop must have same shape, but t has shape %s and backprop has shape %s",
 			ShapeString(in.T), ShapeString(in.Backprop))
 	}
-	g, err := geometry(in.T, true)
+	g, err := geometry("t", in.T, true)
 	if err != nil {
 		return Geometry{}, err
 	}

@@ -1,0 +1,63 @@
+package kernels_test
+
+import (
+	"math/rand/v2"
+	"testing"
+	"unsafe"
+
+	"github.com/gobn/gobn/kernels"
+)
+
+// benchShapes are an early ResNet activation (N=8, H=W=56, C=64: 1.6M
+// elements, parallel) and a small late one (N=1, H=W=7, C=64: 3136 elements,
+// on the calling thread).
+var benchShapes = []struct {
+	name    string
+	N, C, S int64
+}{
+	{"N=8,H=W=56,C=64", 8, 64, 56 * 56},
+	{"N=1,H=W=7,C=64", 1, 64, 7 * 7},
+}
+
+// benchTrainingGrad times TrainingGrad. b.SetBytes counts the minimum
+// traffic: read x and dy, write dx, three elements of T per element (12 bytes
+// for float32, 6 for Half).
+func benchTrainingGrad[T kernels.Element](b *testing.B, layout kernels.Layout, N, C, S int64) {
+	d := kernels.Dims{N: N, C: C, S: S, Layout: layout}
+	n := d.Len()
+	rng := rand.New(rand.NewPCG(1, 2))
+	dy, x, dx := make([]T, n), make([]T, n), make([]T, n)
+	for i := range x {
+		dy[i] = fromF64[T](rng.NormFloat64())
+		x[i] = fromF64[T](1 + rng.NormFloat64())
+	}
+	scale, mean, variance := make([]float32, C), make([]float32, C), make([]float32, C)
+	for c := range C {
+		scale[c], mean[c], variance[c] = 1, 1, 1
+	}
+	scaleBackprop, offsetBackprop := make([]float32, C), make([]float32, C)
+	args := kernels.FusedGradArgs[T]{
+		Dims: d, YBackprop: dy, X: x,
+		Scale: scale, ReserveSpace1: mean, ReserveSpace2: variance, Epsilon: 1e-3,
+		XBackprop: dx, ScaleBackprop: scaleBackprop, OffsetBackprop: offsetBackprop,
+	}
+	var z T
+	b.SetBytes(3 * int64(n) * int64(unsafe.Sizeof(z)))
+	b.ReportAllocs()
+	for b.Loop() {
+		kernels.TrainingGrad(args)
+	}
+}
+
+func BenchmarkTrainingGrad(b *testing.B) {
+	for _, s := range benchShapes {
+		for _, l := range layouts {
+			b.Run("float32/"+l.name+"/"+s.name, func(b *testing.B) {
+				benchTrainingGrad[float32](b, l.layout, s.N, s.C, s.S)
+			})
+			b.Run("Half/"+l.name+"/"+s.name, func(b *testing.B) {
+				benchTrainingGrad[kernels.Half](b, l.layout, s.N, s.C, s.S)
+			})
+		}
+	}
+}

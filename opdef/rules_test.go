@@ -1,0 +1,500 @@
+package opdef_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gobn/gobn/opdef"
+)
+
+// validFused returns the inputs of a valid fused gradient with x of shape
+// [2,5,6,3] (C = 3 in NHWC).
+func validFused() opdef.FusedGradInputs {
+	return opdef.FusedGradInputs{
+		YBackprop:     []int64{2, 5, 6, 3},
+		X:             []int64{2, 5, 6, 3},
+		Scale:         []int64{3},
+		ReserveSpace1: []int64{3},
+		ReserveSpace2: []int64{3},
+	}
+}
+
+// requireArgumentError checks that err is an *opdef.ArgumentError whose
+// message contains each of the given fragments.
+func requireArgumentError(t *testing.T, err error, fragments ...string) {
+	t.Helper()
+	require.Error(t, err)
+	var argErr *opdef.ArgumentError
+	require.True(t, errors.As(err, &argErr), "error %q is %T, want *opdef.ArgumentError", err, err)
+	assert.Equal(t, argErr.Msg, err.Error())
+	for _, f := range fragments {
+		assert.Contains(t, err.Error(), f)
+	}
+}
+
+// startsWithName checks that the message begins with the name of the tensor
+// it is about, so that no other tensor's name can satisfy a Contains check.
+func startsWithName(t *testing.T, err error, name string) {
+	t.Helper()
+	msg := err.Error()
+	assert.True(t, strings.HasPrefix(msg, name+" ") || strings.HasPrefix(msg, name+":"),
+		"message %q does not start with the tensor name %q", msg, name)
+}
+
+func TestCheckFusedGradRules(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		format string
+		edit   func(*opdef.FusedGradInputs)
+		// tensor is the tensor the message must start with; fragments are
+		// further words it must contain.
+		tensor    string
+		fragments []string
+	}{
+		{"y_backprop rank 3", "NHWC", func(in *opdef.FusedGradInputs) { in.YBackprop = []int64{2, 5, 3} },
+			"y_backprop", []string{"4 or 5-dimensional", "[2,5,3]"}},
+		{"y_backprop rank 6", "NHWC", func(in *opdef.FusedGradInputs) { in.YBackprop = []int64{2, 5, 6, 1, 1, 3} },
+			"y_backprop", []string{"4 or 5-dimensional", "[2,5,6,1,1,3]"}},
+		{"y_backprop rank 0", "NHWC", func(in *opdef.FusedGradInputs) { in.YBackprop = []int64{} },
+			"y_backprop", []string{"4 or 5-dimensional", "[]"}},
+		{"x rank 3", "NHWC", func(in *opdef.FusedGradInputs) { in.X = []int64{2, 5, 3} },
+			"x", []string{"4 or 5-dimensional", "[2,5,3]"}},
+		{"x rank 6", "NCHW", func(in *opdef.FusedGradInputs) { in.X = []int64{2, 3, 5, 6, 1, 1} },
+			"x", []string{"4 or 5-dimensional", "[2,3,5,6,1,1]"}},
+		{"scale 2-D", "NHWC", func(in *opdef.FusedGradInputs) { in.Scale = []int64{3, 1} },
+			"scale", []string{"1-dimensional", "[3,1]"}},
+		{"scale 0-D", "NHWC", func(in *opdef.FusedGradInputs) { in.Scale = []int64{} },
+			"scale", []string{"1-dimensional", "[]"}},
+		{"reserve_space_1 2-D", "NHWC", func(in *opdef.FusedGradInputs) { in.ReserveSpace1 = []int64{1, 3} },
+			"reserve_space_1", []string{"1-dimensional", "[1,3]"}},
+		{"reserve_space_2 2-D", "NHWC", func(in *opdef.FusedGradInputs) { in.ReserveSpace2 = []int64{3, 3} },
+			"reserve_space_2", []string{"1-dimensional", "[3,3]"}},
+		{"x and y_backprop differ", "NHWC", func(in *opdef.FusedGradInputs) { in.YBackprop = []int64{2, 5, 7, 3} },
+			"x and y_backprop", []string{"same shape", "[2,5,6,3]", "[2,5,7,3]"}},
+		{"x and y_backprop differ in rank", "NHWC", func(in *opdef.FusedGradInputs) { in.YBackprop = []int64{2, 5, 6, 1, 3} },
+			"x and y_backprop", []string{"same shape", "[2,5,6,3]", "[2,5,6,1,3]"}},
+		{"scale wrong size", "NHWC", func(in *opdef.FusedGradInputs) { in.Scale = []int64{4} },
+			"scale", []string{"channels", "4", "3"}},
+		{"reserve_space_1 wrong size", "NHWC", func(in *opdef.FusedGradInputs) { in.ReserveSpace1 = []int64{2} },
+			"reserve_space_1", []string{"channels", "2", "3"}},
+		{"reserve_space_2 wrong size", "NHWC", func(in *opdef.FusedGradInputs) { in.ReserveSpace2 = []int64{0} },
+			"reserve_space_2", []string{"channels", "0", "3"}},
+		{"sizes checked against the NCHW channel axis", "NCHW", func(*opdef.FusedGradInputs) {},
+			"scale", []string{"channels", "3", "5"}},
+		{"bad data_format", "NWHC", func(*opdef.FusedGradInputs) {},
+			"data_format", []string{"NWHC"}},
+		{"empty data_format", "", func(*opdef.FusedGradInputs) {},
+			"data_format", nil},
+		{"lower-case data_format", "nhwc", func(*opdef.FusedGradInputs) {},
+			"data_format", []string{"nhwc"}},
+		{"negative spatial dimension", "NHWC", func(in *opdef.FusedGradInputs) {
+			in.X, in.YBackprop = []int64{2, -5, 6, 3}, []int64{2, -5, 6, 3}
+		}, "x", []string{"[2,-5,6,3]"}},
+		{"negative channel dimension", "NHWC", func(in *opdef.FusedGradInputs) {
+			in.X, in.YBackprop = []int64{2, 5, 6, -3}, []int64{2, 5, 6, -3}
+		}, "x", []string{"[2,5,6,-3]"}},
+		{"negative batch dimension", "NHWC", func(in *opdef.FusedGradInputs) {
+			in.X, in.YBackprop = []int64{-2, 5, 6, 3}, []int64{-2, 5, 6, 3}
+		}, "x", []string{"[-2,5,6,3]"}},
+		{"negative batch dimension NCHW", "NCHW", func(in *opdef.FusedGradInputs) {
+			in.X, in.YBackprop = []int64{-2, 3, 5, 6}, []int64{-2, 3, 5, 6}
+		}, "x", []string{"[-2,3,5,6]"}},
+		{"element count overflows", "NHWC", func(in *opdef.FusedGradInputs) {
+			in.X, in.YBackprop = []int64{1 << 40, 1 << 40, 1 << 40, 2}, []int64{1 << 40, 1 << 40, 1 << 40, 2}
+			in.Scale, in.ReserveSpace1, in.ReserveSpace2 = []int64{2}, []int64{2}, []int64{2}
+		}, "x", []string{"[1099511627776,1099511627776,1099511627776,2]"}},
+		{"element count just over 2^63-1", "NCHW", func(in *opdef.FusedGradInputs) {
+			in.X, in.YBackprop = []int64{1 << 31, 1, 1 << 31, 2}, []int64{1 << 31, 1, 1 << 31, 2}
+			in.Scale, in.ReserveSpace1, in.ReserveSpace2 = []int64{1}, []int64{1}, []int64{1}
+		}, "x", []string{"[2147483648,1,2147483648,2]"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := validFused()
+			tc.edit(&in)
+			g, err := opdef.CheckFusedGrad(tc.format, in)
+			requireArgumentError(t, err, tc.fragments...)
+			startsWithName(t, err, tc.tensor)
+			assert.Zero(t, g, "geometry returned with an error")
+		})
+	}
+}
+
+func TestCheckFusedGradLargeValid(t *testing.T) {
+	// 2^62 elements: the largest power of two that fits; rules accept it.
+	in := opdef.FusedGradInputs{
+		YBackprop: []int64{1 << 20, 1 << 20, 1 << 20, 4},
+		X:         []int64{1 << 20, 1 << 20, 1 << 20, 4},
+		Scale:     []int64{4}, ReserveSpace1: []int64{4}, ReserveSpace2: []int64{4},
+	}
+	g, err := opdef.CheckFusedGrad(opdef.NHWC, in)
+	require.NoError(t, err)
+	assert.Equal(t, opdef.Geometry{N: 1 << 20, C: 4, S: 1 << 40, ChannelsLast: true}, g)
+	assert.Equal(t, int64(1)<<62, g.Elements())
+
+	// Over 2^31 elements: sizes are int64 throughout.
+	in = opdef.FusedGradInputs{
+		YBackprop: []int64{3, 1 << 16, 1 << 16, 1},
+		X:         []int64{3, 1 << 16, 1 << 16, 1},
+		Scale:     []int64{1}, ReserveSpace1: []int64{1}, ReserveSpace2: []int64{1},
+	}
+	g, err = opdef.CheckFusedGrad(opdef.NHWC, in)
+	require.NoError(t, err)
+	assert.Equal(t, int64(3)<<32, g.Elements())
+}
+
+// TestCheckFusedGradOrder breaks two rules at once and checks that the one
+// stock TensorFlow checks first is reported.
+func TestCheckFusedGradOrder(t *testing.T) {
+	// The rules in stock order, each as an edit that breaks only it.
+	rules := []struct {
+		tensor string
+		edit   func(*opdef.FusedGradInputs)
+	}{
+		{"y_backprop", func(in *opdef.FusedGradInputs) { in.YBackprop = []int64{2, 5, 3} }},
+		{"x", func(in *opdef.FusedGradInputs) { in.X = []int64{2, 5, 6, 1, 1, 3} }},
+		{"scale", func(in *opdef.FusedGradInputs) { in.Scale = []int64{3, 1} }},
+		{"reserve_space_1", func(in *opdef.FusedGradInputs) { in.ReserveSpace1 = []int64{3, 1} }},
+		{"reserve_space_2", func(in *opdef.FusedGradInputs) { in.ReserveSpace2 = []int64{3, 1} }},
+		{"x and y_backprop", func(in *opdef.FusedGradInputs) { in.X = []int64{2, 5, 7, 3} }},
+		{"scale", func(in *opdef.FusedGradInputs) { in.Scale = []int64{4} }},
+		{"reserve_space_1", func(in *opdef.FusedGradInputs) { in.ReserveSpace1 = []int64{4} }},
+		{"reserve_space_2", func(in *opdef.FusedGradInputs) { in.ReserveSpace2 = []int64{4} }},
+	}
+	// Each rule alone is reported as itself.
+	for i, r := range rules {
+		in := validFused()
+		r.edit(&in)
+		_, err := opdef.CheckFusedGrad(opdef.NHWC, in)
+		require.Error(t, err, "rule %d", i)
+		startsWithName(t, err, r.tensor)
+	}
+	for i := range rules {
+		for j := i + 1; j < len(rules); j++ {
+			if rules[j].tensor == "x and y_backprop" && i == 1 {
+				continue // x of rank 6 and x of another shape cannot both hold
+			}
+			t.Run(fmt.Sprintf("%d %s before %d %s", i, rules[i].tensor, j, rules[j].tensor), func(t *testing.T) {
+				in := validFused()
+				rules[j].edit(&in)
+				rules[i].edit(&in)
+				_, err := opdef.CheckFusedGrad(opdef.NHWC, in)
+				requireArgumentError(t, err)
+				startsWithName(t, err, rules[i].tensor)
+			})
+		}
+	}
+	// A bad data_format is an attr error and comes before all shape rules.
+	in := validFused()
+	in.YBackprop = []int64{1}
+	_, err := opdef.CheckFusedGrad("HWCN", in)
+	requireArgumentError(t, err)
+	startsWithName(t, err, "data_format")
+}
+
+func TestCheckFusedGradGeometry(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		format string
+		x      []int64
+		want   opdef.Geometry
+	}{
+		{"NHWC", opdef.NHWC, []int64{2, 5, 6, 3}, opdef.Geometry{N: 2, C: 3, S: 30, ChannelsLast: true}},
+		{"NCHW", opdef.NCHW, []int64{2, 3, 5, 6}, opdef.Geometry{N: 2, C: 3, S: 30}},
+		{"NDHWC", opdef.NDHWC, []int64{2, 4, 5, 6, 3}, opdef.Geometry{N: 2, C: 3, S: 120, ChannelsLast: true}},
+		{"NCDHW", opdef.NCDHW, []int64{2, 3, 4, 5, 6}, opdef.Geometry{N: 2, C: 3, S: 120}},
+		// Stock takes the channel axis from data_format, whatever the rank:
+		// NHWC of rank 5 is channels last, NDHWC of rank 4 too.
+		{"NHWC rank 5", opdef.NHWC, []int64{2, 4, 5, 6, 3}, opdef.Geometry{N: 2, C: 3, S: 120, ChannelsLast: true}},
+		{"NCHW rank 5", opdef.NCHW, []int64{2, 3, 4, 5, 6}, opdef.Geometry{N: 2, C: 3, S: 120}},
+		{"NDHWC rank 4", opdef.NDHWC, []int64{2, 5, 6, 3}, opdef.Geometry{N: 2, C: 3, S: 30, ChannelsLast: true}},
+		{"NCDHW rank 4", opdef.NCDHW, []int64{2, 3, 5, 6}, opdef.Geometry{N: 2, C: 3, S: 30}},
+		{"empty batch", opdef.NHWC, []int64{0, 5, 6, 3}, opdef.Geometry{N: 0, C: 3, S: 30, ChannelsLast: true}},
+		{"empty spatial", opdef.NCHW, []int64{2, 3, 0, 6}, opdef.Geometry{N: 2, C: 3, S: 0}},
+		{"N=1 H=W=1", opdef.NHWC, []int64{1, 1, 1, 3}, opdef.Geometry{N: 1, C: 3, S: 1, ChannelsLast: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			C := tc.want.C
+			in := opdef.FusedGradInputs{
+				YBackprop: append([]int64(nil), tc.x...), X: tc.x,
+				Scale: []int64{C}, ReserveSpace1: []int64{C}, ReserveSpace2: []int64{C},
+			}
+			g, err := opdef.CheckFusedGrad(tc.format, in)
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, g)
+			var elements int64 = 1
+			for _, d := range tc.x {
+				elements *= d
+			}
+			assert.Equal(t, elements, g.Elements())
+		})
+	}
+}
+
+func TestCheckFusedGradZeroChannels(t *testing.T) {
+	in := opdef.FusedGradInputs{
+		YBackprop: []int64{2, 5, 6, 0}, X: []int64{2, 5, 6, 0},
+		Scale: []int64{0}, ReserveSpace1: []int64{0}, ReserveSpace2: []int64{0},
+	}
+	g, err := opdef.CheckFusedGrad(opdef.NHWC, in)
+	require.NoError(t, err)
+	assert.Equal(t, opdef.Geometry{N: 2, C: 0, S: 30, ChannelsLast: true}, g)
+}
+
+func TestChannelsLast(t *testing.T) {
+	for format, want := range map[string]bool{"NHWC": true, "NDHWC": true, "NCHW": false, "NCDHW": false} {
+		got, err := opdef.ChannelsLast(format)
+		require.NoError(t, err, format)
+		assert.Equal(t, want, got, format)
+	}
+	for _, format := range []string{"", "HWCN", "NCHW_VECT_C", "nchw"} {
+		_, err := opdef.ChannelsLast(format)
+		requireArgumentError(t, err, "data_format")
+	}
+}
+
+func TestShapeString(t *testing.T) {
+	assert.Equal(t, "[]", opdef.ShapeString(nil))
+	assert.Equal(t, "[7]", opdef.ShapeString([]int64{7}))
+	assert.Equal(t, "[2,3,4]", opdef.ShapeString([]int64{2, 3, 4}))
+	assert.Equal(t, "[-1,9223372036854775807]", opdef.ShapeString([]int64{-1, 1<<63 - 1}))
+}
+
+func validGlobal() opdef.GlobalNormalizationGradInputs {
+	return opdef.GlobalNormalizationGradInputs{
+		T:        []int64{2, 5, 6, 3},
+		M:        []int64{3},
+		V:        []int64{3},
+		Gamma:    []int64{3},
+		Backprop: []int64{2, 5, 6, 3},
+	}
+}
+
+func TestCheckGlobalNormalizationGradRules(t *testing.T) {
+	type inputs = opdef.GlobalNormalizationGradInputs
+	for _, tc := range []struct {
+		name      string
+		edit      func(*inputs)
+		tensor    string
+		fragments []string
+	}{
+		{"t rank 3", func(in *inputs) { in.T = []int64{2, 5, 3} }, "t", []string{"4-dimensional", "[2,5,3]"}},
+		{"t rank 5", func(in *inputs) { in.T = []int64{2, 4, 5, 6, 3} }, "t", []string{"4-dimensional"}},
+		{"t rank 6", func(in *inputs) { in.T = []int64{2, 4, 5, 6, 1, 3} }, "t", []string{"4-dimensional"}},
+		{"m 2-D", func(in *inputs) { in.M = []int64{3, 1} }, "m", []string{"1-dimensional", "[3,1]"}},
+		{"v 2-D", func(in *inputs) { in.V = []int64{1, 3} }, "v", []string{"1-dimensional", "[1,3]"}},
+		{"gamma 0-D", func(in *inputs) { in.Gamma = []int64{} }, "gamma", []string{"1-dimensional", "[]"}},
+		{"backprop rank 3", func(in *inputs) { in.Backprop = []int64{2, 5, 3} }, "backprop", []string{"4-dimensional", "[2,5,3]"}},
+		{"backprop rank 6", func(in *inputs) { in.Backprop = []int64{2, 5, 6, 1, 1, 3} }, "backprop", []string{"4-dimensional"}},
+		{"t and backprop differ", func(in *inputs) { in.Backprop = []int64{2, 5, 7, 3} },
+			"t and backprop", []string{"same shape", "[2,5,6,3]", "[2,5,7,3]"}},
+		{"m wrong size", func(in *inputs) { in.M = []int64{4} }, "m", []string{"channels", "4", "3"}},
+		{"v wrong size", func(in *inputs) { in.V = []int64{2} }, "v", []string{"channels", "2", "3"}},
+		{"gamma wrong size", func(in *inputs) { in.Gamma = []int64{1} }, "gamma", []string{"channels", "1", "3"}},
+		{"negative dimension", func(in *inputs) { in.T, in.Backprop = []int64{2, 5, -6, 3}, []int64{2, 5, -6, 3} },
+			"t", []string{"[2,5,-6,3]"}},
+		{"negative batch dimension", func(in *inputs) { in.T, in.Backprop = []int64{-2, 5, 6, 3}, []int64{-2, 5, 6, 3} },
+			"t", []string{"[-2,5,6,3]"}},
+		{"element count overflows", func(in *inputs) {
+			in.T, in.Backprop = []int64{1 << 40, 1 << 40, 1 << 40, 2}, []int64{1 << 40, 1 << 40, 1 << 40, 2}
+			in.M, in.V, in.Gamma = []int64{2}, []int64{2}, []int64{2}
+		}, "t", []string{"[1099511627776,1099511627776,1099511627776,2]"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := validGlobal()
+			tc.edit(&in)
+			g, err := opdef.CheckGlobalNormalizationGrad(in)
+			requireArgumentError(t, err, tc.fragments...)
+			startsWithName(t, err, tc.tensor)
+			assert.Zero(t, g, "geometry returned with an error")
+		})
+	}
+}
+
+func TestCheckGlobalNormalizationGradOrder(t *testing.T) {
+	type inputs = opdef.GlobalNormalizationGradInputs
+	rules := []struct {
+		tensor string
+		edit   func(*inputs)
+	}{
+		{"t", func(in *inputs) { in.T = []int64{2, 5, 3} }},
+		{"m", func(in *inputs) { in.M = []int64{3, 1} }},
+		{"v", func(in *inputs) { in.V = []int64{3, 1} }},
+		{"gamma", func(in *inputs) { in.Gamma = []int64{3, 1} }},
+		{"backprop", func(in *inputs) { in.Backprop = []int64{2, 5, 6, 1, 3} }},
+		{"t and backprop", func(in *inputs) { in.Backprop = []int64{2, 5, 7, 3} }},
+		{"m", func(in *inputs) { in.M = []int64{4} }},
+		{"v", func(in *inputs) { in.V = []int64{4} }},
+		{"gamma", func(in *inputs) { in.Gamma = []int64{4} }},
+	}
+	for i := range rules {
+		for j := i + 1; j < len(rules); j++ {
+			if i == 4 && j == 5 {
+				continue // both edit backprop
+			}
+			t.Run(fmt.Sprintf("%d %s before %d %s", i, rules[i].tensor, j, rules[j].tensor), func(t *testing.T) {
+				in := validGlobal()
+				rules[j].edit(&in)
+				rules[i].edit(&in)
+				_, err := opdef.CheckGlobalNormalizationGrad(in)
+				requireArgumentError(t, err)
+				startsWithName(t, err, rules[i].tensor)
+			})
+		}
+	}
+}
+
+func TestCheckGlobalNormalizationGradGeometry(t *testing.T) {
+	g, err := opdef.CheckGlobalNormalizationGrad(validGlobal())
+	require.NoError(t, err)
+	assert.Equal(t, opdef.Geometry{N: 2, C: 3, S: 30, ChannelsLast: true}, g)
+
+	in := opdef.GlobalNormalizationGradInputs{
+		T: []int64{0, 5, 6, 3}, Backprop: []int64{0, 5, 6, 3},
+		M: []int64{3}, V: []int64{3}, Gamma: []int64{3},
+	}
+	g, err = opdef.CheckGlobalNormalizationGrad(in)
+	require.NoError(t, err)
+	assert.Equal(t, opdef.Geometry{N: 0, C: 3, S: 30, ChannelsLast: true}, g)
+	assert.Zero(t, g.Elements())
+}
+
+// ---------------------------------------------------------------------------
+// The op table.
+
+func argNames(args []opdef.Arg) []string {
+	names := make([]string, len(args))
+	for i, a := range args {
+		names[i] = a.Name
+	}
+	return names
+}
+
+func TestAll(t *testing.T) {
+	fusedIn := []string{"y_backprop", "x", "scale", "reserve_space_1", "reserve_space_2"}
+	fusedOut := func(placeholders ...string) []string {
+		return append([]string{"x_backprop", "scale_backprop", "offset_backprop"}, placeholders...)
+	}
+	want := []struct {
+		name, stock     string
+		kind            opdef.Kind
+		inputs, outputs []string
+		attrs           []string
+	}{
+		{"Gobn>FusedBatchNormGrad", "FusedBatchNormGrad", opdef.FusedBatchNormGrad,
+			fusedIn, fusedOut("reserve_space_3", "reserve_space_4"),
+			[]string{"T", "epsilon", "data_format", "is_training"}},
+		{"Gobn>FusedBatchNormGradV2", "FusedBatchNormGradV2", opdef.FusedBatchNormGrad,
+			fusedIn, fusedOut("reserve_space_3", "reserve_space_4"),
+			[]string{"T", "U", "epsilon", "data_format", "is_training"}},
+		{"Gobn>FusedBatchNormGradV3", "FusedBatchNormGradV3", opdef.FusedBatchNormGrad,
+			append(append([]string(nil), fusedIn...), "reserve_space_3"), fusedOut("reserve_space_4", "reserve_space_5"),
+			[]string{"T", "U", "epsilon", "data_format", "is_training"}},
+		{"Gobn>BatchNormWithGlobalNormalizationGrad", "BatchNormWithGlobalNormalizationGrad", opdef.GlobalNormalizationGrad,
+			[]string{"t", "m", "v", "gamma", "backprop"}, []string{"dx", "dm", "dv", "db", "dg"},
+			[]string{"T", "variance_epsilon", "scale_after_normalization"}},
+	}
+	require.Len(t, opdef.All, len(want))
+	for i, w := range want {
+		op := opdef.All[i]
+		t.Run(w.name, func(t *testing.T) {
+			assert.Equal(t, w.name, op.Name)
+			assert.Equal(t, w.stock, op.Stock)
+			assert.Equal(t, "Gobn>"+op.Stock, op.Name)
+			assert.Equal(t, w.kind, op.Kind)
+			assert.Equal(t, w.inputs, argNames(op.Inputs))
+			assert.Equal(t, w.outputs, argNames(op.Outputs))
+			var attrs []string
+			for _, a := range op.Attrs {
+				attrs = append(attrs, a.Name)
+				assert.True(t, strings.HasPrefix(a.Spec, a.Name+":"), "attr spec %q does not start with %q", a.Spec, a.Name+":")
+			}
+			assert.Equal(t, w.attrs, attrs)
+			for _, a := range append(append([]opdef.Arg(nil), op.Inputs...), op.Outputs...) {
+				assert.Equal(t, a.Name+": "+a.Type, a.Spec())
+			}
+			for _, o := range op.Outputs {
+				if !o.Shape.Empty {
+					assert.True(t, o.Shape.Like >= 0 && o.Shape.Like < len(op.Inputs), "output %s takes the shape of input %d", o.Name, o.Shape.Like)
+				}
+			}
+			assert.NotEmpty(t, op.Kernels)
+			got, ok := opdef.ByName(w.name)
+			assert.True(t, ok)
+			assert.Equal(t, op.Name, got.Name)
+		})
+	}
+	_, ok := opdef.ByName("FusedBatchNormGradV3")
+	assert.False(t, ok, "ByName must not find a stock name")
+}
+
+func TestAllSignatures(t *testing.T) {
+	v3, ok := opdef.ByName("Gobn>FusedBatchNormGradV3")
+	require.True(t, ok)
+	types := map[string]string{}
+	for _, a := range v3.Inputs {
+		types["in "+a.Name] = a.Type
+	}
+	for _, a := range v3.Outputs {
+		types["out "+a.Name] = a.Type
+	}
+	assert.Equal(t, map[string]string{
+		"in y_backprop": "T", "in x": "T", "in scale": "float",
+		"in reserve_space_1": "U", "in reserve_space_2": "U", "in reserve_space_3": "U",
+		"out x_backprop": "T", "out scale_backprop": "U", "out offset_backprop": "U",
+		"out reserve_space_4": "U", "out reserve_space_5": "U",
+	}, types)
+	// The outputs take the shapes of x and scale, and the placeholders are [0].
+	assert.Equal(t, opdef.ShapeRule{Like: 1}, v3.Outputs[0].Shape)
+	assert.Equal(t, opdef.ShapeRule{Like: 2}, v3.Outputs[1].Shape)
+	assert.Equal(t, opdef.ShapeRule{Like: 2}, v3.Outputs[2].Shape)
+	assert.True(t, v3.Outputs[3].Shape.Empty)
+	assert.True(t, v3.Outputs[4].Shape.Empty)
+	assert.Equal(t, []string{"T", "U"}, v3.TypeAttrs())
+
+	v1, ok := opdef.ByName("Gobn>FusedBatchNormGrad")
+	require.True(t, ok)
+	for _, a := range append(append([]opdef.Arg(nil), v1.Inputs...), v1.Outputs...) {
+		assert.Equal(t, "T", a.Type, a.Name)
+	}
+	assert.Equal(t, []string{"T"}, v1.TypeAttrs())
+
+	global, ok := opdef.ByName("Gobn>BatchNormWithGlobalNormalizationGrad")
+	require.True(t, ok)
+	assert.Equal(t, []int{4}, global.Inputs[0].Ranks)
+	assert.Equal(t, []int{4}, global.Inputs[4].Ranks)
+	assert.Equal(t, []string{"T"}, global.TypeAttrs())
+
+	for _, op := range opdef.All {
+		for _, k := range op.Kernels {
+			for name, dt := range k {
+				assert.NotEqual(t, "unknown", dt.String(), "%s kernel binds %s to an unknown dtype", op.Name, name)
+				assert.NotZero(t, dt.Size())
+			}
+		}
+	}
+}
+
+func TestDType(t *testing.T) {
+	for _, tc := range []struct {
+		dt   opdef.DType
+		name string
+		size int
+		enum int
+	}{
+		{opdef.Float, "float", 4, 1},
+		{opdef.Double, "double", 8, 2},
+		{opdef.BFloat16, "bfloat16", 2, 14},
+		{opdef.Half, "half", 2, 19},
+	} {
+		assert.Equal(t, tc.name, tc.dt.String())
+		assert.Equal(t, tc.size, tc.dt.Size())
+		assert.Equal(t, tc.enum, int(tc.dt), "TF_DataType value of %s", tc.name)
+	}
+	assert.Equal(t, "unknown", opdef.DType(3).String())
+	assert.Zero(t, opdef.DType(3).Size())
+}

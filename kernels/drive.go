@@ -6,8 +6,8 @@ import (
 	"sync"
 )
 
-// blockLen is the number of Half or BFloat16 elements converted to float32 at
-// a time: small enough that the converted block stays in L1.
+// blockLen is the number of elements handled at a time: small enough that a
+// block of dy, x and dx stays in L1 between the passes over it.
 const blockLen = 2048
 
 // minElementsPerWorker is the least work worth waking a goroutine for. Below
@@ -47,39 +47,57 @@ func parallel(n, workers int, fn func(w, lo, hi int)) {
 	}
 }
 
+// blockBuffers are the float32 conversion buffers of one worker.
+type blockBuffers struct {
+	dy, x, dx [blockLen]float32
+}
+
+var bufferPool = sync.Pool{New: func() any { return new(blockBuffers) }}
+
 // forBlocks calls fn for the elements at [lo, hi) of dy and x (and dx, when
-// not nil) with native slices: float32 and float64 tensors directly, Half and
-// BFloat16 ones converted to float32 a block at a time, with the block's dx
-// rounded back after fn returns.
+// not nil), a block of at most blockLen elements at a time, with native
+// slices: float32 and float64 tensors directly, Half and BFloat16 ones
+// converted to float32, with the block's dx rounded back after fn returns.
 func forBlocks[T Element](lo, hi int, dy, x, dx []T, fn32 func(off int, dy, x, dx []float32), fn64 func(off int, dy, x, dx []float64)) {
-	sub := func(s []T) []T {
-		if s == nil {
-			return nil
-		}
-		return s[lo:hi]
-	}
-	switch dy := any(sub(dy)).(type) {
+	switch dy := any(dy).(type) {
 	case []float32:
-		dx, _ := any(sub(dx)).([]float32)
-		fn32(lo, dy, any(sub(x)).([]float32), dx)
+		x := any(x).([]float32)
+		dx, _ := any(dx).([]float32)
+		for b := lo; b < hi; b += blockLen {
+			e := min(b+blockLen, hi)
+			var dxBlock []float32
+			if dx != nil {
+				dxBlock = dx[b:e]
+			}
+			fn32(b, dy[b:e], x[b:e], dxBlock)
+		}
 		return
 	case []float64:
-		dx, _ := any(sub(dx)).([]float64)
-		fn64(lo, dy, any(sub(x)).([]float64), dx)
+		x := any(x).([]float64)
+		dx, _ := any(dx).([]float64)
+		for b := lo; b < hi; b += blockLen {
+			e := min(b+blockLen, hi)
+			var dxBlock []float64
+			if dx != nil {
+				dxBlock = dx[b:e]
+			}
+			fn64(b, dy[b:e], x[b:e], dxBlock)
+		}
 		return
 	}
-	var dyBuf, xBuf, dxBuf [blockLen]float32
+	buf := bufferPool.Get().(*blockBuffers)
+	defer bufferPool.Put(buf)
 	for b := lo; b < hi; b += blockLen {
 		e := min(b+blockLen, hi)
 		n := e - b
-		widen(dyBuf[:n], dy[b:e])
-		widen(xBuf[:n], x[b:e])
+		widen(buf.dy[:n], dy[b:e])
+		widen(buf.x[:n], x[b:e])
 		if dx == nil {
-			fn32(b, dyBuf[:n], xBuf[:n], nil)
+			fn32(b, buf.dy[:n], buf.x[:n], nil)
 			continue
 		}
-		fn32(b, dyBuf[:n], xBuf[:n], dxBuf[:n])
-		narrow(dx[b:e], dxBuf[:n])
+		fn32(b, buf.dy[:n], buf.x[:n], buf.dx[:n])
+		narrow(dx[b:e], buf.dx[:n])
 	}
 }
 
@@ -87,6 +105,10 @@ func forBlocks[T Element](lo, hi int, dy, x, dx []T, fn32 func(off int, dy, x, d
 func widen[T Element](dst []float32, src []T) {
 	switch src := any(src).(type) {
 	case []Half:
+		if simdWidenHalf != nil {
+			simdWidenHalf(dst, src)
+			return
+		}
 		for i, h := range src {
 			dst[i] = halfTable[h]
 		}
@@ -111,10 +133,18 @@ func widen[T Element](dst []float32, src []T) {
 func narrow[T Element](dst []T, src []float32) {
 	switch dst := any(dst).(type) {
 	case []Half:
+		if simdNarrowHalf != nil {
+			simdNarrowHalf(dst, src)
+			return
+		}
 		for i, v := range src {
 			dst[i] = HalfFromFloat32(v)
 		}
 	case []BFloat16:
+		if simdNarrowBFloat16 != nil {
+			simdNarrowBFloat16(dst, src)
+			return
+		}
 		for i, v := range src {
 			dst[i] = BFloat16FromFloat32(v)
 		}
@@ -172,25 +202,53 @@ func fromFloat64[T Element](dst []T, p []float64) {
 // reduce returns the per-channel sums Σdy and Σdy·(x−mean) over the whole
 // tensor, split over workers that each own their accumulators.
 func reduce[T Element](d Dims, dy, x []T, mean []float64) (sumDy, sumDyXc []float64) {
+	return sweep(d, dy, x, nil, mean, nil)
+}
+
+// sweep is reduce, and when t is not nil it also writes dx by t block by
+// block in the same pass, while each block is in L1. Only a t that does not
+// depend on the sums (inference) can be applied so.
+func sweep[T Element](d Dims, dy, x, dx []T, mean []float64, t *affine) (sumDy, sumDyXc []float64) {
 	C := int(d.C)
 	sumDy, sumDyXc = make([]float64, C), make([]float64, C)
 	n := d.Len()
 	if n == 0 {
 		return sumDy, sumDyXc
 	}
+	var apply affine
+	if t != nil {
+		apply = t.withFloat32()
+	} else {
+		dx = nil
+	}
 	workers := workersFor(n)
 	partDy, partDyXc := make([][]float64, workers), make([][]float64, workers)
 	parallel(n, workers, func(w, lo, hi int) {
-		a, b := make([]float64, C), make([]float64, C)
-		forBlocks(lo, hi, dy, x, nil,
-			func(off int, dy, x, _ []float32) { channelSums(d, off, dy, x, mean, a, b) },
-			func(off int, dy, x, _ []float64) { channelSums(d, off, dy, x, mean, a, b) })
+		a, b := sumDy, sumDyXc
+		if workers > 1 {
+			a, b = make([]float64, C), make([]float64, C)
+		}
+		forBlocks(lo, hi, dy, x, dx,
+			func(off int, dy, x, dx []float32) {
+				channelSums(d, off, dy, x, mean, a, b)
+				if dx != nil {
+					applyAffine(d, off, apply, dy, x, dx)
+				}
+			},
+			func(off int, dy, x, dx []float64) {
+				channelSums(d, off, dy, x, mean, a, b)
+				if dx != nil {
+					applyAffine(d, off, apply, dy, x, dx)
+				}
+			})
 		partDy[w], partDyXc[w] = a, b
 	})
-	for w := range workers {
-		for c := range C {
-			sumDy[c] += partDy[w][c]
-			sumDyXc[c] += partDyXc[w][c]
+	if workers > 1 {
+		for w := range workers {
+			for c := range C {
+				sumDy[c] += partDy[w][c]
+				sumDyXc[c] += partDyXc[w][c]
+			}
 		}
 	}
 	return sumDy, sumDyXc

@@ -86,16 +86,19 @@ func InferenceGrad[T Element](g FusedGradArgs[T]) {
 		return
 	}
 	mean := toFloat64(g.ReserveSpace1)
-	sumDy, sumDyXc := reduce(g.Dims, g.YBackprop, g.X, mean)
 	t := newAffine(mean)
 	t.ScaleOnly = true // x_backprop does not involve x
+	inv := make([]float64, len(mean))
 	for c := range mean {
-		inv := invStd(g.ReserveSpace2[c], g.Epsilon)
-		g.OffsetBackprop[c] = float32(sumDy[c])
-		g.ScaleBackprop[c] = float32(sumDyXc[c] * inv)
-		t.A[c] = float64(g.Scale[c]) * inv
+		inv[c] = invStd(g.ReserveSpace2[c], g.Epsilon)
+		t.A[c] = float64(g.Scale[c]) * inv[c]
 	}
-	applyAll(g.Dims, t, g.YBackprop, g.X, g.XBackprop)
+	// x_backprop does not depend on the sums: one pass does both.
+	sumDy, sumDyXc := sweep(g.Dims, g.YBackprop, g.X, g.XBackprop, mean, &t)
+	for c := range mean {
+		g.OffsetBackprop[c] = float32(sumDy[c])
+		g.ScaleBackprop[c] = float32(sumDyXc[c] * inv[c])
+	}
 }
 
 // GlobalNormalizationArgs are the arguments of
@@ -139,23 +142,28 @@ func GlobalNormalizationGrad[T Element](g GlobalNormalizationArgs[T]) {
 		}
 	}
 	mean, variance, gamma := toFloat64(g.M), toFloat64(g.V), toFloat64(g.Gamma)
-	sumDy, sumDyXc := reduce(g.Dims, g.Backprop, g.T, mean)
 	t := newAffine(mean)
 	t.ScaleOnly = true // dx does not involve t
-	dm, dv, dg := make([]float64, C), make([]float64, C), make([]float64, C)
+	s := make([]float64, C)
 	eps := float64(g.VarianceEpsilon)
 	for c := range C {
-		s := 1 / math.Sqrt(variance[c]+eps)
-		k := s
+		s[c] = 1 / math.Sqrt(variance[c]+eps)
+		t.A[c] = s[c]
 		if g.ScaleAfterNormalization {
-			k *= gamma[c]
-			dg[c] = s * sumDyXc[c]
+			t.A[c] *= gamma[c]
 		}
-		t.A[c] = k
-		dm[c] = -sumDy[c] * k
-		dv[c] = -0.5 * s * s * k * sumDyXc[c]
 	}
-	applyAll(g.Dims, t, g.Backprop, g.T, g.DX)
+	// dx does not depend on the sums: one pass does both.
+	sumDy, sumDyXc := sweep(g.Dims, g.Backprop, g.T, g.DX, mean, &t)
+	dm, dv, dg := make([]float64, C), make([]float64, C), make([]float64, C)
+	for c := range C {
+		k := t.A[c]
+		if g.ScaleAfterNormalization {
+			dg[c] = s[c] * sumDyXc[c]
+		}
+		dm[c] = -sumDy[c] * k
+		dv[c] = -0.5 * s[c] * s[c] * k * sumDyXc[c]
+	}
 	fromFloat64(g.DB, sumDy)
 	fromFloat64(g.DM, dm)
 	fromFloat64(g.DV, dv)

@@ -118,9 +118,12 @@ type affine32 struct {
 // The AVX2+FMA loops for float32 (simd_amd64.go), or nil where the build or
 // the CPU lacks them and the portable loops here run instead.
 var (
-	simdSums          func(d Dims, off int, dy, x []float32, mean, sumDy, sumDyXc []float64)
-	simdApply         func(d Dims, off int, t *affine32, dy, x, dx []float32)
-	simdWidenBFloat16 func(dst []float32, src []BFloat16)
+	simdSums           func(d Dims, off int, dy, x []float32, mean, sumDy, sumDyXc []float64)
+	simdApply          func(d Dims, off int, t *affine32, dy, x, dx []float32)
+	simdWidenBFloat16  func(dst []float32, src []BFloat16)
+	simdNarrowBFloat16 func(dst []BFloat16, src []float32)
+	simdWidenHalf      func(dst []float32, src []Half)
+	simdNarrowHalf     func(dst []Half, src []float32)
 )
 
 // SIMD reports whether the float32 loops use AVX2 and FMA: gobn built with

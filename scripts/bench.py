@@ -1,0 +1,211 @@
+"""Benchmark gobn beside stock TensorFlow, interleaved in one process.
+
+`make bench` runs this. For every case of the suite it times stock TensorFlow's
+CPU kernel and gobn's, alternating call by call, and reports medians, the
+ratio stock/gobn, and gobn's effective bandwidth at 20 bytes per element
+(read x and dy twice, write dx: a fused two-pass kernel) against the machine's
+STREAM-style triad bandwidth measured in the same run (internal/cmd/triad).
+
+The main process runs stock with TF_ENABLE_ONEDNN_OPTS=0 (TensorFlow's Eigen
+kernel); a child process repeats the float32 suite with oneDNN on.
+
+Outputs: a markdown table on stdout, bench/results.json and bench/ratios.png.
+"""
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+RESNET = [(112, 64), (56, 64), (56, 256), (28, 128), (28, 512),
+          (14, 256), (14, 1024), (7, 512), (7, 2048)]
+
+
+def suite():
+    """The cases: (label, op, dtype, data_format, is_training, shape)."""
+    cases = []
+    for hw, c in RESNET:
+        for fmt in ("NHWC", "NCHW"):
+            shape = (8, hw, hw, c) if fmt == "NHWC" else (8, c, hw, hw)
+            cases.append(("resnet", "v3", "float32", fmt, True, shape))
+    cases.append(("3d", "v3", "float32", "NDHWC", True, (2, 8, 28, 28, 64)))
+    cases.append(("dense", "v3", "float32", "NHWC", True, (32, 1, 1, 1024)))
+    cases.append(("tiny", "v3", "float32", "NHWC", True, (1, 7, 7, 64)))
+    for dtype in ("float16", "bfloat16"):
+        for hw, c in ((56, 64), (14, 256)):
+            cases.append(("mixed", "v3", dtype, "NHWC", True, (8, hw, hw, c)))
+    for hw, c in ((56, 64), (14, 1024)):
+        cases.append(("inference", "v3", "float32", "NHWC", False, (8, hw, hw, c)))
+    return cases
+
+
+def load_tf(onednn):
+    os.environ["TF_ENABLE_ONEDNN_OPTS"] = "1" if onednn else "0"
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import tensorflow as tf
+    path = os.environ.get("GOBN_LIBRARY", os.path.join(ROOT, "build", "libgobn.so"))
+    return tf, tf.load_op_library(path)
+
+
+def make_inputs(tf, np, dtype, fmt, is_training, shape, seed=0):
+    rng = np.random.default_rng(seed)
+    c = shape[-1] if fmt in ("NHWC", "NDHWC") else shape[1]
+    x = rng.standard_normal(shape, dtype=np.float32)
+    dy = rng.standard_normal(shape, dtype=np.float32)
+    axes = tuple(i for i in range(len(shape)) if i != (len(shape) - 1 if fmt in ("NHWC", "NDHWC") else 1))
+    mean = x.mean(axis=axes).astype(np.float32)
+    var = x.var(axis=axes).astype(np.float32)
+    tdt = getattr(tf, dtype)
+    return dict(
+        y_backprop=tf.constant(dy, dtype=tdt), x=tf.constant(x, dtype=tdt),
+        scale=tf.constant(rng.uniform(0.5, 1.5, c).astype(np.float32)),
+        reserve_space_1=tf.constant(mean), reserve_space_2=tf.constant(var),
+        reserve_space_3=tf.constant(var), epsilon=0.001, data_format=fmt,
+        is_training=is_training)
+
+
+def time_pair(tf, stock, gobn, reps):
+    """Median seconds of stock and gobn, timed alternately after a warm-up."""
+    for f in (stock, gobn, stock, gobn):
+        f()
+    ts, tg = [], []
+    for _ in range(reps):
+        for f, out in ((stock, ts), (gobn, tg)):
+            start = time.perf_counter()
+            f()
+            out.append(time.perf_counter() - start)
+    return statistics.median(ts), statistics.median(tg)
+
+
+def run_suite(onednn, only_float32, reps):
+    import numpy as np
+    tf, lib = load_tf(onednn)
+    rows = []
+    for label, _, dtype, fmt, is_training, shape in suite():
+        if only_float32 and dtype != "float32":
+            continue
+        args = make_inputs(tf, np, dtype, fmt, is_training, shape)
+        stock = tf.function(lambda: tf.raw_ops.FusedBatchNormGradV3(**args)[0])
+        gobn = tf.function(lambda: lib.gobn_fused_batch_norm_grad_v3(**args)[0])
+        ts, tg = time_pair(tf, stock, gobn, reps)
+        n = math.prod(shape)
+        rows.append(dict(label=label, dtype=dtype, data_format=fmt, is_training=is_training,
+                         shape=list(shape), elements=n, stock_ms=ts * 1e3, gobn_ms=tg * 1e3,
+                         ratio=ts / tg))
+    return rows
+
+
+def triad():
+    out = subprocess.run(["go", "run", "./internal/cmd/triad"], cwd=ROOT, check=True,
+                         capture_output=True, text=True).stdout
+    return json.loads(out)["triad_gbs"]
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def l3_bytes():
+    try:
+        with open("/sys/devices/system/cpu/cpu0/cache/index3/size") as f:
+            s = f.read().strip()
+        return int(s[:-1]) * {"K": 1 << 10, "M": 1 << 20}[s[-1]]
+    except (OSError, KeyError, ValueError):
+        return 32 << 20
+
+
+def chart(rows, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    labels = [f"{r['dtype'][:4]} {r['data_format']} {'x'.join(map(str, r['shape']))}"
+              + ("" if r["is_training"] else " inf") for r in rows]
+    fig, ax = plt.subplots(figsize=(10, 0.32 * len(rows) + 1.5))
+    y = range(len(rows))
+    ax.barh([i + 0.2 for i in y], [r["ratio"] for r in rows], height=0.4, label="vs stock Eigen")
+    if all("ratio_onednn" in r for r in rows if r["dtype"] == "float32"):
+        ax.barh([i - 0.2 for i in y], [r.get("ratio_onednn", 0) for r in rows], height=0.4,
+                label="vs stock oneDNN")
+    ax.axvline(1, color="black", linewidth=0.8)
+    ax.axvline(2, color="gray", linestyle="--", linewidth=0.8)
+    ax.set_yticks(list(y))
+    ax.set_yticklabels(labels, fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("speed-up of gobn (stock time / gobn time)")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--child-onednn", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child_onednn:
+        json.dump(run_suite(True, True, args.reps), sys.stdout)
+        return
+
+    bw_before = triad()
+    rows = run_suite(False, False, args.reps)
+    bw_after = triad()
+    bw = max(bw_before, bw_after)
+    child = subprocess.run([sys.executable, __file__, "--child-onednn", "--reps", str(args.reps)],
+                           check=True, capture_output=True, text=True).stdout
+    onednn = {(r["data_format"], r["is_training"], tuple(r["shape"])): r for r in json.loads(child)}
+    l3 = l3_bytes()
+    for r in rows:
+        r["gobn_gbs_20B"] = 20 * r["elements"] / (r["gobn_ms"] * 1e-3) / 1e9
+        r["pct_bandwidth"] = 100 * r["gobn_gbs_20B"] / bw
+        itemsize = 4 if r["dtype"] == "float32" else 2
+        r["larger_than_l3"] = 3 * r["elements"] * itemsize > l3
+        o = onednn.get((r["data_format"], r["is_training"], tuple(r["shape"])))
+        if o is not None and r["dtype"] == "float32":
+            r["ratio_onednn"] = o["stock_ms"] / o["gobn_ms"]
+
+    import tensorflow as tf
+    machine = dict(cpu=cpu_model(), cores=os.cpu_count(), l3_mib=l3 >> 20,
+                   triad_gbs=bw, tensorflow=tf.__version__, go_simd=os.environ.get("GOEXPERIMENT", ""))
+    f32 = [r for r in rows if r["dtype"] == "float32" and r["is_training"]]
+    geo = math.exp(statistics.mean(math.log(r["ratio"]) for r in f32))
+    geo_onednn = math.exp(statistics.mean(math.log(r["ratio_onednn"]) for r in f32 if "ratio_onednn" in r))
+    large = [r["pct_bandwidth"] for r in f32 if r["larger_than_l3"]]
+    summary = dict(geomean_ratio_eigen_f32_training=geo, geomean_ratio_onednn_f32_training=geo_onednn,
+                   min_ratio_eigen=min(r["ratio"] for r in rows),
+                   mean_pct_bandwidth_larger_than_l3=statistics.mean(large) if large else None)
+
+    print(f"CPU: {machine['cpu']}, {machine['cores']} cores, L3 {machine['l3_mib']} MiB; "
+          f"triad bandwidth {bw:.1f} GB/s (all cores); TensorFlow {machine['tensorflow']}\n")
+    print("| case | dtype | format | mode | shape | stock Eigen ms | gobn ms | ratio | ratio vs oneDNN | gobn GB/s @20B | % of triad |")
+    print("| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for r in rows:
+        print(f"| {r['label']} | {r['dtype']} | {r['data_format']} | {'train' if r['is_training'] else 'infer'} | "
+              f"{'x'.join(map(str, r['shape']))} | {r['stock_ms']:.3f} | {r['gobn_ms']:.3f} | {r['ratio']:.2f} | "
+              f"{r.get('ratio_onednn', float('nan')):.2f} | {r['gobn_gbs_20B']:.1f} | {r['pct_bandwidth']:.0f}% |")
+    print(f"\nfloat32 training: geometric-mean ratio {geo:.2f}x vs Eigen, {geo_onednn:.2f}x vs oneDNN; "
+          f"slowest case {summary['min_ratio_eigen']:.2f}x; "
+          f"mean {summary['mean_pct_bandwidth_larger_than_l3'] or 0:.0f}% of triad bandwidth on shapes larger than L3")
+
+    os.makedirs(os.path.join(ROOT, "bench"), exist_ok=True)
+    with open(os.path.join(ROOT, "bench", "results.json"), "w") as f:
+        json.dump(dict(machine=machine, summary=summary, rows=rows), f, indent=1)
+    chart(rows, os.path.join(ROOT, "bench", "ratios.png"))
+    print("wrote bench/results.json and bench/ratios.png")
+
+
+if __name__ == "__main__":
+    main()

@@ -3,14 +3,21 @@
 #   make          build build/libgobn.so (creates .venv with the pinned TensorFlow)
 #   make demo     run every op beside stock TensorFlow: max error and speed ratio
 #   make test     go vet, Go tests, pytest
+#   make env      print the exports a Go (tfgo) program needs: eval "$(make -s env)"
+#   make golden   stock TensorFlow golden files into build/golden, then check gobn on them
+#   make bench    benchmark against stock TensorFlow (bench/results.json, bench/ratios.png)
 #   make clean    remove build outputs
 
 PYTHON ?= python3
 VENV := .venv
 VPY := $(VENV)/bin/python
 LIB := build/libgobn.so
+# The TensorFlow Go bindings link -ltensorflow; the wheel ships that C API as
+# libtensorflow_cc.so.2, so build/tflib/libtensorflow.so names it.
+TFLIBDIR := build/tflib
+TFLIB := $(TFLIBDIR)/libtensorflow.so
 
-.PHONY: all demo test gotest pytest vet generate clean
+.PHONY: all bench demo test gotest pytest vet generate env golden clean
 all: $(LIB)
 
 # The virtual environment with the pinned TensorFlow (see requirements.txt).
@@ -33,16 +40,30 @@ endif
 
 export CGO_ENABLED := 1
 export CGO_CFLAGS := -I$(TF_INCLUDE) -O2
-export CGO_LDFLAGS := -L$(TF_LIBDIR) -l:libtensorflow_framework.so.2 -Wl,-rpath,$(TF_LIBDIR)
+export CGO_LDFLAGS := -L$(TF_LIBDIR) -l:libtensorflow_framework.so.2 -Wl,-rpath,$(TF_LIBDIR) -L$(CURDIR)/$(TFLIBDIR)
 
 GO_SOURCES := $(shell find opdef kernels capi -name '*.go' -o -name '*.c' -o -name '*.h') go.mod go.sum
 
 $(LIB): $(GO_SOURCES) build/tf.mk
-	go build -buildmode=c-shared -o $@ ./capi
+	GOEXPERIMENT=simd go build -buildmode=c-shared -o $@ ./capi
 	rm -f build/libgobn.h
 
+# A symlink, remade on every run (cheap): make compares the mtime of its target.
+$(TFLIB): build/tf.mk
+	mkdir -p $(TFLIBDIR)
+	ln -sfn $(TF_LIBDIR)/libtensorflow_cc.so.2 $@
+
+# The shell exports for building and running Go programs against the pinned
+# TensorFlow with tfgo: eval "$$(make -s env)", then go run ./examples/tfgo.
+# The rpath in CGO_LDFLAGS finds TensorFlow's libraries at run time.
+env: $(TFLIB)
+	@echo "export CGO_ENABLED=1"
+	@echo "export CGO_CFLAGS='$(CGO_CFLAGS)'"
+	@echo "export CGO_LDFLAGS='$(CGO_LDFLAGS)'"
+	@echo "export GOBN_LIBRARY='$(CURDIR)/$(LIB)'"
+
 generate:
-	go generate ./capi
+	go generate ./capi ./ops
 
 demo: $(LIB)
 	$(VPY) scripts/demo.py
@@ -50,13 +71,24 @@ demo: $(LIB)
 vet: build/tf.mk
 	go vet ./...
 
-gotest: build/tf.mk
+gotest: $(LIB) $(TFLIB)
 	go test ./...
+	# the AVX2 loops of kernels (GOEXPERIMENT=simd) beside the portable ones above
+	GOEXPERIMENT=simd go test ./kernels
 
 pytest: $(LIB)
 	$(VPY) -m pytest -q python_tests
 
 test: vet gotest pytest
+
+# Validates gobn against the TensorFlow in .venv (see scripts/golden.py).
+golden: $(LIB)
+	$(VPY) scripts/golden.py gen build/golden
+	$(VPY) scripts/golden.py check build/golden
+
+# Stock and gobn side by side: bench/results.json, bench/ratios.png, a table.
+bench: $(LIB)
+	$(VPY) scripts/bench.py
 
 clean:
 	rm -rf build

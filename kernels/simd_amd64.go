@@ -36,28 +36,79 @@ func init() {
 	simdNarrowHalf = narrowHalf
 }
 
-// sumsChannelsLast32 is sumsChannelsLast for float32, four channels at a
-// time in float64 lanes.
+// sumsChannelsLast32 is sumsChannelsLast for float32. A partial first and
+// last row go through sumsRow32; the whole rows between go through
+// sumsRows32, which keeps its accumulators in registers.
 func sumsChannelsLast32(C, off int, dy, x []float32, mean, sumDy, sumDyXc []float64) {
-	c0 := off % C
-	for i, n := 0, len(x); i < n; {
-		m := min(C-c0, n-i)
-		dyRow, xRow := dy[i:i+m], x[i:i+m]
-		meanRow, a, b := mean[c0:c0+m], sumDy[c0:c0+m], sumDyXc[c0:c0+m]
-		j := 0
-		for ; j+4 <= m; j += 4 {
-			g := archsimd.LoadFloat32x4Slice(dyRow[j:]).ConvertToFloat64()
-			xc := archsimd.LoadFloat32x4Slice(xRow[j:]).ConvertToFloat64().Sub(archsimd.LoadFloat64x4Slice(meanRow[j:]))
-			archsimd.LoadFloat64x4Slice(a[j:]).Add(g).StoreSlice(a[j:])
-			g.MulAdd(xc, archsimd.LoadFloat64x4Slice(b[j:])).StoreSlice(b[j:])
+	n := len(x)
+	i := 0
+	if c0 := off % C; c0 != 0 {
+		m := min(C-c0, n)
+		sumsRow32(dy[:m], x[:m], mean[c0:c0+m], sumDy[c0:c0+m], sumDyXc[c0:c0+m])
+		i = m
+	}
+	if rows := (n - i) / C; rows > 0 {
+		sumsRows32(C, rows, dy[i:i+rows*C], x[i:i+rows*C], mean, sumDy, sumDyXc)
+		i += rows * C
+	}
+	if i < n {
+		m := n - i
+		sumsRow32(dy[i:], x[i:], mean[:m], sumDy[:m], sumDyXc[:m])
+	}
+}
+
+// sumsRow32 adds one (partial) row into the accumulators, four channels at a
+// time in float64 lanes.
+func sumsRow32(dy, x []float32, mean, a, b []float64) {
+	m := len(dy)
+	x, mean, a, b = x[:m], mean[:m], a[:m], b[:m]
+	j := 0
+	for ; j+4 <= m; j += 4 {
+		g := archsimd.LoadFloat32x4Slice(dy[j:]).ConvertToFloat64()
+		xc := archsimd.LoadFloat32x4Slice(x[j:]).ConvertToFloat64().Sub(archsimd.LoadFloat64x4Slice(mean[j:]))
+		archsimd.LoadFloat64x4Slice(a[j:]).Add(g).StoreSlice(a[j:])
+		g.MulAdd(xc, archsimd.LoadFloat64x4Slice(b[j:])).StoreSlice(b[j:])
+	}
+	for ; j < m; j++ {
+		g := float64(dy[j])
+		a[j] += g
+		b[j] += g * (float64(x[j]) - mean[j])
+	}
+}
+
+// sumsRows32 adds rows whole rows of C channels: for each group of eight
+// channels it walks down the rows with four float64x4 accumulators held in
+// registers, then adds them into sumDy and sumDyXc once. The rows come from
+// one block, so the walk reads from L1.
+func sumsRows32(C, rows int, dy, x []float32, mean, sumDy, sumDyXc []float64) {
+	dy, x = dy[:rows*C], x[:rows*C]
+	c := 0
+	for ; c+8 <= C; c += 8 {
+		mu0, mu1 := archsimd.LoadFloat64x4Slice(mean[c:]), archsimd.LoadFloat64x4Slice(mean[c+4:])
+		var a0, a1, b0, b1 archsimd.Float64x4
+		for k := c; k < len(dy); k += C {
+			g0 := archsimd.LoadFloat32x4Slice(dy[k:]).ConvertToFloat64()
+			g1 := archsimd.LoadFloat32x4Slice(dy[k+4:]).ConvertToFloat64()
+			x0 := archsimd.LoadFloat32x4Slice(x[k:]).ConvertToFloat64().Sub(mu0)
+			x1 := archsimd.LoadFloat32x4Slice(x[k+4:]).ConvertToFloat64().Sub(mu1)
+			a0, a1 = a0.Add(g0), a1.Add(g1)
+			b0, b1 = g0.MulAdd(x0, b0), g1.MulAdd(x1, b1)
 		}
-		for ; j < m; j++ {
-			g := float64(dyRow[j])
-			a[j] += g
-			b[j] += g * (float64(xRow[j]) - meanRow[j])
+		archsimd.LoadFloat64x4Slice(sumDy[c:]).Add(a0).StoreSlice(sumDy[c:])
+		archsimd.LoadFloat64x4Slice(sumDy[c+4:]).Add(a1).StoreSlice(sumDy[c+4:])
+		archsimd.LoadFloat64x4Slice(sumDyXc[c:]).Add(b0).StoreSlice(sumDyXc[c:])
+		archsimd.LoadFloat64x4Slice(sumDyXc[c+4:]).Add(b1).StoreSlice(sumDyXc[c+4:])
+	}
+	for ; c < C; c++ {
+		mu := mean[c]
+		var a, b float64
+		for k := c; k < len(dy); k += C {
+			g := float64(dy[k])
+			a += g
+			b += g * (float64(x[k]) - mu)
 		}
-		i += m
-		c0 = 0
+		sumDy[c] += a
+		sumDyXc[c] += b
 	}
 }
 

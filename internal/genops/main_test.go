@@ -1,0 +1,31 @@
+package main
+
+import (
+	"os"
+	"testing"
+
+	"github.com/gobn/gobn/opdef"
+	"github.com/stretchr/testify/require"
+)
+
+// TestGeneratedFileIsCurrent fails when opdef changed without `go generate ./ops`.
+func TestGeneratedFileIsCurrent(t *testing.T) {
+	want, err := Generate(opdef.All)
+	require.NoError(t, err)
+	onDisk, err := os.ReadFile("../../ops/ops_gen.go")
+	require.NoError(t, err)
+	require.Equal(t, string(want), string(onDisk),
+		"ops/ops_gen.go is stale: run `go generate ./ops`")
+}
+
+func TestOptionNamesFollowTheBindings(t *testing.T) {
+	require.Equal(t, "DataFormat", camel("data_format"))
+	require.Equal(t, "IsTraining", camel("is_training"))
+	require.Equal(t, "Epsilon", camel("epsilon"))
+}
+
+func TestUnknownAttrTypeIsAnError(t *testing.T) {
+	op := opdef.Op{Name: "Gobn>X", Stock: "X", Attrs: []opdef.Attr{{Name: "k", Spec: "k: list(int)"}}}
+	_, err := Generate([]opdef.Op{op})
+	require.ErrorContains(t, err, `attr k has type "list(int)"`)
+}

@@ -1,0 +1,474 @@
+#!/usr/bin/env python3
+"""Golden files: stock TensorFlow's outputs, saved, and gobn checked against them.
+
+    golden.py gen DIR [--seed N]        write DIR/manifest.json and one .npz per case
+    golden.py check DIR [--library P]   run gobn on every case; print a table; exit 1 on any failure
+
+`gen` runs the stock ops of the TensorFlow it is run with on seeded inputs, for
+a case matrix covering every op, dtype, data format and mode:
+
+    FusedBatchNormGrad     float                   NHWC NCHW                training, inference
+    FusedBatchNormGradV2   float half bfloat16     NHWC NCHW                training, inference
+    FusedBatchNormGradV3   float half bfloat16     NHWC NCHW NDHWC NCDHW    training, inference
+    BatchNormWithGlobalNormalizationGrad   float half double   scale_after_normalization true, false
+
+In training the reserve spaces are stock FusedBatchNormV3's (batch mean and
+biased variance). Where stock has no usable answer, the expected outputs are an
+exact float64 reference instead, and the manifest says so ("reference":
+"float64"): inference with NCHW/NCDHW (stock's CPU kernel rejects it) and
+BatchNormWithGlobalNormalizationGrad in half (stock sums in half). The stock
+global-normalization op is deprecated at GraphDef version 9, so it runs in a
+graph of producer version 8. oneDNN is switched off so that stock is the Eigen
+kernel.
+
+`check` loads gobn (build/libgobn.so, $GOBN_LIBRARY or --library), runs each
+case and compares every output with the saved one within DESIGN.md's
+tolerance for the case's dtype: |got - want| <= atol*max|want| + rtol*|want|.
+It prints one row per case: the largest absolute error, the largest error
+relative to the output's largest magnitude (|got - want| / max|want|), the
+share of the tolerance used, and PASS or FAIL. A file that is missing, does
+not match the SHA-256 in the manifest, or cannot be read fails its case.
+
+File format (read by kernels/golden_test.go too):
+  manifest.json  TensorFlow version, seed, and per case: file, sha256, op,
+                 attrs, T, reference ("stock" or "float64"), input and output
+                 names, output dtypes, and the TensorFlow dtype of every array.
+  <case>.npz     the op's inputs under their names (y_backprop, x, ..., or
+                 t, m, ...) and the expected outputs as want_<output name>.
+                 float is stored as float32, double as float64, and half and
+                 bfloat16 as their uint16 bit patterns (numpy has no bfloat16,
+                 and not every npy reader has float16). Zip entries carry a
+                 fixed timestamp, so the same TensorFlow writes the same bytes.
+"""
+
+import argparse
+import hashlib
+import io
+import json
+import os
+import sys
+import zipfile
+import zlib
+
+# Stock's reference is the Eigen kernel: oneDNN off unless the user chose.
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MANIFEST = "manifest.json"
+FORMAT_VERSION = 1
+EPSILON = 1e-3
+
+# (rtol, atol) per dtype name, from DESIGN.md.
+TOLERANCES = {
+    "float": (1e-4, 1e-5),
+    "half": (2e-3, 2e-3),
+    "bfloat16": (1.6e-2, 1.6e-2),
+    "double": (1e-12, 1e-12),
+}
+TF_DTYPES = {"float": tf.float32, "double": tf.float64, "half": tf.float16, "bfloat16": tf.bfloat16}
+CHANNELS_FIRST = ("NCHW", "NCDHW")
+
+# Logical channels-last shapes (N, spatial..., C): more elements than one of
+# gobn's 2048-element blocks, C not a multiple of the SIMD width.
+SHAPE_4D = (2, 9, 11, 13)
+SHAPE_5D = (2, 3, 4, 5, 6)
+
+FUSED_OPS = {
+    "FusedBatchNormGrad": dict(wrapper="gobn_fused_batch_norm_grad", dtypes=("float",),
+                               formats=("NHWC", "NCHW"), reserve_space_3=False, uniform=True),
+    "FusedBatchNormGradV2": dict(wrapper="gobn_fused_batch_norm_grad_v2", dtypes=("float", "half", "bfloat16"),
+                                 formats=("NHWC", "NCHW"), reserve_space_3=False, uniform=False),
+    "FusedBatchNormGradV3": dict(wrapper="gobn_fused_batch_norm_grad_v3", dtypes=("float", "half", "bfloat16"),
+                                 formats=("NHWC", "NCHW", "NDHWC", "NCDHW"), reserve_space_3=True, uniform=False),
+}
+GLOBAL_NORM_OP = "BatchNormWithGlobalNormalizationGrad"
+GLOBAL_NORM_WRAPPER = "gobn_batch_norm_with_global_normalization_grad"
+GLOBAL_NORM_DTYPES = ("float", "half", "double")
+GLOBAL_NORM_INPUTS = ("t", "m", "v", "gamma", "backprop")
+GLOBAL_NORM_OUTPUTS = ("dx", "dm", "dv", "db", "dg")
+
+
+# ---------------------------------------------------------------------------
+# Arrays: TensorFlow dtype names <-> what the .npz holds
+
+
+def encode(value, dtype):
+    """Returns value (a tensor or array of TF dtype `dtype`) as stored in a .npz."""
+    array = value.numpy() if isinstance(value, tf.Tensor) else np.asarray(value)
+    if dtype in ("half", "bfloat16"):
+        return np.ascontiguousarray(array).view(np.uint16)
+    return array.astype({"float": np.float32, "double": np.float64}[dtype])
+
+
+def decode(array, dtype):
+    """Returns a stored array as a tensor of TF dtype `dtype`."""
+    if dtype in ("half", "bfloat16"):
+        if array.dtype != np.uint16:
+            raise ValueError(f"{dtype} array stored as {array.dtype}, want uint16 bits")
+        return tf.bitcast(tf.constant(array, tf.uint16), TF_DTYPES[dtype])
+    want = {"float": np.float32, "double": np.float64}[dtype]
+    if array.dtype != want:
+        raise ValueError(f"{dtype} array stored as {array.dtype}, want {np.dtype(want).name}")
+    return tf.constant(array, TF_DTYPES[dtype])
+
+
+def as_float64(value):
+    if isinstance(value, tf.Tensor):
+        value = tf.cast(value, tf.float64).numpy()
+    return np.asarray(value, dtype=np.float64)
+
+
+def write_npz(path, arrays):
+    """Writes arrays like np.savez_compressed, with fixed zip timestamps."""
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, array in arrays.items():
+            buffer = io.BytesIO()
+            np.lib.format.write_array(buffer, np.ascontiguousarray(array), allow_pickle=False)
+            info = zipfile.ZipInfo(name + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(info, buffer.getvalue())
+
+
+def sha256(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+# ---------------------------------------------------------------------------
+# float64 references (DESIGN.md formulas)
+
+
+def channels_last(array, data_format):
+    return np.moveaxis(array, 1, -1) if data_format in CHANNELS_FIRST else array
+
+
+def from_channels_last(array, data_format):
+    return np.moveaxis(array, -1, 1) if data_format in CHANNELS_FIRST else array
+
+
+def fused_reference(y_backprop, x, scale, mean, variance, epsilon, is_training, data_format):
+    """x_backprop, scale_backprop, offset_backprop in float64. With c = 1/sqrt(var+eps):
+    offset_backprop = sum(dy), scale_backprop = c*sum(dy*(x-mean)); x_backprop is
+    scale*c*(dy - sum(dy)/R - (x-mean)*c^2*sum(dy*(x-mean))/R) in training, dy*scale*c in inference.
+    """
+    dy, x = (channels_last(as_float64(a), data_format) for a in (y_backprop, x))
+    scale, mean, variance = (as_float64(a) for a in (scale, mean, variance))
+    axes = tuple(range(dy.ndim - 1))
+    r = int(np.prod(dy.shape[:-1]))
+    c = 1.0 / np.sqrt(variance + np.float64(np.float32(epsilon)))
+    centered = x - mean
+    sum_dy, sum_dy_centered = dy.sum(axis=axes), (dy * centered).sum(axis=axes)
+    if is_training:
+        x_backprop = scale * c * (dy - sum_dy / r - centered * c * c * sum_dy_centered / r)
+    else:
+        x_backprop = dy * scale * c
+    return from_channels_last(x_backprop, data_format), sum_dy_centered * c, sum_dy
+
+
+def global_norm_reference(t, m, v, gamma, backprop, variance_epsilon, scale_after_normalization):
+    """dx, dm, dv, db, dg in float64. With s = 1/sqrt(v+eps) and g = gamma (1 without scaling):
+    db = sum(dy), dx = dy*s*g, dm = -db*s*g, dg = s*sum(dy*(t-m)) (0 without scaling),
+    dv = -0.5*s^3*g*sum(dy*(t-m)).
+    """
+    x, dy, m, v, gamma = (as_float64(a) for a in (t, backprop, m, v, gamma))
+    s = 1.0 / np.sqrt(v + np.float64(np.float32(variance_epsilon)))
+    g = gamma if scale_after_normalization else np.ones_like(gamma)
+    db = dy.sum(axis=(0, 1, 2))
+    sum_dy_centered = (dy * (x - m)).sum(axis=(0, 1, 2))
+    dg = s * sum_dy_centered if scale_after_normalization else np.zeros_like(gamma)
+    return dy * s * g, -db * s * g, -0.5 * s**3 * g * sum_dy_centered, db, dg
+
+
+# ---------------------------------------------------------------------------
+# gen
+
+
+def fused_cases():
+    for op, spec in FUSED_OPS.items():
+        for dtype in spec["dtypes"]:
+            for data_format in spec["formats"]:
+                for is_training in (True, False):
+                    mode = "training" if is_training else "inference"
+                    yield dict(name=f"{op}-{dtype}-{data_format}-{mode}", op=op, T=dtype,
+                               data_format=data_format, is_training=is_training, epsilon=EPSILON)
+
+
+def global_norm_cases():
+    for dtype in GLOBAL_NORM_DTYPES:
+        for scale_after in (True, False):
+            yield dict(name=f"{GLOBAL_NORM_OP}-{dtype}-scale_after_normalization_{str(scale_after).lower()}",
+                       op=GLOBAL_NORM_OP, T=dtype, variance_epsilon=EPSILON,
+                       scale_after_normalization=scale_after)
+
+
+def rng_for(case, seed):
+    return np.random.default_rng([seed, zlib.crc32(case["name"].encode())])
+
+
+def gen_fused(case, seed):
+    spec = FUSED_OPS[case["op"]]
+    data_format, is_training, dtype = case["data_format"], case["is_training"], case["T"]
+    tf_dtype = TF_DTYPES[dtype]
+    rng = rng_for(case, seed)
+    shape = SHAPE_4D if data_format in ("NHWC", "NCHW") else SHAPE_5D
+    channels = shape[-1]
+    x = rng.standard_normal(shape) * 1.5 + rng.uniform(-1.0, 1.0, channels)
+    dy = rng.standard_normal(shape)
+    scale = rng.uniform(0.5, 1.5, channels) * rng.choice([-1.0, 1.0], channels)
+    offset = rng.standard_normal(channels)
+    x = tf.constant(from_channels_last(x, data_format), tf_dtype)
+    dy = tf.constant(from_channels_last(dy, data_format), tf_dtype)
+    scale = tf.constant(scale, tf.float32)
+    empty = tf.constant([], tf.float32)
+    if is_training:
+        forward = tf.raw_ops.FusedBatchNormV3(
+            x=x, scale=scale, offset=tf.constant(offset, tf.float32), mean=empty, variance=empty,
+            epsilon=EPSILON, data_format=data_format, is_training=True)
+        mean, variance, reserve_space_3 = forward.reserve_space_1, forward.reserve_space_2, forward.reserve_space_3
+    else:
+        mean = tf.constant(rng.uniform(-0.5, 0.5, channels), tf.float32)
+        variance = tf.constant(rng.uniform(0.5, 2.0, channels), tf.float32)
+        reserve_space_3 = empty
+
+    side = dtype if spec["uniform"] else "float"  # scale, reserve spaces and 1-D outputs
+    inputs = {"y_backprop": dy, "x": x, "scale": tf.cast(scale, TF_DTYPES[side]),
+              "reserve_space_1": tf.cast(mean, TF_DTYPES[side]),
+              "reserve_space_2": tf.cast(variance, TF_DTYPES[side])}
+    if spec["reserve_space_3"]:
+        inputs["reserve_space_3"] = reserve_space_3
+    input_dtypes = {name: (dtype if name in ("y_backprop", "x") else side) for name in inputs}
+    outputs = ["x_backprop", "scale_backprop", "offset_backprop"]
+    outputs += ["reserve_space_4", "reserve_space_5"] if spec["reserve_space_3"] else ["reserve_space_3", "reserve_space_4"]
+    output_dtypes = [dtype] + [side] * 4
+
+    attrs = dict(epsilon=EPSILON, data_format=data_format, is_training=is_training)
+    if is_training or data_format not in CHANNELS_FIRST:
+        want = list(getattr(tf.raw_ops, case["op"])(**inputs, **attrs))
+        want_dtypes, reference = output_dtypes, "stock"
+    else:  # stock's CPU kernel: "only support NHWC tensor format for now"
+        want = list(fused_reference(dy, x, inputs["scale"], inputs["reserve_space_1"], inputs["reserve_space_2"],
+                                    EPSILON, False, data_format))
+        want += [np.zeros([0]), np.zeros([0])]
+        want_dtypes, reference = ["double"] * 5, "float64"
+    return inputs, input_dtypes, outputs, output_dtypes, want, want_dtypes, reference
+
+
+def run_stock_global_norm(inputs, variance_epsilon, scale_after_normalization):
+    """Stock's op is deprecated at GraphDef version 9: run it in a version-8 graph."""
+    from tensorflow.python.framework import test_util
+
+    graph = tf.Graph()
+    test_util.set_producer_version(graph, 8)
+    arrays = {k: v.numpy() for k, v in inputs.items()}
+    with graph.as_default():
+        placeholders = {k: tf.compat.v1.placeholder(inputs[k].dtype, a.shape) for k, a in arrays.items()}
+        out = tf.raw_ops.BatchNormWithGlobalNormalizationGrad(
+            **placeholders, variance_epsilon=variance_epsilon, scale_after_normalization=scale_after_normalization)
+    with tf.compat.v1.Session(graph=graph) as session:
+        return session.run(list(out), {placeholders[k]: a for k, a in arrays.items()})
+
+
+def gen_global_norm(case, seed):
+    dtype = case["T"]
+    tf_dtype = TF_DTYPES[dtype]
+    rng = rng_for(case, seed)
+    shape = SHAPE_4D
+    channels = shape[-1]
+    mean = rng.uniform(-0.5, 0.5, channels)
+    inputs = {
+        "t": tf.constant(rng.standard_normal(shape) * 1.5 + mean, tf_dtype),
+        "m": tf.constant(mean, tf_dtype),
+        "v": tf.constant(rng.uniform(0.5, 2.0, channels), tf_dtype),
+        "gamma": tf.constant(rng.uniform(0.5, 1.5, channels), tf_dtype),
+        "backprop": tf.constant(rng.standard_normal(shape), tf_dtype),
+    }
+    input_dtypes = {name: dtype for name in inputs}
+    output_dtypes = [dtype] * 5
+    if dtype == "half":  # stock sums in half: compare with the exact answer instead
+        want = list(global_norm_reference(**inputs, variance_epsilon=EPSILON,
+                                          scale_after_normalization=case["scale_after_normalization"]))
+        want_dtypes, reference = ["double"] * 5, "float64"
+    else:
+        want = run_stock_global_norm(inputs, EPSILON, case["scale_after_normalization"])
+        want_dtypes, reference = output_dtypes, "stock"
+    return inputs, input_dtypes, list(GLOBAL_NORM_OUTPUTS), output_dtypes, want, want_dtypes, reference
+
+
+def gen(directory, seed):
+    os.makedirs(directory, exist_ok=True)
+    cases = []
+    for case in list(fused_cases()) + list(global_norm_cases()):
+        make = gen_global_norm if case["op"] == GLOBAL_NORM_OP else gen_fused
+        inputs, input_dtypes, outputs, output_dtypes, want, want_dtypes, reference = make(case, seed)
+        arrays, array_dtypes = {}, {}
+        for name, value in inputs.items():
+            arrays[name], array_dtypes[name] = encode(value, input_dtypes[name]), input_dtypes[name]
+        for name, value, dtype in zip(outputs, want, want_dtypes):
+            arrays["want_" + name], array_dtypes["want_" + name] = encode(value, dtype), dtype
+        case["file"] = case["name"] + ".npz"
+        path = os.path.join(directory, case["file"])
+        write_npz(path, arrays)
+        case.update(sha256=sha256(path), reference=reference, inputs=list(inputs), outputs=outputs,
+                    output_dtypes=output_dtypes, arrays=array_dtypes)
+        cases.append(case)
+        print(f"wrote {path} ({reference})")
+    manifest = {
+        "format": FORMAT_VERSION,
+        "generator": "scripts/golden.py gen",
+        "tensorflow": tf.__version__,
+        "seed": seed,
+        "tolerances": {k: {"rtol": r, "atol": a} for k, (r, a) in TOLERANCES.items()},
+        "cases": cases,
+    }
+    with open(os.path.join(directory, MANIFEST), "w") as f:
+        json.dump(manifest, f, indent=1, sort_keys=True)
+        f.write("\n")
+    print(f"{len(cases)} cases from TensorFlow {tf.__version__} in {directory}")
+
+
+# ---------------------------------------------------------------------------
+# check
+
+
+class CaseError(Exception):
+    """A case that cannot be checked: missing, corrupted or unreadable."""
+
+
+def load_case(directory, case):
+    path = os.path.join(directory, case["file"])
+    if not os.path.exists(path):
+        raise CaseError(f"MISSING {case['file']}")
+    if sha256(path) != case["sha256"]:
+        raise CaseError(f"CORRUPT {case['file']}: SHA-256 differs from the manifest")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            arrays = {name: npz[name] for name in npz.files}
+    except Exception as e:  # noqa: BLE001 - any failure to read is a failed case
+        raise CaseError(f"UNREADABLE {case['file']}: {e}") from e
+    missing = [name for name in case["arrays"] if name not in arrays]
+    if missing:
+        raise CaseError(f"CORRUPT {case['file']}: no array {', '.join(missing)}")
+    try:
+        return {name: decode(arrays[name], dtype) for name, dtype in case["arrays"].items()}
+    except ValueError as e:
+        raise CaseError(f"CORRUPT {case['file']}: {e}") from e
+
+
+def run_gobn(gobn, case, tensors):
+    inputs = {name: tensors[name] for name in case["inputs"]}
+    if case["op"] == GLOBAL_NORM_OP:
+        return list(getattr(gobn, GLOBAL_NORM_WRAPPER)(
+            **inputs, variance_epsilon=case["variance_epsilon"],
+            scale_after_normalization=case["scale_after_normalization"]))
+    wrapper = getattr(gobn, FUSED_OPS[case["op"]]["wrapper"])
+    return list(wrapper(**inputs, epsilon=case["epsilon"], data_format=case["data_format"],
+                        is_training=case["is_training"]))
+
+
+def compare(case, got, tensors):
+    """Returns (max abs err, max err / max|want|, share of tolerance used, problems)."""
+    rtol, atol = TOLERANCES[case["T"]]
+    max_abs = max_rel = used = 0.0
+    problems = []
+    for name, value, dtype in zip(case["outputs"], got, case["output_dtypes"]):
+        want_tensor = tensors["want_" + name]
+        if value.dtype != TF_DTYPES[dtype]:
+            problems.append(f"{name} dtype {value.dtype.name}, want {TF_DTYPES[dtype].name}")
+        if value.shape.as_list() != want_tensor.shape.as_list():
+            problems.append(f"{name} shape {value.shape.as_list()}, want {want_tensor.shape.as_list()}")
+            continue
+        g, w = as_float64(value), as_float64(want_tensor)
+        if g.size == 0:
+            continue
+        err = np.abs(g - w)
+        err = np.where(np.isnan(g) & np.isnan(w), 0.0, err)
+        scale = float(np.max(np.abs(w[np.isfinite(w)]), initial=0.0))
+        bound = atol * scale + rtol * np.abs(w)
+        worst = float(np.nanmax(np.where(np.isnan(err), np.inf, err)))
+        max_abs = max(max_abs, worst)
+        max_rel = max(max_rel, worst / scale if scale > 0 else (0.0 if worst == 0 else np.inf))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(bound > 0, err / bound, np.where(err > 0, np.inf, 0.0))
+        used = max(used, float(np.max(np.where(np.isnan(ratio), np.inf, ratio))))
+        bad = int(np.sum(~(err <= bound)))
+        if bad:
+            problems.append(f"{name}: {bad} of {err.size} elements out of tolerance")
+    return max_abs, max_rel, used, problems
+
+
+def check(directory, library):
+    manifest_path = os.path.join(directory, MANIFEST)
+    try:
+        with open(manifest_path) as f:
+            manifest = json.load(f)
+        cases = manifest["cases"]
+        if manifest.get("format") != FORMAT_VERSION:
+            raise ValueError(f"format {manifest.get('format')!r}, want {FORMAT_VERSION}")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        print(f"golden: cannot read {manifest_path}: {e}", file=sys.stderr)
+        return 1
+    if not os.path.exists(library):
+        print(f"golden: gobn library not found at {library}: run `make` (or pass --library)", file=sys.stderr)
+        return 1
+    gobn = tf.load_op_library(library)
+
+    print(f"gobn {library}")
+    print(f"goldens {directory}: {len(cases)} cases from TensorFlow {manifest.get('tensorflow')}, "
+          f"checked with TensorFlow {tf.__version__}")
+    print("tolerance: |gobn - want| <= atol*max|want| + rtol*|want|; rel = max|gobn - want| / max|want|\n")
+    width = max([len(c.get("name", "?")) for c in cases] + [4])
+    header = f"{'case':{width}s}  {'want':7s}  {'max abs err':>11s}  {'max rel err':>11s}  {'tol used':>8s}  result"
+    print(header)
+    print("-" * len(header))
+    failures = 0
+    for case in cases:
+        name = case.get("name", "?")
+        try:
+            tensors = load_case(directory, case)
+            got = run_gobn(gobn, case, tensors)
+            max_abs, max_rel, used, problems = compare(case, got, tensors)
+        except CaseError as e:
+            failures += 1
+            print(f"{name:{width}s}  {case.get('reference', '?'):7s}  {'-':>11s}  {'-':>11s}  {'-':>8s}  FAIL {e}")
+            continue
+        except (tf.errors.OpError, KeyError, TypeError, ValueError) as e:
+            failures += 1
+            message = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            print(f"{name:{width}s}  {case.get('reference', '?'):7s}  {'-':>11s}  {'-':>11s}  {'-':>8s}  FAIL {message}")
+            continue
+        result = "PASS" if not problems else "FAIL " + "; ".join(problems)
+        failures += bool(problems)
+        print(f"{name:{width}s}  {case['reference']:7s}  {max_abs:11.3g}  {max_rel:11.3g}  {used:8.2f}  {result}")
+
+    listed = {case.get("file") for case in cases}
+    extra = sorted(f for f in os.listdir(directory) if f.endswith(".npz") and f not in listed)
+    if extra:
+        print(f"\nnote: {len(extra)} .npz files not in the manifest were ignored: {', '.join(extra)}")
+    print(f"\n{len(cases) - failures} of {len(cases)} cases pass" + (f", {failures} FAIL" if failures else ""))
+    return 1 if failures else 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    g = commands.add_parser("gen", help="write golden files from stock TensorFlow")
+    g.add_argument("dir")
+    g.add_argument("--seed", type=int, default=0, help="seed of the inputs (default 0)")
+    c = commands.add_parser("check", help="run gobn on golden files and compare")
+    c.add_argument("dir")
+    c.add_argument("--library", default=os.environ.get("GOBN_LIBRARY") or os.path.join(REPO_ROOT, "build", "libgobn.so"),
+                   help="path of libgobn.so (default $GOBN_LIBRARY, else build/libgobn.so)")
+    args = parser.parse_args()
+    if args.command == "gen":
+        gen(args.dir, args.seed)
+        return 0
+    return check(args.dir, args.library)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -215,40 +215,40 @@ func sweep[T Element](d Dims, dy, x, dx []T, mean []float64, t *affine) (sumDy, 
 	if n == 0 {
 		return sumDy, sumDyXc
 	}
+	// Channels-last loops run over the period L (a multiple of C) with
+	// per-channel arrays repeated L/C times: long inner loops instead of one
+	// short loop per row. The accumulators are folded back to C at the end.
+	pd, L := d.periodic()
+	meanL := repeat(mean, L)
 	var apply affine
 	if t != nil {
-		apply = t.withFloat32()
+		apply = t.repeated(L).withFloat32()
 	} else {
 		dx = nil
 	}
 	workers := workersFor(n)
 	partDy, partDyXc := make([][]float64, workers), make([][]float64, workers)
 	parallel(n, workers, func(w, lo, hi int) {
-		a, b := sumDy, sumDyXc
-		if workers > 1 {
-			a, b = make([]float64, C), make([]float64, C)
-		}
+		a, b := make([]float64, L), make([]float64, L)
 		forBlocks(lo, hi, dy, x, dx,
 			func(off int, dy, x, dx []float32) {
-				channelSums(d, off, dy, x, mean, a, b)
+				channelSums(pd, off, dy, x, meanL, a, b)
 				if dx != nil {
-					applyAffine(d, off, apply, dy, x, dx)
+					applyAffine(pd, off, apply, dy, x, dx)
 				}
 			},
 			func(off int, dy, x, dx []float64) {
-				channelSums(d, off, dy, x, mean, a, b)
+				channelSums(pd, off, dy, x, meanL, a, b)
 				if dx != nil {
-					applyAffine(d, off, apply, dy, x, dx)
+					applyAffine(pd, off, apply, dy, x, dx)
 				}
 			})
 		partDy[w], partDyXc[w] = a, b
 	})
-	if workers > 1 {
-		for w := range workers {
-			for c := range C {
-				sumDy[c] += partDy[w][c]
-				sumDyXc[c] += partDyXc[w][c]
-			}
+	for w := range workers {
+		for i := range L {
+			sumDy[i%C] += partDy[w][i]
+			sumDyXc[i%C] += partDyXc[w][i]
 		}
 	}
 	return sumDy, sumDyXc
@@ -260,10 +260,11 @@ func applyAll[T Element](d Dims, t affine, dy, x, dx []T) {
 	if n == 0 {
 		return
 	}
-	t = t.withFloat32()
+	pd, L := d.periodic()
+	t = t.repeated(L).withFloat32()
 	parallel(n, workersFor(n), func(_, lo, hi int) {
 		forBlocks(lo, hi, dy, x, dx,
-			func(off int, dy, x, dx []float32) { applyAffine(d, off, t, dy, x, dx) },
-			func(off int, dy, x, dx []float64) { applyAffine(d, off, t, dy, x, dx) })
+			func(off int, dy, x, dx []float32) { applyAffine(pd, off, t, dy, x, dx) },
+			func(off int, dy, x, dx []float64) { applyAffine(pd, off, t, dy, x, dx) })
 	})
 }

@@ -23,6 +23,43 @@ func (d Dims) Len() int { return int(d.N * d.C * d.S) }
 // PerChannel returns R = N·S, the number of elements of each channel.
 func (d Dims) PerChannel() int64 { return d.N * d.S }
 
+// minPeriod is the least length of the channel period the channels-last
+// loops run over.
+const minPeriod = 512
+
+// periodic returns the dims the loops run over, and its channel count L. For
+// ChannelsLast that is the period L, the least multiple of C that is at
+// least minPeriod and a multiple of 8: element i has channel i mod C =
+// (i mod L) mod C, so the loops may treat the tensor as having L channels
+// whose per-channel arrays are the C real ones repeated L/C times. For
+// ChannelsFirst, and for tensors too small to repay building the repeated
+// arrays, it is d itself.
+func (d Dims) periodic() (Dims, int) {
+	C := int(d.C)
+	if d.Layout != ChannelsLast || C == 0 || C >= minPeriod || d.Len() < 64*minPeriod {
+		return d, C
+	}
+	L := C
+	for L < minPeriod || L%8 != 0 {
+		L += C
+	}
+	p := d
+	p.C = int64(L)
+	return p, L
+}
+
+// repeat returns p repeated to length L, a multiple of len(p).
+func repeat(p []float64, L int) []float64 {
+	if len(p) == L {
+		return p
+	}
+	out := make([]float64, L)
+	for i := range out {
+		out[i] = p[i%len(p)]
+	}
+	return out
+}
+
 // Element is a dtype an activation tensor may have.
 type Element interface {
 	float32 | float64 | Half | BFloat16
@@ -129,6 +166,12 @@ var (
 // SIMD reports whether the float32 loops use AVX2 and FMA: gobn built with
 // GOEXPERIMENT=simd, running on a CPU that has them.
 func SIMD() bool { return simdSums != nil }
+
+// repeated returns t with its arrays repeated to length L.
+func (t affine) repeated(L int) affine {
+	t.A, t.B, t.MeanDy, t.Mean = repeat(t.A, L), repeat(t.B, L), repeat(t.MeanDy, L), repeat(t.Mean, L)
+	return t
+}
 
 // withFloat32 returns t with its float32 copy filled in when the SIMD loops
 // will use it.

@@ -102,6 +102,34 @@ def run_suite(onednn, only_float32, reps):
     return rows
 
 
+THRESHOLD_ROWS = [64, 256, 512, 1024, 2048, 4096, 8192, 16384]
+
+
+def run_threshold(reps):
+    """gobn's time on NHWC float32 [rows, 1, 1, 64] training gradients."""
+    import numpy as np
+    tf, lib = load_tf(False)
+    out = {}
+    for rows in THRESHOLD_ROWS:
+        args = make_inputs(tf, np, "float32", "NHWC", True, (rows, 1, 1, 64))
+        gobn = tf.function(lambda: lib.gobn_fused_batch_norm_grad_v3(**args)[0])
+        t, _ = time_pair(tf, gobn, gobn, reps)
+        out[rows * 64] = t * 1e3
+    return out
+
+
+def threshold(reps):
+    """Times with one worker (GOMAXPROCS=1) and with all cores, by size: where
+    the second worker starts to pay for its wake-up."""
+    res = {}
+    for procs in ("1", str(os.cpu_count())):
+        env = dict(os.environ, GOMAXPROCS=procs)
+        outp = subprocess.run([sys.executable, __file__, "--child-threshold", "--reps", str(reps)],
+                              env=env, check=True, capture_output=True, text=True).stdout
+        res[procs] = {int(k): v for k, v in json.loads(outp).items()}
+    return res
+
+
 def triad():
     out = subprocess.run(["go", "run", "./internal/cmd/triad"], cwd=ROOT, check=True,
                          capture_output=True, text=True).stdout
@@ -155,9 +183,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--child-onednn", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--child-threshold", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child_onednn:
         json.dump(run_suite(True, True, args.reps), sys.stdout)
+        return
+    if args.child_threshold:
+        json.dump(run_threshold(args.reps), sys.stdout)
         return
 
     bw_before = triad()
@@ -167,6 +199,7 @@ def main():
     child = subprocess.run([sys.executable, __file__, "--child-onednn", "--reps", str(args.reps)],
                            check=True, capture_output=True, text=True).stdout
     onednn = {(r["data_format"], r["is_training"], tuple(r["shape"])): r for r in json.loads(child)}
+    sizes = threshold(args.reps)
     l3 = l3_bytes()
     for r in rows:
         r["gobn_gbs_20B"] = 20 * r["elements"] / (r["gobn_ms"] * 1e-3) / 1e9
@@ -200,9 +233,18 @@ def main():
           f"slowest case {summary['min_ratio_eigen']:.2f}x; "
           f"mean {summary['mean_pct_bandwidth_larger_than_l3'] or 0:.0f}% of triad bandwidth on shapes larger than L3")
 
+    procs = sorted(sizes, key=int)
+    print("\nParallel threshold: gobn ms by element count, one worker (GOMAXPROCS=1) "
+          f"vs {procs[-1]} (gobn splits from {2 * 65536} elements)\n")
+    print("| elements | " + " | ".join(f"GOMAXPROCS={p} ms" for p in procs) + " | speed-up |")
+    print("| ---: | " + " | ".join("---:" for _ in procs) + " | ---: |")
+    for n in sorted(sizes[procs[0]]):
+        print(f"| {n} | " + " | ".join(f"{sizes[p][n]:.3f}" for p in procs)
+              + f" | {sizes[procs[0]][n] / sizes[procs[-1]][n]:.2f} |")
+
     os.makedirs(os.path.join(ROOT, "bench"), exist_ok=True)
     with open(os.path.join(ROOT, "bench", "results.json"), "w") as f:
-        json.dump(dict(machine=machine, summary=summary, rows=rows), f, indent=1)
+        json.dump(dict(machine=machine, summary=summary, rows=rows, threshold=sizes), f, indent=1)
     chart(rows, os.path.join(ROOT, "bench", "ratios.png"))
     print("wrote bench/results.json and bench/ratios.png")
 

@@ -2,7 +2,8 @@
 #
 #   make          build build/libgobn.so (creates .venv with the pinned TensorFlow)
 #   make demo     run every op beside stock TensorFlow: max error and speed ratio
-#   make test     go vet, Go tests, pytest
+#   make test     go vet, Go tests (also under -race, and each fuzz target briefly), pytest
+#   make fuzz     each Go fuzz target for FUZZTIME (default 60s)
 #   make env      print the exports a Go (tfgo) program needs: eval "$(make -s env)"
 #   make golden   stock TensorFlow golden files into build/golden, then check gobn on them
 #   make bench    benchmark against stock TensorFlow (bench/results.json, bench/ratios.png)
@@ -47,6 +48,9 @@ GO_SOURCES := $(shell find opdef kernels capi -name '*.go' -o -name '*.c' -o -na
 $(LIB): $(GO_SOURCES) build/tf.mk
 	GOEXPERIMENT=simd go build -buildmode=c-shared -o $@ ./capi
 	rm -f build/libgobn.h
+	# beside the Python package too (python/gobn), for `pip install ./python`;
+	# renamed into place, so a process that has the old copy loaded keeps it
+	cp $@ python/gobn/libgobn.so.tmp && mv -f python/gobn/libgobn.so.tmp python/gobn/libgobn.so
 
 # A symlink, remade on every run (cheap): make compares the mtime of its target.
 $(TFLIB): build/tf.mk
@@ -79,7 +83,35 @@ gotest: $(LIB) $(TFLIB)
 pytest: $(LIB)
 	$(VPY) -m pytest -q python_tests
 
-test: vet gotest pytest
+test: vet gotest race fuzz-short pytest
+
+# The race detector over the kernels and the capi layer (TestComputeConcurrent
+# runs every op from many goroutines; -short makes it one round).
+race: $(LIB)
+	go test -race -short ./kernels ./capi
+
+# Go fuzz targets, package:Target; go test -fuzz takes one at a time. Seed
+# corpora are in <package>/testdata/fuzz/<Target>/. make test runs each for
+# FUZZTIME_SHORT, make fuzz for FUZZTIME; the kernels' targets run with the
+# AVX2 loops the library ships (GOEXPERIMENT=simd).
+FUZZ_TARGETS := opdef:FuzzCheckFusedGrad opdef:FuzzCheckGlobalNormalizationGrad opdef:FuzzCheckStaticShapes \
+	kernels:FuzzFusedGrad kernels:FuzzGlobalNormalizationGrad capi:FuzzCompute
+FUZZTIME ?= 60s
+FUZZTIME_SHORT ?= 3s
+define run-fuzz
+	@mkdir -p build/fuzz
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t#*:}; log=build/fuzz/$$name.log; \
+		if GOEXPERIMENT=simd go test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(1) ./$$pkg > $$log 2>&1; \
+		then echo "fuzz $$pkg $$name $(1): $$(grep -o 'execs: [0-9]*' $$log | tail -n 1)"; \
+		else cat $$log; exit 1; fi; \
+	done
+endef
+.PHONY: race fuzz fuzz-short
+fuzz-short: $(LIB)
+	$(call run-fuzz,$(FUZZTIME_SHORT))
+fuzz: $(LIB)
+	$(call run-fuzz,$(FUZZTIME))
 
 # Validates gobn against the TensorFlow in .venv (see scripts/golden.py).
 golden: $(LIB)
@@ -92,3 +124,4 @@ bench: $(LIB)
 
 clean:
 	rm -rf build
+	rm -f python/gobn/libgobn.so

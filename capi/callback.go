@@ -106,8 +106,8 @@ func newKernel(op opdef.Op, attrs constructionAttrs) (*kernel, error) {
 
 // inferShapes gives every output its static shape: x_backprop (dx) takes x's
 // (t's) shape, the 1-D outputs take the shape of the per-channel inputs, the
-// placeholders [0]. It also rejects inputs whose known ranks or dims already
-// break the op's rules.
+// placeholders [0], the count of BatchNormGradReduce []. It also rejects
+// inputs whose known ranks or dims already break the op's rules.
 func inferShapes(op opdef.Op, s *shapeContext) error {
 	handles := make([]*C.TF_ShapeHandle, len(op.Inputs))
 	dims := make([][]int64, len(op.Inputs))
@@ -127,7 +127,10 @@ func inferShapes(op opdef.Op, s *shapeContext) error {
 	}
 	for i, out := range op.Outputs {
 		h := s.emptyVector()
-		if !out.Shape.Empty {
+		switch {
+		case out.Shape.Scalar:
+			h = s.scalar()
+		case !out.Shape.Empty:
 			h = handles[out.Shape.Like]
 		}
 		if err := s.setOutput(i, h); err != nil {

@@ -56,6 +56,12 @@ func (k *kernel) compute(inputs []hostTensor, allocate allocator) error {
 	if err := k.checkDTypes(inputs); err != nil {
 		return err
 	}
+	switch k.op.Kind {
+	case opdef.GradReduce:
+		return k.gradReduce(inputs, allocate)
+	case opdef.GradApply:
+		return k.gradApply(inputs, allocate)
+	}
 	if k.op.Kind == opdef.GlobalNormalizationGrad {
 		return k.globalNormalizationGrad(inputs, allocate)
 	}
@@ -68,6 +74,9 @@ func (k *kernel) checkDTypes(inputs []hostTensor) error {
 		want := k.dtype
 		if in.Type == "float" || in.Type == "U" {
 			want = opdef.Float
+		}
+		if in.Type == "int64" {
+			want = opdef.Int64
 		}
 		if inputs[i].dtype != want {
 			return &opdef.ArgumentError{Msg: fmt.Sprintf("%s must be %s, got %s", in.Name, want, inputs[i].dtype)}

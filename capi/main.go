@@ -6,7 +6,8 @@
 // in registry_gen.c (generated from opdef) while the library loads;
 // callback.go holds the exported Go functions the C trampolines call;
 // tensors.go and status.go are the only other files that see C; kernel.go
-// validates inputs and dispatches to the kernels package in plain Go.
+// (and sync.go, for the synchronized batch-norm ops) validates inputs and
+// dispatches to the kernels package in plain Go.
 //
 // Build flags (include path of TensorFlow's headers, libtensorflow_framework)
 // come from the environment (CGO_CFLAGS, CGO_LDFLAGS) as the Makefile sets

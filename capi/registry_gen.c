@@ -34,11 +34,29 @@ static const gobn_binding op3_kernels[] = {{19, -1}, {1, -1}, {2, -1}};
 static void* op3_create(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 3); }
 static void op3_shape(TF_ShapeInferenceContext* ctx, TF_Status* status) { gobn_shape(ctx, 3, status); }
 
+// Gobn>BatchNormGradReduce
+static const char* const op4_inputs[] = {"y_backprop: T", "x: T", "mean: U"};
+static const char* const op4_outputs[] = {"sum_dy: U", "sum_dy_xmu: U", "count: int64"};
+static const char* const op4_attrs[] = {"T: {half, bfloat16, float}", "U: {float}", "data_format: {'NHWC', 'NCHW', 'NDHWC', 'NCDHW'} = 'NHWC'"};
+static const gobn_binding op4_kernels[] = {{1, 1}, {19, 1}, {14, 1}};
+static void* op4_create(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 4); }
+static void op4_shape(TF_ShapeInferenceContext* ctx, TF_Status* status) { gobn_shape(ctx, 4, status); }
+
+// Gobn>BatchNormGradApply
+static const char* const op5_inputs[] = {"y_backprop: T", "x: T", "scale: U", "mean: U", "variance: U", "sum_dy: U", "sum_dy_xmu: U", "count: int64"};
+static const char* const op5_outputs[] = {"x_backprop: T"};
+static const char* const op5_attrs[] = {"T: {half, bfloat16, float}", "U: {float}", "epsilon: float = 0.0001", "data_format: {'NHWC', 'NCHW', 'NDHWC', 'NCDHW'} = 'NHWC'"};
+static const gobn_binding op5_kernels[] = {{1, 1}, {19, 1}, {14, 1}};
+static void* op5_create(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 5); }
+static void op5_shape(TF_ShapeInferenceContext* ctx, TF_Status* status) { gobn_shape(ctx, 5, status); }
+
 const gobn_op_spec gobn_ops[] = {
     {"Gobn>FusedBatchNormGrad", 5, op0_inputs, 5, op0_outputs, 4, op0_attrs, 1, op0_kernels, op0_create, op0_shape},
     {"Gobn>FusedBatchNormGradV2", 5, op1_inputs, 5, op1_outputs, 5, op1_attrs, 3, op1_kernels, op1_create, op1_shape},
     {"Gobn>FusedBatchNormGradV3", 6, op2_inputs, 5, op2_outputs, 5, op2_attrs, 3, op2_kernels, op2_create, op2_shape},
     {"Gobn>BatchNormWithGlobalNormalizationGrad", 5, op3_inputs, 5, op3_outputs, 3, op3_attrs, 3, op3_kernels, op3_create, op3_shape},
+    {"Gobn>BatchNormGradReduce", 3, op4_inputs, 3, op4_outputs, 3, op4_attrs, 3, op4_kernels, op4_create, op4_shape},
+    {"Gobn>BatchNormGradApply", 8, op5_inputs, 1, op5_outputs, 4, op5_attrs, 3, op5_kernels, op5_create, op5_shape},
 };
 
-const int gobn_num_ops = 4;
+const int gobn_num_ops = 6;

@@ -188,6 +188,10 @@ func (s *shapeContext) emptyVector() *C.TF_ShapeHandle {
 	return s.own(C.TF_ShapeInferenceContextVectorFromSize(s.ctx, 0))
 }
 
+func (s *shapeContext) scalar() *C.TF_ShapeHandle {
+	return s.own(C.TF_ShapeInferenceContextScalar(s.ctx))
+}
+
 func (s *shapeContext) setOutput(i int, h *C.TF_ShapeHandle) error {
 	C.TF_ShapeInferenceContextSetOutput(s.ctx, C.int(i), h, s.status)
 	return statusError(s.status)

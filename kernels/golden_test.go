@@ -85,6 +85,9 @@ func TestGoldenSetCoversEveryOpDtypeFormatAndMode(t *testing.T) {
 		have[c.Name] = true
 	}
 	for _, op := range opdef.All {
+		if op.Stock == "" {
+			continue // no stock op to take golden files from (BatchNormGradReduce, BatchNormGradApply)
+		}
 		for _, binding := range op.Kernels {
 			T := binding["T"].String()
 			if op.Kind == opdef.GlobalNormalizationGrad {

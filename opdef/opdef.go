@@ -1,11 +1,15 @@
 package opdef
 
+import "strings"
+
 // Op is the specification of one gobn op: exactly the signature of the stock
 // TensorFlow op it mirrors, under the Gobn> namespace.
 type Op struct {
 	// Name is the registered name, e.g. "Gobn>FusedBatchNormGradV3".
 	Name string
-	// Stock is the name of the stock TensorFlow op with the same signature.
+	// Stock is the name of the stock TensorFlow op with the same signature,
+	// or "" for an op stock TensorFlow does not have (BatchNormGradReduce,
+	// BatchNormGradApply).
 	Stock string
 	// Kind says which kernel family computes the op.
 	Kind Kind
@@ -26,6 +30,13 @@ const (
 	FusedBatchNormGrad Kind = iota
 	// GlobalNormalizationGrad is BatchNormWithGlobalNormalizationGrad.
 	GlobalNormalizationGrad
+	// GradReduce is BatchNormGradReduce, the first half of the training
+	// gradient for batch norm synchronized across replicas: the per-channel
+	// sums Σdy and Σdy·(x−μ) of one replica, and its element count R.
+	GradReduce
+	// GradApply is BatchNormGradApply, the second half: x_backprop of one
+	// replica from the sums all-reduced over every replica.
+	GradApply
 )
 
 // Arg is one input or output.
@@ -46,8 +57,11 @@ func (a Arg) Spec() string { return a.Name + ": " + a.Type }
 type ShapeRule struct {
 	// Empty outputs have shape [0] (the placeholder reserve spaces).
 	Empty bool
-	// Like is the index of the input whose shape the output takes, when Empty is false.
+	// Like is the index of the input whose shape the output takes, when Empty
+	// and Scalar are false.
 	Like int
+	// Scalar outputs have shape [] (the element count of BatchNormGradReduce).
+	Scalar bool
 }
 
 // Attr is one attribute with its REGISTER_OP spec string.
@@ -67,6 +81,7 @@ type DType int
 const (
 	Float    DType = 1
 	Double   DType = 2
+	Int64    DType = 9
 	BFloat16 DType = 14
 	Half     DType = 19
 )
@@ -78,6 +93,8 @@ func (d DType) String() string {
 		return "float"
 	case Double:
 		return "double"
+	case Int64:
+		return "int64"
 	case BFloat16:
 		return "bfloat16"
 	case Half:
@@ -91,7 +108,7 @@ func (d DType) Size() int {
 	switch d {
 	case Float:
 		return 4
-	case Double:
+	case Double, Int64:
 		return 8
 	case BFloat16, Half:
 		return 2
@@ -210,6 +227,49 @@ var All = []Op{
 		},
 		Kernels: []TypeBinding{{"T": Half}, {"T": Float}, {"T": Double}},
 	},
+	// The two halves of the training gradient of synchronized (cross-replica)
+	// batch norm, which stock TensorFlow has no fused kernel for: each replica
+	// runs BatchNormGradReduce, the sums and counts are all-reduced, and each
+	// replica runs BatchNormGradApply with the global sums. mean and variance
+	// are the global batch statistics (variance biased).
+	{
+		Name: "Gobn>BatchNormGradReduce",
+		Kind: GradReduce,
+		Inputs: []Arg{
+			{Name: "y_backprop", Type: "T", Ranks: activation},
+			{Name: "x", Type: "T", Ranks: activation},
+			{Name: "mean", Type: "U", Ranks: vector},
+		},
+		Outputs: []Arg{
+			{Name: "sum_dy", Type: "U", Shape: ShapeRule{Like: 2}},
+			{Name: "sum_dy_xmu", Type: "U", Shape: ShapeRule{Like: 2}},
+			{Name: "count", Type: "int64", Shape: ShapeRule{Scalar: true}},
+		},
+		Attrs: append(append([]Attr(nil), mixedPrecision...),
+			Attr{Name: "data_format", Spec: "data_format: {'NHWC', 'NCHW', 'NDHWC', 'NCDHW'} = 'NHWC'"}),
+		Kernels: mixedKernels,
+	},
+	{
+		Name: "Gobn>BatchNormGradApply",
+		Kind: GradApply,
+		Inputs: []Arg{
+			{Name: "y_backprop", Type: "T", Ranks: activation},
+			{Name: "x", Type: "T", Ranks: activation},
+			{Name: "scale", Type: "U", Ranks: vector},
+			{Name: "mean", Type: "U", Ranks: vector},
+			{Name: "variance", Type: "U", Ranks: vector},
+			{Name: "sum_dy", Type: "U", Ranks: vector},
+			{Name: "sum_dy_xmu", Type: "U", Ranks: vector},
+			{Name: "count", Type: "int64", Ranks: []int{0}},
+		},
+		Outputs: []Arg{
+			{Name: "x_backprop", Type: "T", Shape: ShapeRule{Like: 1}},
+		},
+		Attrs: append(append([]Attr(nil), mixedPrecision...),
+			Attr{Name: "epsilon", Spec: "epsilon: float = 0.0001"},
+			Attr{Name: "data_format", Spec: "data_format: {'NHWC', 'NCHW', 'NDHWC', 'NCDHW'} = 'NHWC'"}),
+		Kernels: mixedKernels,
+	},
 }
 
 // ByName returns the op registered as name, and whether there is one.
@@ -233,3 +293,8 @@ func (op Op) TypeAttrs() []string {
 	}
 	return names
 }
+
+// BaseName returns the op's name without the Gobn> namespace, e.g.
+// "FusedBatchNormGradV3" or "BatchNormGradReduce": the stock name for the ops
+// that have a stock twin.
+func (op Op) BaseName() string { return strings.TrimPrefix(op.Name, "Gobn>") }

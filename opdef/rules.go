@@ -41,7 +41,8 @@ func ChannelsLast(dataFormat string) (bool, error) {
 }
 
 // Geometry is an activation tensor seen as N × C × S: S is the product of its
-// spatial dimensions, so R = N·S elements belong to each channel.
+// spatial dimensions, so R = N·S elements belong to each channel. (For an
+// empty tensor whose spatial dimensions multiply past 2^63-1, S is 0.)
 type Geometry struct {
 	N, C, S      int64
 	ChannelsLast bool
@@ -66,14 +67,24 @@ func geometry(name string, shape []int64, channelsLast bool) (Geometry, error) {
 		g.C = shape[len(shape)-1]
 		spatial = shape[1 : len(shape)-1]
 	}
+	// A tensor with a zero dimension has no elements, however large its other
+	// dimensions: TensorFlow makes such tensors, e.g. [2,0,2^40,2^40].
+	empty := false
+	for _, d := range shape {
+		empty = empty || d == 0
+	}
 	total := g.N
 	for _, d := range append(append([]int64{}, spatial...), g.C) {
-		if d != 0 && total > (1<<63-1)/d {
+		if !empty && d != 0 && total > (1<<63-1)/d {
 			return Geometry{}, invalid("%s has more than 2^63-1 elements: shape %s", name, ShapeString(shape))
 		}
 		total *= d
 	}
 	for _, d := range spatial {
+		if d != 0 && g.S > (1<<63-1)/d {
+			g.S = 0 // only an empty tensor gets here: N or C is 0, and so is N·C·S
+			break
+		}
 		g.S *= d
 	}
 	return g, nil

@@ -397,6 +397,12 @@ func TestAll(t *testing.T) {
 		{"Gobn>BatchNormWithGlobalNormalizationGrad", "BatchNormWithGlobalNormalizationGrad", opdef.GlobalNormalizationGrad,
 			[]string{"t", "m", "v", "gamma", "backprop"}, []string{"dx", "dm", "dv", "db", "dg"},
 			[]string{"T", "variance_epsilon", "scale_after_normalization"}},
+		{"Gobn>BatchNormGradReduce", "", opdef.GradReduce,
+			[]string{"y_backprop", "x", "mean"}, []string{"sum_dy", "sum_dy_xmu", "count"},
+			[]string{"T", "U", "data_format"}},
+		{"Gobn>BatchNormGradApply", "", opdef.GradApply,
+			[]string{"y_backprop", "x", "scale", "mean", "variance", "sum_dy", "sum_dy_xmu", "count"}, []string{"x_backprop"},
+			[]string{"T", "U", "epsilon", "data_format"}},
 	}
 	require.Len(t, opdef.All, len(want))
 	for i, w := range want {
@@ -404,7 +410,10 @@ func TestAll(t *testing.T) {
 		t.Run(w.name, func(t *testing.T) {
 			assert.Equal(t, w.name, op.Name)
 			assert.Equal(t, w.stock, op.Stock)
-			assert.Equal(t, "Gobn>"+op.Stock, op.Name)
+			assert.Equal(t, "Gobn>"+op.BaseName(), op.Name)
+			if op.Stock != "" {
+				assert.Equal(t, op.Stock, op.BaseName())
+			}
 			assert.Equal(t, w.kind, op.Kind)
 			assert.Equal(t, w.inputs, argNames(op.Inputs))
 			assert.Equal(t, w.outputs, argNames(op.Outputs))
@@ -418,7 +427,7 @@ func TestAll(t *testing.T) {
 				assert.Equal(t, a.Name+": "+a.Type, a.Spec())
 			}
 			for _, o := range op.Outputs {
-				if !o.Shape.Empty {
+				if !o.Shape.Empty && !o.Shape.Scalar {
 					assert.True(t, o.Shape.Like >= 0 && o.Shape.Like < len(op.Inputs), "output %s takes the shape of input %d", o.Name, o.Shape.Like)
 				}
 			}
@@ -490,6 +499,7 @@ func TestDType(t *testing.T) {
 		{opdef.Double, "double", 8, 2},
 		{opdef.BFloat16, "bfloat16", 2, 14},
 		{opdef.Half, "half", 2, 19},
+		{opdef.Int64, "int64", 8, 9},
 	} {
 		assert.Equal(t, tc.name, tc.dt.String())
 		assert.Equal(t, tc.size, tc.dt.Size())

@@ -226,3 +226,99 @@ func BatchNormWithGlobalNormalizationGrad(scope *op.Scope, t tf.Output, m tf.Out
 	operation := scope.AddOperation(opspec)
 	return operation.Output(0), operation.Output(1), operation.Output(2), operation.Output(3), operation.Output(4)
 }
+
+// BatchNormGradReduceAttr is an optional argument to BatchNormGradReduce.
+type BatchNormGradReduceAttr func(optionalAttr)
+
+// BatchNormGradReduceDataFormat sets the optional data_format attribute to value.
+//
+// value: one of 'NHWC', 'NCHW', 'NDHWC', 'NCDHW'.
+// If not specified, defaults to "NHWC"
+func BatchNormGradReduceDataFormat(value string) BatchNormGradReduceAttr {
+	return func(m optionalAttr) {
+		m["data_format"] = value
+	}
+}
+
+// BatchNormGradReduce adds a Gobn>BatchNormGradReduce operation to the graph:
+// gobn's kernel; stock TensorFlow has no such op.
+// Load must have loaded libgobn.so first.
+//
+// Inputs: y_backprop: T, x: T, mean: U.
+// T is inferred from the inputs (half, bfloat16, float); CPU kernels exist for float, half, bfloat16.
+// U is inferred from the inputs (float); CPU kernels exist for float.
+//
+// Returns:
+//
+//	sum_dy: U, shaped like mean
+//	sum_dy_xmu: U, shaped like mean
+//	count: int64, a scalar
+func BatchNormGradReduce(scope *op.Scope, y_backprop tf.Output, x tf.Output, mean tf.Output, optional ...BatchNormGradReduceAttr) (sum_dy tf.Output, sum_dy_xmu tf.Output, count tf.Output) {
+	if scope.Err() != nil {
+		return
+	}
+	attrs := map[string]interface{}{}
+	for _, a := range optional {
+		a(attrs)
+	}
+	opspec := tf.OpSpec{
+		Type: "Gobn>BatchNormGradReduce",
+		Input: []tf.Input{
+			y_backprop, x, mean,
+		},
+		Attrs: attrs,
+	}
+	operation := scope.AddOperation(opspec)
+	return operation.Output(0), operation.Output(1), operation.Output(2)
+}
+
+// BatchNormGradApplyAttr is an optional argument to BatchNormGradApply.
+type BatchNormGradApplyAttr func(optionalAttr)
+
+// BatchNormGradApplyEpsilon sets the optional epsilon attribute to value.
+// If not specified, defaults to 0.0001
+func BatchNormGradApplyEpsilon(value float32) BatchNormGradApplyAttr {
+	return func(m optionalAttr) {
+		m["epsilon"] = value
+	}
+}
+
+// BatchNormGradApplyDataFormat sets the optional data_format attribute to value.
+//
+// value: one of 'NHWC', 'NCHW', 'NDHWC', 'NCDHW'.
+// If not specified, defaults to "NHWC"
+func BatchNormGradApplyDataFormat(value string) BatchNormGradApplyAttr {
+	return func(m optionalAttr) {
+		m["data_format"] = value
+	}
+}
+
+// BatchNormGradApply adds a Gobn>BatchNormGradApply operation to the graph:
+// gobn's kernel; stock TensorFlow has no such op.
+// Load must have loaded libgobn.so first.
+//
+// Inputs: y_backprop: T, x: T, scale: U, mean: U, variance: U, sum_dy: U, sum_dy_xmu: U, count: int64.
+// T is inferred from the inputs (half, bfloat16, float); CPU kernels exist for float, half, bfloat16.
+// U is inferred from the inputs (float); CPU kernels exist for float.
+//
+// Returns:
+//
+//	x_backprop: T, shaped like x
+func BatchNormGradApply(scope *op.Scope, y_backprop tf.Output, x tf.Output, scale tf.Output, mean tf.Output, variance tf.Output, sum_dy tf.Output, sum_dy_xmu tf.Output, count tf.Output, optional ...BatchNormGradApplyAttr) (x_backprop tf.Output) {
+	if scope.Err() != nil {
+		return
+	}
+	attrs := map[string]interface{}{}
+	for _, a := range optional {
+		a(attrs)
+	}
+	opspec := tf.OpSpec{
+		Type: "Gobn>BatchNormGradApply",
+		Input: []tf.Input{
+			y_backprop, x, scale, mean, variance, sum_dy, sum_dy_xmu, count,
+		},
+		Attrs: attrs,
+	}
+	operation := scope.AddOperation(opspec)
+	return operation.Output(0)
+}

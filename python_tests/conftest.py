@@ -7,14 +7,39 @@ imported. Helpers are plain functions that test modules import with
 """
 
 import os
+import sys
+
+# True in the pytest process; False in a child script that imports this module.
+_IN_PYTEST = "_pytest" in sys.modules
 
 # Must be set before TensorFlow is imported anywhere in the process.
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+# The Python package (python/gobn) loads the library the fixture below loads:
+# a second copy of libgobn.so from another path would register every kernel
+# twice in this process and break them all.
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+os.environ.setdefault("GOBN_LIBRARY", os.path.join(_REPO, "build", "libgobn.so"))
+sys.path.insert(0, os.path.join(_REPO, "python"))
+
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
+
+# Two logical CPU devices, for the tf.distribute.MirroredStrategy tests
+# (test_keras.py, test_sync_batch_norm.py). It must happen before TensorFlow
+# initializes its devices, so here, before any test runs; other tests run on
+# /CPU:0 as before. Only in the pytest process: a child script that imports
+# this module (test_leaks.py's, which measures memory) keeps TensorFlow's
+# single CPU device.
+LOGICAL_CPUS = 2
+if _IN_PYTEST:
+    try:
+        tf.config.set_logical_device_configuration(
+            tf.config.list_physical_devices("CPU")[0], [tf.config.LogicalDeviceConfiguration()] * LOGICAL_CPUS)
+    except RuntimeError:  # devices initialized already: the tests that need two say so
+        pass
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_LIBRARY = os.path.join(REPO_ROOT, "build", "libgobn.so")
@@ -47,6 +72,21 @@ def gobn():
             pytrace=False,
         )
     return tf.load_op_library(path)
+
+
+@pytest.fixture(scope="session")
+def mirrored_strategy():
+    """tf.distribute.MirroredStrategy over the two logical CPUs, one per process.
+
+    Every test shares it: strategies made side by side in one process number
+    their collective all-reduces alike, and one's all-reduce of float64 under
+    a key another used for float32 aborts every collective after it.
+    """
+    devices = tf.config.list_logical_devices("CPU")
+    if len(devices) < LOGICAL_CPUS:
+        pytest.fail(f"{LOGICAL_CPUS} logical CPU devices are needed: conftest.py sets them up before "
+                    f"TensorFlow initializes its devices, but found {devices}", pytrace=False)
+    return tf.distribute.MirroredStrategy([d.name for d in devices[:LOGICAL_CPUS]])
 
 
 # ---------------------------------------------------------------------------

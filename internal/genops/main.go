@@ -145,6 +145,9 @@ func Generate(ops []opdef.Op) ([]byte, error) {
 func generateOp(b *bytes.Buffer, o opdef.Op) error {
 	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
 	goName := o.Stock
+	if goName == "" { // an op stock TensorFlow does not have
+		goName = o.BaseName()
+	}
 	attrs := make([]attr, len(o.Attrs))
 	var required, optional []attr
 	for i, a := range o.Attrs {
@@ -178,8 +181,13 @@ func generateOp(b *bytes.Buffer, o opdef.Op) error {
 	}
 
 	p("\n// %s adds a %s operation to the graph:\n", goName, o.Name)
-	p("// gobn's kernel with the inputs, outputs and attrs of the stock\n")
-	p("// %s. Load must have loaded libgobn.so first.\n//\n", o.Stock)
+	if o.Stock != "" {
+		p("// gobn's kernel with the inputs, outputs and attrs of the stock\n")
+		p("// %s. Load must have loaded libgobn.so first.\n//\n", o.Stock)
+	} else {
+		p("// gobn's kernel; stock TensorFlow has no such op.\n")
+		p("// Load must have loaded libgobn.so first.\n//\n")
+	}
 	p("// Inputs: %s.\n", argList(o.Inputs))
 	for _, at := range attrs {
 		if at.inferred {
@@ -194,6 +202,8 @@ func generateOp(b *bytes.Buffer, o opdef.Op) error {
 	for _, out := range o.Outputs {
 		if out.Shape.Empty {
 			p("//\t%s: %s, an empty placeholder of shape [0]\n", out.Name, out.Type)
+		} else if out.Shape.Scalar {
+			p("//\t%s: %s, a scalar\n", out.Name, out.Type)
 		} else {
 			p("//\t%s: %s, shaped like %s\n", out.Name, out.Type, o.Inputs[out.Shape.Like].Name)
 		}

@@ -1,0 +1,271 @@
+package kernels_test
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gobn/gobn/kernels"
+)
+
+// referenceGradReduce computes BatchNormGradReduce's sums in float64:
+// sum_dy[c] = Σ dy and sum_dy_xmu[c] = Σ dy·(x−μ) over channel c.
+func referenceGradReduce(layout kernels.Layout, N, C, S int, dy, x, mean []float64) (sumDy, sumDyXmu []float64) {
+	sumDy, sumDyXmu = make([]float64, C), make([]float64, C)
+	for c := range C {
+		for n := range N {
+			for s := range S {
+				i := index(layout, C, S, n, c, s)
+				sumDy[c] += dy[i]
+				sumDyXmu[c] += dy[i] * (x[i] - mean[c])
+			}
+		}
+	}
+	return sumDy, sumDyXmu
+}
+
+// referenceGradApply computes BatchNormGradApply's x_backprop in float64, and
+// the largest sum of the absolute values of its terms. With c = 1/sqrt(σ²+ε):
+//
+//	x_backprop = scale·c·(dy − sum_dy/R − (x−μ)·c²·sum_dy_xmu/R)
+func referenceGradApply(layout kernels.Layout, N, C, S int, dy, x, scale, mean, variance, sumDy, sumDyXmu []float64, count, epsilon float64) ([]float64, float64) {
+	dx := make([]float64, N*C*S)
+	var magnitude float64
+	for c := range C {
+		inv := 1 / math.Sqrt(variance[c]+epsilon)
+		for n := range N {
+			for s := range S {
+				i := index(layout, C, S, n, c, s)
+				a, b, d := dy[i], sumDy[c]/count, (x[i]-mean[c])*inv*inv*sumDyXmu[c]/count
+				dx[i] = scale[c] * inv * (a - b - d)
+				if m := math.Abs(scale[c]*inv) * (math.Abs(a) + math.Abs(b) + math.Abs(d)); isFinite(m) {
+					magnitude = max(magnitude, m)
+				}
+			}
+		}
+	}
+	return dx, magnitude
+}
+
+// runGradReduce runs GradReduce with guarded outputs, checks the guards and
+// that the inputs are unchanged, and returns the sums.
+func runGradReduce[T kernels.Element](t *testing.T, d kernels.Dims, dy, x []T, mean []float32) (sumDy, sumDyXmu []float32) {
+	t.Helper()
+	C := int(d.C)
+	a, b := newGuarded[float32](C), newGuarded[float32](C)
+	savedDy, savedX, savedMean := append([]T(nil), dy...), append([]T(nil), x...), append([]float32(nil), mean...)
+	kernels.GradReduce(kernels.GradReduceArgs[T]{Dims: d, YBackprop: dy, X: x, Mean: mean, SumDy: a.inner, SumDyXmu: b.inner})
+	a.check(t, "sum_dy")
+	b.check(t, "sum_dy_xmu")
+	requireUnchanged(t, "y_backprop", dy, savedDy)
+	requireUnchanged(t, "x", x, savedX)
+	requireUnchanged(t, "mean", mean, savedMean)
+	return a.inner, b.inner
+}
+
+// runGradApply runs GradApply with a guarded output, checks the guards and
+// that the inputs are unchanged, and returns x_backprop.
+func runGradApply[T kernels.Element](t *testing.T, args kernels.GradApplyArgs[T]) []T {
+	t.Helper()
+	dx := newGuarded[T](len(args.X))
+	args.XBackprop = dx.inner
+	savedDy, savedX := append([]T(nil), args.YBackprop...), append([]T(nil), args.X...)
+	var saved [][]float32
+	for _, p := range [][]float32{args.Scale, args.Mean, args.Variance, args.SumDy, args.SumDyXmu} {
+		saved = append(saved, append([]float32(nil), p...))
+	}
+	kernels.GradApply(args)
+	dx.check(t, "x_backprop")
+	requireUnchanged(t, "y_backprop", args.YBackprop, savedDy)
+	requireUnchanged(t, "x", args.X, savedX)
+	for i, p := range [][]float32{args.Scale, args.Mean, args.Variance, args.SumDy, args.SumDyXmu} {
+		requireUnchanged(t, fmt.Sprintf("per-channel input %d", i), p, saved[i])
+	}
+	return dx.inner
+}
+
+func testGradReduce[T kernels.Element](t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, uint64(len(typeName[T]()))))
+	for _, sc := range shapeCases {
+		for _, l := range layouts {
+			t.Run(fmt.Sprintf("%s/%s", sc.name, l.name), func(t *testing.T) {
+				in := newFusedInputs[T](rng, true, l.layout, sc)
+				sumDy, sumDyXmu := runGradReduce(t, in.dims, in.dy, in.x, in.mean)
+				wantDy, wantDyXmu := referenceGradReduce(l.layout, sc.N, sc.C, sc.S, widenAll(in.dy), widenAll(in.x), widen32(in.mean))
+				assertClose(t, "sum_dy", widen32(sumDy), wantDy, 1e-6)
+				assertClose(t, "sum_dy_xmu", widen32(sumDyXmu), wantDyXmu, 1e-6)
+				if sc.N*sc.S == 0 {
+					for c := range sc.C {
+						assert.Zero(t, sumDy[c], "sum_dy[%d] of an empty batch", c)
+						assert.Zero(t, sumDyXmu[c], "sum_dy_xmu[%d] of an empty batch", c)
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestGradReduce(t *testing.T) {
+	t.Run("float32", func(t *testing.T) { testGradReduce[float32](t) })
+	t.Run("float64", func(t *testing.T) { testGradReduce[float64](t) })
+	t.Run("Half", func(t *testing.T) { testGradReduce[kernels.Half](t) })
+	t.Run("BFloat16", func(t *testing.T) { testGradReduce[kernels.BFloat16](t) })
+}
+
+// testGradApply feeds GradApply global sums and counts that are not this
+// tensor's own (as after an all-reduce): the formula holds for any of them.
+func testGradApply[T kernels.Element](t *testing.T) {
+	rng := rand.New(rand.NewPCG(8, uint64(len(typeName[T]()))))
+	for _, sc := range shapeCases {
+		for _, l := range layouts {
+			t.Run(fmt.Sprintf("%s/%s", sc.name, l.name), func(t *testing.T) {
+				in := newFusedInputs[T](rng, false, l.layout, sc)
+				R := sc.N * sc.S
+				count := int64(R + rng.IntN(3*R+2))
+				if R == 0 {
+					count = 0 // an empty tensor needs no count
+				}
+				sumDy := randomVector(rng, sc.C, -float64(count), float64(count))
+				sumDyXmu := randomVector(rng, sc.C, -float64(count), float64(count))
+				dx := runGradApply(t, kernels.GradApplyArgs[T]{
+					Dims: in.dims, YBackprop: in.dy, X: in.x,
+					Scale: in.scale, Mean: in.mean, Variance: in.variance,
+					SumDy: sumDy, SumDyXmu: sumDyXmu, Count: count, Epsilon: in.epsilon,
+				})
+				want, magnitude := referenceGradApply(l.layout, sc.N, sc.C, sc.S, widenAll(in.dy), widenAll(in.x),
+					widen32(in.scale), widen32(in.mean), widen32(in.variance), widen32(sumDy), widen32(sumDyXmu),
+					float64(count), float64(in.epsilon))
+				assertActivation(t, "x_backprop", dx, want, magnitude)
+			})
+		}
+	}
+}
+
+func TestGradApply(t *testing.T) {
+	t.Run("float32", func(t *testing.T) { testGradApply[float32](t) })
+	t.Run("float64", func(t *testing.T) { testGradApply[float64](t) })
+	t.Run("Half", func(t *testing.T) { testGradApply[kernels.Half](t) })
+	t.Run("BFloat16", func(t *testing.T) { testGradApply[kernels.BFloat16](t) })
+}
+
+// testShardsEqualWholeBatch splits a batch along N into replicas, runs
+// GradReduce on each, sums the sums and counts (the all-reduce), runs
+// GradApply on each, and compares the concatenated x_backprop with the
+// float64 training gradient of the whole batch and with TrainingGrad.
+func testShardsEqualWholeBatch[T kernels.Element](t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, uint64(len(typeName[T]()))))
+	for _, tc := range []struct {
+		name   string
+		shards []int // batch sizes of the replicas
+		C, S   int
+	}{
+		{"two replicas", []int{2, 3}, 5, 7},
+		{"one replica", []int{4}, 3, 9},
+		{"an empty replica", []int{0, 3, 1}, 4, 6},
+		{"one element per replica", []int{1, 1}, 3, 1},
+		{"parallel", []int{3, 2}, 37, 1000},
+	} {
+		for _, l := range layouts {
+			t.Run(fmt.Sprintf("%s/%s", tc.name, l.name), func(t *testing.T) {
+				N := 0
+				for _, n := range tc.shards {
+					N += n
+				}
+				in := newFusedInputs[T](rng, true, l.layout, shapeCase{"", N, tc.C, tc.S})
+				// Each replica's elements are a contiguous block in both layouts.
+				perSample := tc.C * tc.S
+				var count int64
+				globalDy, globalDyXmu := make([]float64, tc.C), make([]float64, tc.C)
+				for lo, i := 0, 0; i < len(tc.shards); lo, i = lo+tc.shards[i], i+1 {
+					n := tc.shards[i]
+					d := kernels.Dims{N: int64(n), C: int64(tc.C), S: int64(tc.S), Layout: l.layout}
+					sumDy, sumDyXmu := runGradReduce(t, d, in.dy[lo*perSample:(lo+n)*perSample], in.x[lo*perSample:(lo+n)*perSample], in.mean)
+					for c := range tc.C {
+						globalDy[c] += float64(sumDy[c])
+						globalDyXmu[c] += float64(sumDyXmu[c])
+					}
+					count += d.PerChannel()
+				}
+				require.Equal(t, int64(N*tc.S), count)
+				sumDy, sumDyXmu := make([]float32, tc.C), make([]float32, tc.C)
+				for c := range tc.C {
+					sumDy[c], sumDyXmu[c] = float32(globalDy[c]), float32(globalDyXmu[c])
+				}
+				dx := make([]T, 0, len(in.x))
+				for lo, i := 0, 0; i < len(tc.shards); lo, i = lo+tc.shards[i], i+1 {
+					n := tc.shards[i]
+					part := runGradApply(t, kernels.GradApplyArgs[T]{
+						Dims:      kernels.Dims{N: int64(n), C: int64(tc.C), S: int64(tc.S), Layout: l.layout},
+						YBackprop: in.dy[lo*perSample : (lo+n)*perSample], X: in.x[lo*perSample : (lo+n)*perSample],
+						Scale: in.scale, Mean: in.mean, Variance: in.variance,
+						SumDy: sumDy, SumDyXmu: sumDyXmu, Count: count, Epsilon: in.epsilon,
+					})
+					dx = append(dx, part...)
+				}
+				// Exact for the sums as rounded to float32 (U) ...
+				wantApply, magnitude := referenceGradApply(l.layout, N, tc.C, tc.S, widenAll(in.dy), widenAll(in.x),
+					widen32(in.scale), widen32(in.mean), widen32(in.variance), widen32(sumDy), widen32(sumDyXmu),
+					float64(count), float64(in.epsilon))
+				assertActivation(t, "x_backprop", dx, wantApply, magnitude)
+				// ... and, to float32 accuracy, the gradient of the whole batch.
+				want := in.reference(true)
+				rel := shardTolerance[T]()
+				assertCloseScaled(t, "x_backprop against the whole batch", widenAll(dx), want.xBackprop, rel, want.xBackpropMagnitude)
+				whole, _, _ := runFused(t, true, in)
+				assertCloseScaled(t, "x_backprop against TrainingGrad", widenAll(dx), widenAll(whole), rel, want.xBackpropMagnitude)
+			})
+		}
+	}
+}
+
+// shardTolerance is the relative tolerance of a sharded x_backprop against
+// the whole batch's: the all-reduced sums are float32 (U), so float32's 1e-5
+// for float32 and float64, and one ulp of T (2⁻¹⁰, 2⁻⁷) for Half and BFloat16.
+func shardTolerance[T kernels.Element]() float64 {
+	var z T
+	switch any(z).(type) {
+	case kernels.Half:
+		return 1.0 / 1024
+	case kernels.BFloat16:
+		return 1.0 / 128
+	}
+	return 1e-5
+}
+
+func TestShardsEqualWholeBatch(t *testing.T) {
+	t.Run("float32", func(t *testing.T) { testShardsEqualWholeBatch[float32](t) })
+	t.Run("float64", func(t *testing.T) { testShardsEqualWholeBatch[float64](t) })
+	t.Run("Half", func(t *testing.T) { testShardsEqualWholeBatch[kernels.Half](t) })
+	t.Run("BFloat16", func(t *testing.T) { testShardsEqualWholeBatch[kernels.BFloat16](t) })
+}
+
+func TestSyncKernelsPanicOnBadArguments(t *testing.T) {
+	d := kernels.Dims{N: 2, C: 3, S: 4, Layout: kernels.ChannelsLast}
+	act, vec := make([]float32, 24), make([]float32, 3)
+	apply := func() kernels.GradApplyArgs[float32] {
+		return kernels.GradApplyArgs[float32]{Dims: d, YBackprop: act, X: act, Scale: vec, Mean: vec, Variance: vec,
+			SumDy: vec, SumDyXmu: vec, Count: 8, XBackprop: make([]float32, 24)}
+	}
+	for name, fn := range map[string]func(){
+		"reduce short x": func() {
+			kernels.GradReduce(kernels.GradReduceArgs[float32]{Dims: d, YBackprop: act, X: act[:23], Mean: vec, SumDy: vec, SumDyXmu: vec})
+		},
+		"reduce short mean": func() {
+			kernels.GradReduce(kernels.GradReduceArgs[float32]{Dims: d, YBackprop: act, X: act, Mean: vec[:2], SumDy: vec, SumDyXmu: vec})
+		},
+		"apply short dx":    func() { a := apply(); a.XBackprop = a.XBackprop[:1]; kernels.GradApply(a) },
+		"apply short scale": func() { a := apply(); a.Scale = vec[:1]; kernels.GradApply(a) },
+		"apply zero count":  func() { a := apply(); a.Count = 0; kernels.GradApply(a) },
+	} {
+		assert.Panics(t, fn, name)
+	}
+	// An empty tensor needs no count.
+	assert.NotPanics(t, func() {
+		kernels.GradApply(kernels.GradApplyArgs[float32]{Dims: kernels.Dims{N: 0, C: 3, S: 4},
+			Scale: vec, Mean: vec, Variance: vec, SumDy: vec, SumDyXmu: vec})
+	})
+}

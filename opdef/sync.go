@@ -1,0 +1,84 @@
+package opdef
+
+// The rules of the synchronized batch-norm gradient ops, BatchNormGradReduce
+// and BatchNormGradApply. They follow the fused gradients' rules and order:
+// data_format, ranks of y_backprop and x, the 1-D (and 0-D) inputs, x and
+// y_backprop of the same shape, the per-channel inputs sized C.
+
+// GradReduceInputs are the shapes of the inputs of BatchNormGradReduce.
+type GradReduceInputs struct {
+	YBackprop, X, Mean []int64
+}
+
+// CheckGradReduce applies the rules of BatchNormGradReduce: y_backprop and x
+// of rank 4 or 5 and the same shape, mean 1-D and sized C, the channel
+// dimension of x under dataFormat. It returns x's geometry.
+func CheckGradReduce(dataFormat string, in GradReduceInputs) (Geometry, error) {
+	return checkSync(dataFormat, in.YBackprop, in.X, []named{{"mean", in.Mean}}, nil)
+}
+
+// GradApplyInputs are the shapes of the inputs of BatchNormGradApply.
+type GradApplyInputs struct {
+	YBackprop, X, Scale, Mean, Variance, SumDy, SumDyXmu, Count []int64
+}
+
+// CheckGradApply applies the rules of BatchNormGradApply: y_backprop and x of
+// rank 4 or 5 and the same shape; scale, mean, variance, sum_dy and
+// sum_dy_xmu 1-D and sized C; count a scalar. It returns x's geometry. The
+// value of count is checked by CheckCount.
+func CheckGradApply(dataFormat string, in GradApplyInputs) (Geometry, error) {
+	perChannel := []named{
+		{"scale", in.Scale}, {"mean", in.Mean}, {"variance", in.Variance},
+		{"sum_dy", in.SumDy}, {"sum_dy_xmu", in.SumDyXmu},
+	}
+	return checkSync(dataFormat, in.YBackprop, in.X, perChannel, &named{"count", in.Count})
+}
+
+// CheckCount checks the count input of BatchNormGradApply against the
+// geometry of x: count is the number of elements per channel over every
+// replica, so it is at least this replica's R = N·S.
+func CheckCount(count int64, g Geometry) error {
+	if count < g.N*g.S {
+		return invalid("count must be at least the number of elements per channel of x (%d), got %d", g.N*g.S, count)
+	}
+	return nil
+}
+
+type named struct {
+	name  string
+	shape []int64
+}
+
+func checkSync(dataFormat string, yBackprop, x []int64, perChannel []named, scalar *named) (Geometry, error) {
+	channelsLast, err := ChannelsLast(dataFormat)
+	if err != nil {
+		return Geometry{}, err
+	}
+	for _, a := range []named{{"y_backprop", yBackprop}, {"x", x}} {
+		if len(a.shape) != 4 && len(a.shape) != 5 {
+			return Geometry{}, invalid("%s must be 4 or 5-dimensional, got shape %s", a.name, ShapeString(a.shape))
+		}
+	}
+	for _, a := range perChannel {
+		if len(a.shape) != 1 {
+			return Geometry{}, invalid("%s must be 1-dimensional, got shape %s", a.name, ShapeString(a.shape))
+		}
+	}
+	if scalar != nil && len(scalar.shape) != 0 {
+		return Geometry{}, invalid("%s must be a scalar, got shape %s", scalar.name, ShapeString(scalar.shape))
+	}
+	if !sameShape(x, yBackprop) {
+		return Geometry{}, invalid("x and y_backprop must have same shape, but x has shape %s and y_backprop has shape %s",
+			ShapeString(x), ShapeString(yBackprop))
+	}
+	g, err := geometry("x", x, channelsLast)
+	if err != nil {
+		return Geometry{}, err
+	}
+	for _, a := range perChannel {
+		if a.shape[0] != g.C {
+			return Geometry{}, invalid("%s must have the same number of elements as the channels of x, got %d and %d", a.name, a.shape[0], g.C)
+		}
+	}
+	return g, nil
+}

@@ -1,0 +1,303 @@
+"""gobn: TensorFlow's batch-normalization gradients in Go, for Python users.
+
+``import gobn`` registers gradients and gives:
+
+- ``gobn.ops``: the op module of ``libgobn.so`` (``gobn_fused_batch_norm_grad_v3``,
+  ``gobn_batch_norm_grad_reduce``, ...), loaded on first use;
+- ``gobn.fused_batch_norm``: ``tf.compat.v1.nn.fused_batch_norm`` whose gradient
+  runs on gobn's kernels;
+- ``gobn.sync_batch_norm``: training-mode batch norm with statistics over
+  every replica of a ``tf.distribute`` strategy, whose gradient runs on
+  ``Gobn>BatchNormGradReduce``, an all-reduce and ``Gobn>BatchNormGradApply``;
+- ``gobn.keras.BatchNormalization`` and ``gobn.keras.SyncBatchNormalization``:
+  Keras layers whose backward pass runs on gobn.
+
+The library is found, in order, at ``$GOBN_LIBRARY`` (when set, only there),
+beside this package (``make`` copies it there), or at ``build/libgobn.so`` of
+the repository this package sits in.
+
+Importing gobn also registers second-order gradients for the ``Gobn>`` ops
+(see ``gobn._gradients``), so double backprop through them works.
+"""
+
+import os
+import threading
+
+import tensorflow as tf
+
+from gobn import _gradients  # noqa: F401  (registers the Gobn> gradients)
+
+__all__ = ["fused_batch_norm", "keras", "library_path", "load_library", "ops", "sync_batch_norm"]
+
+ENV_VAR = "GOBN_LIBRARY"
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_BESIDE_PACKAGE = os.path.join(_PACKAGE_DIR, "libgobn.so")
+_REPO_BUILD = os.path.join(os.path.dirname(os.path.dirname(_PACKAGE_DIR)), "build", "libgobn.so")
+
+# The ops libgobn.so registers, in registration order (opdef.All).
+OP_NAMES = (
+    "Gobn>FusedBatchNormGrad",
+    "Gobn>FusedBatchNormGradV2",
+    "Gobn>FusedBatchNormGradV3",
+    "Gobn>BatchNormWithGlobalNormalizationGrad",
+    "Gobn>BatchNormGradReduce",
+    "Gobn>BatchNormGradApply",
+)
+
+_ops = None
+_loaded_from = None
+_load_lock = threading.Lock()
+
+
+def _candidates():
+    """The (origin, path) pairs the library is looked for at, in order."""
+    env = os.environ.get(ENV_VAR)
+    if env:
+        return [(f"${ENV_VAR}", env)]
+    return [("beside the package", _BESIDE_PACKAGE), ("the repository's build", _REPO_BUILD)]
+
+
+def library_path():
+    """Returns the path of the libgobn.so that gobn loads (or has loaded).
+
+    When the process had loaded libgobn.so itself before gobn needed it,
+    gobn uses those ops and loads nothing; this is then where gobn would
+    have looked.
+
+    Raises:
+      FileNotFoundError: when no candidate exists; the message lists every
+        path tried.
+    """
+    if _loaded_from is not None:
+        return _loaded_from
+    tried = _candidates()
+    for _, path in tried:
+        if os.path.isfile(path):
+            return path
+    lines = "\n".join(f"  {path}  ({origin}): not found" for origin, path in tried)
+    hint = (f"unset {ENV_VAR} or point it at a built libgobn.so" if os.environ.get(ENV_VAR)
+            else f"run `make` in the gobn repository, or set {ENV_VAR} to a built libgobn.so")
+    raise FileNotFoundError(f"gobn: libgobn.so not found; tried:\n{lines}\n({hint})")
+
+
+def _registered_ops():
+    from tensorflow.python.framework import op_def_registry
+
+    return [name for name in OP_NAMES if op_def_registry.get(name) is not None]
+
+
+def _module_from_registry(names):
+    """Builds the op module for ops already registered in this process.
+
+    Loading a second copy of libgobn.so (another path) registers every kernel
+    twice and breaks them all, so when the Gobn> ops exist already (the
+    process loaded libgobn.so itself) gobn makes the wrappers from TensorFlow's
+    op registry, as tf.load_op_library would, instead of loading again.
+    """
+    import hashlib
+    import importlib.machinery
+    import importlib.util
+    import sys
+
+    from tensorflow.core.framework import op_def_pb2
+    from tensorflow.python.framework import _pywrap_python_op_gen, op_def_registry
+
+    op_list = op_def_pb2.OpList()
+    op_list.op.extend(op_def_registry.get(name) for name in names)
+    wrappers = _pywrap_python_op_gen.GetPythonWrappers(op_list.SerializeToString())
+    name = hashlib.sha1(wrappers).hexdigest()
+    if name in sys.modules:
+        return sys.modules[name]
+    module = importlib.util.module_from_spec(importlib.machinery.ModuleSpec(name, None))
+    exec(wrappers, module.__dict__)  # noqa: S102 (what tf.load_op_library does)
+    module._IS_TENSORFLOW_PLUGIN = True
+    sys.modules[name] = module
+    return module
+
+
+def load_library(path=None):
+    """Loads libgobn.so once per process and returns its op module.
+
+    path defaults to library_path(). When the Gobn> ops are registered
+    already (the process loaded libgobn.so with tf.load_op_library), the
+    module is made from those ops and nothing is loaded again.
+    """
+    with _load_lock:
+        return _load(path)
+
+
+def _load(path):
+    global _ops, _loaded_from
+    if _ops is not None:
+        return _ops
+    registered = _registered_ops()
+    if registered:
+        _ops = _module_from_registry(registered)
+        return _ops
+    path = path or library_path()
+    try:
+        module = tf.load_op_library(path)
+    except Exception as e:  # tf.errors.NotFoundError for a bad file or TF mismatch
+        raise ImportError(
+            f"gobn: loading {path} failed: {e}\n(libgobn.so must be built against this "
+            f"TensorFlow, {tf.__version__}: rebuild it with `make`)") from e
+    if not hasattr(module, "gobn_fused_batch_norm_grad_v3"):
+        raise ImportError(f"gobn: {path} registered no Gobn> ops (is it libgobn.so?)")
+    _ops, _loaded_from = module, path
+    return _ops
+
+
+def __getattr__(name):
+    if name == "ops":
+        return load_library()
+    if name == "keras":
+        import importlib
+
+        return importlib.import_module("gobn.keras")
+    raise AttributeError(f"module 'gobn' has no attribute {name!r}")
+
+
+def _format(data_format):
+    return data_format.decode() if isinstance(data_format, bytes) else data_format
+
+
+@tf.autograph.experimental.do_not_convert
+def fused_batch_norm(x, scale, offset, mean=None, variance=None, epsilon=0.001, data_format="NHWC",
+                     is_training=True, name=None, exponential_avg_factor=1.0):
+    """tf.compat.v1.nn.fused_batch_norm whose gradient runs on gobn.
+
+    The forward pass is stock FusedBatchNormV3; the gradient with respect to
+    x, scale and offset is Gobn>FusedBatchNormGradV3 with the forward's
+    reserve spaces (training) or mean and variance (inference), exactly
+    where stock's gradient uses FusedBatchNormGradV3. As in stock, mean and
+    variance get no gradient, nor do the batch_mean and batch_variance
+    outputs pass one back. Second-order gradients work (gobn registers them).
+
+    Returns:
+      (y, batch_mean, batch_variance) as tf.compat.v1.nn.fused_batch_norm:
+      with exponential_avg_factor != 1 the running averages; batch_variance
+      is Bessel-corrected, as stock's.
+    """
+    if (not is_training or exponential_avg_factor != 1.0) and (mean is None or variance is None):
+        raise ValueError("Both `mean` and `variance` must be a 1D tensor when `is_training` is False or "
+                         f"`exponential_avg_factor` != 1.0. Received: `mean` {mean!r} and `variance` {variance!r}")
+    with tf.name_scope(name or "GobnFusedBatchNorm"):
+        x = tf.convert_to_tensor(x, name="input")
+        scale = tf.convert_to_tensor(scale, name="scale")
+        offset = tf.convert_to_tensor(offset, name="offset")
+        mean = tf.constant([], tf.float32) if mean is None else tf.convert_to_tensor(mean, tf.float32)
+        variance = tf.constant([], tf.float32) if variance is None else tf.convert_to_tensor(variance, tf.float32)
+        return _fused_batch_norm(x, scale, offset, mean, variance, float(epsilon), _format(data_format),
+                                 bool(is_training), float(exponential_avg_factor))
+
+
+def _fused_batch_norm(x, scale, offset, mean, variance, epsilon, data_format, is_training, factor):
+    grad_op = load_library().gobn_fused_batch_norm_grad_v3
+
+    @tf.custom_gradient
+    def forward(x, scale, offset, mean, variance):
+        out = tf.raw_ops.FusedBatchNormV3(
+            x=x, scale=scale, offset=offset, mean=mean, variance=variance, epsilon=epsilon,
+            exponential_avg_factor=factor, data_format=data_format, is_training=is_training)
+
+        def grad(dy, _batch_mean_grad, _batch_variance_grad):
+            # As stock's _FusedBatchNormV3Grad: the reserve spaces in
+            # training, the population statistics in inference.
+            saved_mean, saved_variance = (out.reserve_space_1, out.reserve_space_2) if is_training else (mean, variance)
+            dx, dscale, doffset, _, _ = grad_op(
+                y_backprop=dy, x=x, scale=scale, reserve_space_1=saved_mean, reserve_space_2=saved_variance,
+                reserve_space_3=out.reserve_space_3, epsilon=epsilon, data_format=data_format,
+                is_training=is_training)
+            return dx, dscale, doffset, None, None
+
+        return (out.y, out.batch_mean, out.batch_variance), grad
+
+    return forward(x, scale, offset, mean, variance)
+
+
+def _layout(x, data_format):
+    """(channel axis, reduction axes) of a rank-4 or rank-5 activation tensor."""
+    rank = x.shape.rank
+    if rank not in (4, 5):
+        raise ValueError(f"gobn: x must be 4 or 5-dimensional with a known rank, got shape {x.shape}")
+    axis = 1 if data_format in ("NCHW", "NCDHW") else rank - 1
+    return axis, [i for i in range(rank) if i != axis]
+
+
+@tf.autograph.experimental.do_not_convert
+def sync_batch_norm(x, scale, offset, epsilon=0.001, data_format="NHWC", replica_context=None, name=None):
+    """Training-mode batch norm with the statistics of every replica's batch.
+
+    Synchronized batch norm: the mean and (biased) variance are taken over
+    the concatenation of all replicas' x, by all-reducing per-channel sums
+    (first Σx and the count, then Σ(x−μ)², which stays accurate where
+    E[x²]−μ² would not). y = scale·(x−μ)/sqrt(σ²+ε) + offset is stock
+    FusedBatchNormV3 in inference mode on those statistics.
+
+    The gradient is gobn's: per replica, Gobn>BatchNormGradReduce gives
+    Σdy and Σdy·(x−μ); they are all-reduced (one collective: the global
+    element count n is the forward pass's); then Gobn>BatchNormGradApply gives
+
+        x_backprop = scale·c·(dy − Σdy/n − (x−μ)·c²·Σdy·(x−μ)/n),  c = 1/sqrt(σ²+ε)
+
+    with the global sums and count n: the gradient of the sum of every
+    replica's loss with respect to this replica's x. scale and offset get
+    this replica's c·Σdy·(x−μ) and Σdy, which the strategy sums across
+    replicas as it does every other gradient.
+
+    Call it in a replica context (inside strategy.run, or a Keras layer's
+    call under a strategy); replica_context defaults to
+    tf.distribute.get_replica_context(). With one replica it is plain batch
+    norm.
+
+    Returns:
+      (y, mean, variance): the global batch mean and biased variance, the
+      same on every replica (as float32).
+    """
+    ctx = replica_context or tf.distribute.get_replica_context()
+    if ctx is None:
+        raise ValueError("gobn.sync_batch_norm must run in a replica context (e.g. inside strategy.run)")
+    data_format = _format(data_format)
+    ops = load_library()
+    with tf.name_scope(name or "GobnSyncBatchNorm"):
+        x = tf.convert_to_tensor(x, name="input")
+        scale = tf.convert_to_tensor(scale, tf.float32, name="scale")
+        offset = tf.convert_to_tensor(offset, tf.float32, name="offset")
+        axis, axes = _layout(x, data_format)
+        shape = [1] * x.shape.rank
+        shape[axis] = -1
+
+        def per_channel(v):
+            return tf.reshape(v, shape)
+
+        @tf.custom_gradient
+        def forward(x, scale, offset):
+            x32 = tf.cast(x, tf.float32)
+            # One all-reduce for Σx and the element count, packed in float64
+            # (exact for counts up to 2^53).
+            local_count = tf.reduce_prod(tf.gather(tf.shape(x, out_type=tf.int64), axes))
+            packed = ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.concat(
+                [tf.cast(tf.reduce_sum(x32, axes), tf.float64), tf.cast(local_count, tf.float64)[None]], 0))
+            count = tf.cast(packed[-1], tf.int64)
+            mean = tf.cast(tf.math.divide_no_nan(packed[:-1], packed[-1]), tf.float32)
+            squares = ctx.all_reduce(tf.distribute.ReduceOp.SUM,
+                                     tf.reduce_sum(tf.math.squared_difference(x32, per_channel(mean)), axes))
+            variance = tf.math.divide_no_nan(squares, tf.cast(count, tf.float32))
+            y = tf.raw_ops.FusedBatchNormV3(
+                x=x, scale=scale, offset=offset, mean=mean, variance=variance, epsilon=epsilon,
+                data_format=data_format, is_training=False).y
+
+            def grad(dy, _mean_grad, _variance_grad):
+                # The global count is the forward's: one all-reduce (of the
+                # two sums) is all the backward pass needs.
+                sum_dy, sum_dy_xmu, _ = ops.gobn_batch_norm_grad_reduce(
+                    y_backprop=dy, x=x, mean=mean, data_format=data_format)
+                global_dy, global_dy_xmu = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [sum_dy, sum_dy_xmu])
+                dx = ops.gobn_batch_norm_grad_apply(
+                    y_backprop=dy, x=x, scale=scale, mean=mean, variance=variance, sum_dy=global_dy,
+                    sum_dy_xmu=global_dy_xmu, count=count, epsilon=epsilon, data_format=data_format)
+                return dx, sum_dy_xmu * tf.math.rsqrt(variance + epsilon), sum_dy
+
+            return (y, mean, variance), grad
+
+        return forward(x, scale, offset)

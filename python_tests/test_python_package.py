@@ -1,0 +1,229 @@
+"""The Python package (python/gobn): finding the library, gobn.ops, and
+gobn.fused_batch_norm against tf.compat.v1.nn.fused_batch_norm, first-order
+gradients included (finite differences too).
+
+conftest.py puts <repo>/python on sys.path and points GOBN_LIBRARY at the
+library the other tests load.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import gobn
+from conftest import REPO_ROOT, assert_close, library_path
+
+PACKAGE_DIR = os.path.join(REPO_ROOT, "python", "gobn")
+
+# (data_format, shape): C = 3 in every case.
+LAYOUTS = [
+    ("NHWC", (4, 5, 6, 3)),
+    ("NCHW", (4, 3, 5, 6)),
+    ("NDHWC", (2, 3, 4, 5, 3)),
+    ("NCDHW", (2, 3, 3, 4, 5)),
+]
+
+
+def random_inputs(shape, data_format, dtype=tf.float32, seed=0):
+    rng = np.random.default_rng(seed)
+    channels = shape[1] if data_format in ("NCHW", "NCDHW") else shape[-1]
+    x = tf.constant(rng.normal(1.5, 2.0, shape), dtype)
+    w = tf.constant(rng.normal(0.0, 1.0, shape), dtype)  # dy of the loss sum(y*w)
+    scale = tf.constant(rng.uniform(0.5, 2.0, channels), tf.float32)
+    offset = tf.constant(rng.normal(0.0, 1.0, channels), tf.float32)
+    mean = tf.constant(rng.normal(1.0, 1.0, channels), tf.float32)
+    variance = tf.constant(rng.uniform(0.5, 4.0, channels), tf.float32)
+    return x, w, scale, offset, mean, variance
+
+
+# ---------------------------------------------------------------------------
+# Finding the library
+
+
+def test_library_is_found_from_the_environment():
+    gobn.load_library()
+    assert gobn.library_path() == os.environ["GOBN_LIBRARY"] == library_path()
+
+
+def test_ops_module_has_every_op():
+    for name in ("gobn_fused_batch_norm_grad", "gobn_fused_batch_norm_grad_v2", "gobn_fused_batch_norm_grad_v3",
+                 "gobn_batch_norm_with_global_normalization_grad", "gobn_batch_norm_grad_reduce",
+                 "gobn_batch_norm_grad_apply"):
+        assert callable(getattr(gobn.ops, name)), name
+    assert gobn.load_library() is gobn.ops
+    # gobn.OP_NAMES (what gobn looks for in TensorFlow's registry) is every op.
+    from tensorflow.python.framework import op_def_registry
+
+    assert all(op_def_registry.get(name) is not None for name in gobn.OP_NAMES)
+    wrappers = [n for n in dir(gobn.ops) if n.startswith("gobn_") and not n.endswith("_eager_fallback")]
+    assert len(wrappers) == len(gobn.OP_NAMES)
+
+
+def test_library_loaded_by_the_process_is_reused(monkeypatch):
+    """With the Gobn> ops registered already (tf.load_op_library), gobn builds
+    its op module from TensorFlow's registry and loads no second copy."""
+    tf.load_op_library(library_path())
+    monkeypatch.setattr(gobn, "_ops", None)
+    monkeypatch.setattr(gobn, "_loaded_from", None)
+    monkeypatch.setenv("GOBN_LIBRARY", "/nonexistent/libgobn.so")  # never looked at
+    ops = gobn.load_library()
+    x = tf.ones([2, 2, 2, 3])
+    out = ops.gobn_fused_batch_norm_grad_v3(x, x, tf.ones([3]), tf.zeros([3]), tf.ones([3]), tf.zeros([3]))
+    assert out.x_backprop.shape == x.shape
+
+
+def test_search_order_and_message(monkeypatch, tmp_path):
+    beside, build = tmp_path / "python" / "gobn" / "libgobn.so", tmp_path / "build" / "libgobn.so"
+    monkeypatch.setattr(gobn, "_BESIDE_PACKAGE", str(beside))
+    monkeypatch.setattr(gobn, "_REPO_BUILD", str(build))
+    monkeypatch.setattr(gobn, "_loaded_from", None)
+    monkeypatch.delenv("GOBN_LIBRARY")
+    with pytest.raises(FileNotFoundError) as e:
+        gobn.library_path()
+    message = str(e.value)
+    assert str(beside) in message and str(build) in message, message
+    assert message.index(str(beside)) < message.index(str(build)), "tried in order"
+    assert "make" in message and "GOBN_LIBRARY" in message
+
+    build.parent.mkdir(parents=True)
+    build.write_bytes(b"")
+    assert gobn.library_path() == str(build)
+    beside.parent.mkdir(parents=True)
+    beside.write_bytes(b"")
+    assert gobn.library_path() == str(beside), "beside the package comes before the repository's build"
+
+    monkeypatch.setenv("GOBN_LIBRARY", str(tmp_path / "elsewhere.so"))
+    with pytest.raises(FileNotFoundError) as e:
+        gobn.library_path()
+    assert "$GOBN_LIBRARY" in str(e.value) and str(tmp_path / "elsewhere.so") in str(e.value)
+    assert str(beside) not in str(e.value), "GOBN_LIBRARY, when set, is the only place looked at"
+
+
+def test_a_file_that_does_not_load_says_which(monkeypatch, tmp_path):
+    bad = tmp_path / "libgobn.so"
+    bad.write_bytes(b"not a shared library")
+    monkeypatch.setattr(gobn, "_ops", None)
+    monkeypatch.setattr(gobn, "_loaded_from", None)
+    monkeypatch.setattr(gobn, "_registered_ops", lambda: [])
+    monkeypatch.setenv("GOBN_LIBRARY", str(bad))
+    with pytest.raises(ImportError, match="libgobn.so") as e:
+        gobn.load_library()
+    assert str(bad) in str(e.value)
+
+
+def test_fresh_process_finds_the_library_without_the_environment():
+    """`PYTHONPATH=python python ...` with no GOBN_LIBRARY: beside the package
+    (where make copies it), else the repository's build."""
+    env = {k: v for k, v in os.environ.items() if k != "GOBN_LIBRARY"}
+    env["PYTHONPATH"] = os.path.join(REPO_ROOT, "python")
+    script = textwrap.dedent("""
+        import tensorflow as tf, gobn
+        x = tf.random.normal([2, 3, 3, 4])
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y, _, _ = gobn.fused_batch_norm(x, tf.ones([4]), tf.zeros([4]))
+            loss = tf.reduce_sum(y * tf.range(4, dtype=tf.float32))
+        assert tape.gradient(loss, x).shape == x.shape
+        print(gobn.library_path())
+    """)
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    beside = os.path.join(PACKAGE_DIR, "libgobn.so")
+    want = beside if os.path.isfile(beside) else os.path.join(REPO_ROOT, "build", "libgobn.so")
+    assert done.stdout.strip().splitlines()[-1] == want
+
+
+# ---------------------------------------------------------------------------
+# fused_batch_norm against tf.compat.v1.nn.fused_batch_norm
+
+
+def run_both(x, w, scale, offset, **kwargs):
+    """(y, batch_mean, batch_variance, dx, dscale, doffset) of stock and gobn for loss sum(y*w)."""
+    results = []
+    for fn in (tf.compat.v1.nn.fused_batch_norm, gobn.fused_batch_norm):
+        with tf.GradientTape() as tape:
+            tape.watch([x, scale, offset])
+            y, mean, variance = fn(x, scale, offset, **kwargs)
+            loss = tf.reduce_sum(tf.cast(y, tf.float32) * tf.cast(w, tf.float32))
+        results.append([y, mean, variance] + tape.gradient(loss, [x, scale, offset]))
+    return results
+
+
+NAMES = ("y", "batch_mean", "batch_variance", "x gradient", "scale gradient", "offset gradient")
+
+
+@pytest.mark.parametrize("data_format,shape", LAYOUTS)
+@pytest.mark.parametrize("is_training", [True, False], ids=["training", "inference"])
+def test_fused_batch_norm_matches_stock(data_format, shape, is_training):
+    x, w, scale, offset, mean, variance = random_inputs(shape, data_format)
+    kwargs = dict(epsilon=0.01, data_format=data_format, is_training=is_training)
+    if not is_training:
+        kwargs.update(mean=mean, variance=variance)
+    stock, got = run_both(x, w, scale, offset, **kwargs)
+    for name, g, s in zip(NAMES, got, stock):
+        assert g.dtype == s.dtype and g.shape == s.shape, name
+        assert_close(g, s, tf.float32, name)
+
+
+@pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16])
+def test_fused_batch_norm_half_precision(dtype):
+    x, w, scale, offset, _, _ = random_inputs((4, 3, 5, 6), "NCHW", dtype)
+    stock, got = run_both(x, w, scale, offset, data_format="NCHW")
+    for name, g, s in zip(NAMES, got, stock):
+        assert g.dtype == s.dtype, name
+        assert_close(g, s, dtype if name in ("y", "x gradient") else tf.float32, name)
+
+
+def test_fused_batch_norm_running_averages():
+    x, w, scale, offset, mean, variance = random_inputs((4, 5, 6, 3), "NHWC")
+    stock, got = run_both(x, w, scale, offset, mean=mean, variance=variance, exponential_avg_factor=0.3)
+    for name, g, s in zip(NAMES, got, stock):
+        assert_close(g, s, tf.float32, name)
+
+
+def test_fused_batch_norm_in_tf_function():
+    x, w, scale, offset, _, _ = random_inputs((4, 3, 5, 6), "NCHW")
+
+    @tf.function
+    def gradients(fn, x, scale, offset):
+        with tf.GradientTape() as tape:
+            tape.watch([x, scale, offset])
+            y, _, _ = fn(x, scale, offset, data_format="NCHW")
+            loss = tf.reduce_sum(y * w)
+        return tape.gradient(loss, [x, scale, offset])
+
+    for g, s in zip(gradients(gobn.fused_batch_norm, x, scale, offset),
+                    gradients(tf.compat.v1.nn.fused_batch_norm, x, scale, offset)):
+        assert_close(g, s, tf.float32)
+    graph = gradients.get_concrete_function(gobn.fused_batch_norm, x, scale, offset).graph
+    ops = {op.type for op in graph.get_operations()}
+    assert "Gobn>FusedBatchNormGradV3" in ops
+    assert "FusedBatchNormGradV3" not in ops, "the gradient must run on gobn, not on stock"
+
+
+def test_fused_batch_norm_needs_statistics_in_inference():
+    x, _, scale, offset, _, _ = random_inputs((2, 2, 2, 3), "NHWC")
+    with pytest.raises(ValueError, match="mean"):
+        gobn.fused_batch_norm(x, scale, offset, is_training=False)
+
+
+@pytest.mark.parametrize("is_training", [True, False], ids=["training", "inference"])
+def test_fused_batch_norm_finite_differences(is_training):
+    """tf.test.compute_gradient: gobn's gradient against central differences."""
+    x, w, scale, offset, mean, variance = random_inputs((2, 3, 2, 3), "NCHW", seed=3)
+    kwargs = dict(data_format="NCHW", is_training=is_training, epsilon=0.01)
+    if not is_training:
+        kwargs.update(mean=mean, variance=variance)
+
+    def loss(x, scale, offset):
+        y, _, _ = gobn.fused_batch_norm(x, scale, offset, **kwargs)
+        return tf.reduce_sum(y * w)[None]
+
+    theoretical, numerical = tf.test.compute_gradient(loss, [x, scale, offset], delta=1e-2)
+    for name, t, n in zip(("x", "scale", "offset"), theoretical, numerical):
+        np.testing.assert_allclose(t, n, rtol=1e-3, atol=1e-3 * max(1.0, np.abs(n).max()), err_msg=name)

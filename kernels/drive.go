@@ -14,14 +14,17 @@ const blockLen = 2048
 // twice this a gradient runs on the calling thread.
 const minElementsPerWorker = 1 << 16
 
-// workersFor returns how many goroutines to split n elements over.
+// workersFor returns how many goroutines to split n elements over: one per
+// core the process may use, at most GOMAXPROCS (which the host library may set
+// above the core count, see capi).
 func workersFor(n int) int {
-	return max(1, min(runtime.GOMAXPROCS(0), n/minElementsPerWorker))
+	return max(1, min(runtime.NumCPU(), runtime.GOMAXPROCS(0), n/minElementsPerWorker))
 }
 
 // parallel calls fn(w, lo, hi) for workers contiguous ranges that cover
-// [0, n), concurrently when workers > 1. A panic in a worker is re-raised on
-// the calling goroutine, so the caller's recover sees it.
+// [0, n), concurrently when workers > 1: range 0 on the calling goroutine,
+// the others on new goroutines. A panic in a worker is re-raised on the
+// calling goroutine, so the caller's recover sees it.
 func parallel(n, workers int, fn func(w, lo, hi int)) {
 	if workers <= 1 {
 		fn(0, 0, n)
@@ -30,15 +33,22 @@ func parallel(n, workers int, fn func(w, lo, hi int)) {
 	chunk := (n + workers - 1) / workers
 	var wg sync.WaitGroup
 	panics := make([]any, workers)
-	for w := range workers {
+	run := func(w int) {
+		defer func() { panics[w] = recover() }()
 		lo, hi := min(w*chunk, n), min((w+1)*chunk, n)
+		fn(w, lo, hi)
+	}
+	// Workers 1.. run on goroutines; worker 0 runs here, on the calling
+	// thread: a thread that calls in from C holds its goroutine locked, and
+	// parking it first would leave the work to wait for another thread.
+	for w := 1; w < workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer func() { panics[w] = recover() }()
-			fn(w, lo, hi)
+			run(w)
 		}()
 	}
+	run(0)
 	wg.Wait()
 	for _, p := range panics {
 		if p != nil {

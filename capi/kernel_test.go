@@ -1,0 +1,431 @@
+package main
+
+// Tests of the kernel layer of capi without TensorFlow at run time (the test
+// binary still links libtensorflow_framework, as the package does): inputs are
+// host tensors over Go memory and outputs come from an allocator stub.
+//
+//   - TestComputeConcurrent runs every op of the fused and global families,
+//     valid and rejected inputs, from many goroutines at once, and requires
+//     each result to equal, bit for bit, the one computed alone. make test
+//     runs it under -race.
+//   - FuzzCompute drives kernel.compute for every op in opdef.All with
+//     random dtypes, attrs, ranks and dims: it must never panic, must reject
+//     with an *opdef.ArgumentError that names an input or attr, and must
+//     allocate every output of an accepted input with the shape opdef says.
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"unsafe"
+
+	"github.com/gobn/gobn/kernels"
+	"github.com/gobn/gobn/opdef"
+)
+
+// elementSize is the size of the dtypes the tests make, including ones gobn
+// has no kernel for (int32 = 3).
+func elementSize(dtype opdef.DType) int {
+	if dtype == 3 {
+		return 4
+	}
+	return dtype.Size()
+}
+
+// newGoTensor returns a tensor of dtype and dims over fresh Go memory
+// (8-byte aligned), filled by fill(i) converted to dtype.
+func newGoTensor(dtype opdef.DType, dims []int64, fill func(i int) float64) hostTensor {
+	n := 1
+	for _, d := range dims {
+		n *= int(d)
+	}
+	bytes := n * elementSize(dtype)
+	words := make([]uint64, (bytes+7)/8+1)
+	t := hostTensor{dtype: dtype, dims: append([]int64(nil), dims...), data: unsafe.Pointer(&words[0]), bytes: bytes}
+	if fill == nil || n == 0 {
+		return t
+	}
+	switch dtype {
+	case opdef.Float:
+		v := view[float32](t)
+		for i := range v {
+			v[i] = float32(fill(i))
+		}
+	case opdef.Double:
+		v := view[float64](t)
+		for i := range v {
+			v[i] = fill(i)
+		}
+	case opdef.Half:
+		v := view[kernels.Half](t)
+		for i := range v {
+			v[i] = kernels.HalfFromFloat32(float32(fill(i)))
+		}
+	case opdef.BFloat16:
+		v := view[kernels.BFloat16](t)
+		for i := range v {
+			v[i] = kernels.BFloat16FromFloat32(float32(fill(i)))
+		}
+	case opdef.Int64:
+		v := view[int64](t)
+		for i := range v {
+			v[i] = int64(fill(i))
+		}
+	}
+	return t
+}
+
+// bytesOf returns a copy of t's bytes.
+func bytesOf(t hostTensor) []byte {
+	if t.bytes == 0 {
+		return nil
+	}
+	return append([]byte(nil), unsafe.Slice((*byte)(t.data), t.bytes)...)
+}
+
+// errTooLarge is the stub allocator's refusal, as TensorFlow's
+// ResourceExhausted would be.
+var errTooLarge = errors.New("test allocator: output too large")
+
+// recordingAllocator allocates outputs from Go memory and records them.
+type recordingAllocator struct {
+	outputs map[int]hostTensor
+}
+
+func (a *recordingAllocator) allocate(i int, dtype opdef.DType, dims []int64) (hostTensor, error) {
+	if _, dup := a.outputs[i]; dup {
+		return hostTensor{}, fmt.Errorf("output %d allocated twice", i)
+	}
+	n := int64(1)
+	for _, d := range dims {
+		if d < 0 || d != 0 && n > (1<<26)/d {
+			return hostTensor{}, errTooLarge
+		}
+		n *= d
+	}
+	t := newGoTensor(dtype, dims, nil)
+	a.outputs[i] = t
+	return t, nil
+}
+
+func newRecordingAllocator() *recordingAllocator {
+	return &recordingAllocator{outputs: map[int]hostTensor{}}
+}
+
+// inputDType is the dtype TensorFlow's type constraints give input in of a
+// kernel whose attr T is dtype.
+func inputDType(in opdef.Arg, dtype opdef.DType) opdef.DType {
+	switch in.Type {
+	case "float", "U":
+		return opdef.Float
+	case "int64":
+		return opdef.Int64
+	}
+	return dtype
+}
+
+// allowsFormat reports whether op's data_format attr allows format.
+func allowsFormat(op opdef.Op, format string) bool {
+	for _, a := range op.Attrs {
+		if a.Name == "data_format" {
+			return strings.Contains(a.Spec, "'"+format+"'")
+		}
+	}
+	return false
+}
+
+// computeCase is one call of a kernel: its inputs, and the bytes of every
+// output (or the error) it gave when run alone.
+type computeCase struct {
+	name    string
+	k       *kernel
+	inputs  []hostTensor
+	outputs [][]byte
+	err     string
+}
+
+func (c *computeCase) run() ([][]byte, string) {
+	a := newRecordingAllocator()
+	if err := c.k.compute(c.inputs, a.allocate); err != nil {
+		return nil, err.Error()
+	}
+	out := make([][]byte, len(c.k.op.Outputs))
+	for i := range out {
+		out[i] = bytesOf(a.outputs[i])
+	}
+	return out, ""
+}
+
+// concurrencyCases returns valid and invalid calls of the fused and global ops
+// for every dtype binding, some large enough that the kernels fan out over
+// goroutines (N·C·S > 2·65536).
+func concurrencyCases(rng *rand.Rand) []*computeCase {
+	var cases []*computeCase
+	shapes := []struct {
+		format string
+		x      []int64
+		c      int64
+	}{
+		{opdef.NHWC, []int64{2, 5, 7, 3}, 3},
+		{opdef.NCHW, []int64{2, 3, 5, 7}, 3},
+		{opdef.NHWC, []int64{4, 32, 33, 37}, 37}, // parallel
+		{opdef.NCHW, []int64{3, 13, 65, 71}, 13}, // parallel
+		{opdef.NDHWC, []int64{1, 2, 3, 4, 5}, 5},
+		{opdef.NHWC, []int64{0, 4, 4, 6}, 6}, // empty
+	}
+	for _, op := range opdef.All {
+		if op.Kind != opdef.FusedBatchNormGrad && op.Kind != opdef.GlobalNormalizationGrad {
+			continue
+		}
+		for _, binding := range op.Kernels {
+			dtype := binding["T"]
+			for si, sh := range shapes {
+				format := sh.format
+				if op.Kind == opdef.GlobalNormalizationGrad {
+					if format != opdef.NHWC {
+						continue
+					}
+				} else if !allowsFormat(op, format) {
+					continue
+				}
+				for _, training := range []bool{true, false} {
+					for _, valid := range []bool{true, false} {
+						k := &kernel{op: op, dtype: dtype, dataFormat: format, isTraining: training,
+							epsilon: 1e-3, scaleAfterNormalization: training}
+						inputs := make([]hostTensor, len(op.Inputs))
+						for i, in := range op.Inputs {
+							dims := []int64{sh.c}
+							if len(in.Ranks) > 0 && in.Ranks[0] == 4 {
+								dims = sh.x
+							} else if len(in.Ranks) == 0 {
+								dims = []int64{0}
+							}
+							if !valid && i == len(op.Inputs)-2 {
+								dims = append(append([]int64(nil), dims...), 1) // wrong rank
+							}
+							lo := -2.0
+							if strings.HasPrefix(in.Name, "reserve_space_2") || in.Name == "v" {
+								lo = 0.1 // a variance
+							}
+							inputs[i] = newGoTensor(inputDType(in, dtype), dims, func(int) float64 { return lo + 4*rng.Float64() })
+						}
+						cases = append(cases, &computeCase{
+							name:   fmt.Sprintf("%s/%s/shape%d/training=%v/valid=%v", op.Name, dtype, si, training, valid),
+							k:      k,
+							inputs: inputs,
+						})
+					}
+				}
+			}
+		}
+	}
+	return cases
+}
+
+func TestComputeConcurrent(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	cases := concurrencyCases(rng)
+	if len(cases) < 50 {
+		t.Fatalf("only %d cases", len(cases))
+	}
+	accepted := 0
+	for _, c := range cases {
+		c.outputs, c.err = c.run()
+		if c.err == "" {
+			accepted++
+		}
+	}
+	if accepted == 0 || accepted == len(cases) {
+		t.Fatalf("%d of %d cases accepted: want a mix", accepted, len(cases))
+	}
+
+	// With -short (make race: the race detector slows the kernels tenfold)
+	// every case still runs on 8 goroutines at once, once each.
+	goroutines, rounds := max(16, 4*runtime.GOMAXPROCS(0)), 3
+	if testing.Short() {
+		goroutines, rounds = 8, 1
+	}
+	var wg sync.WaitGroup
+	failures := make(chan string, goroutines)
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			order := rand.New(rand.NewPCG(uint64(g), 3)).Perm(len(cases))
+			for range rounds {
+				for _, i := range order {
+					c := cases[i]
+					out, msg := c.run()
+					if msg != c.err {
+						failures <- fmt.Sprintf("%s: error %q, alone %q", c.name, msg, c.err)
+						return
+					}
+					for j := range out {
+						if string(out[j]) != string(c.outputs[j]) {
+							failures <- fmt.Sprintf("%s: output %d differs from the one computed alone", c.name, j)
+							return
+						}
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(failures)
+	for f := range failures {
+		t.Error(f)
+	}
+	t.Logf("%d goroutines × %d rounds × %d cases (%d accepted), GOMAXPROCS %d",
+		goroutines, rounds, len(cases), accepted, runtime.GOMAXPROCS(0))
+}
+
+// ---------------------------------------------------------------------------
+// Fuzzing kernel.compute.
+
+// fuzzDTypes are the dtypes FuzzCompute draws from: gobn's, and int32.
+var fuzzDTypes = []opdef.DType{opdef.Float, opdef.Half, opdef.BFloat16, opdef.Double, opdef.Int64, 3}
+
+var fuzzFormats = []string{opdef.NHWC, opdef.NCHW, opdef.NDHWC, opdef.NCDHW, "NWHC", ""}
+
+// fuzzDims are dims FuzzCompute draws from: small ones, and edge values that
+// are only possible beside a zero dimension.
+var fuzzDims = []int64{0, 1, 2, 3, 4, 5, 7, 1 << 31, 1 << 32, 1 << 40, 3037000500}
+
+type computeFuzzer struct{ b []byte }
+
+func (f *computeFuzzer) byte() byte {
+	if len(f.b) == 0 {
+		return 0
+	}
+	v := f.b[0]
+	f.b = f.b[1:]
+	return v
+}
+
+// elements returns the element count of dims, or -1 when it is over limit.
+func elements(dims []int64, limit int64) int64 {
+	for _, d := range dims {
+		if d == 0 {
+			return 0
+		}
+	}
+	n := int64(1)
+	for _, d := range dims {
+		if n > limit/d {
+			return -1
+		}
+		n *= d
+	}
+	return n
+}
+
+// FuzzCompute: attr T is one of the op's kernel bindings, as TensorFlow
+// guarantees; the input dtypes need not agree with it. The mode byte steers
+// towards valid inputs (bit 0: dtypes as TensorFlow's constraints give them;
+// bit 1: activation inputs share one shape; bit 2: vector inputs sized as its
+// channels under the format; bit 3: scalars are scalars).
+func FuzzCompute(f *testing.F) {
+	for op := range opdef.All {
+		f.Add([]byte{byte(op), 0x0f, 0, 0, 0, 0, 4, 2, 3, 4, 5})
+		f.Add([]byte{byte(op), 0x0f, 1, 1, 1, 0, 4, 2, 3, 4, 5})
+		f.Add([]byte{byte(op), 0x0f, 2, 2, 0, 0, 4, 0, 9, 9, 3})
+		f.Add([]byte{byte(op), 0x0f, 0, 3, 1, 0, 5, 1, 2, 3, 4, 5})
+		f.Add([]byte{byte(op), 0x07, 3, 0, 0, 0, 4, 2, 3, 4, 5})
+		f.Add([]byte{byte(op), 0x00, 0, 0, 0, 0, 4, 2, 3, 4, 5, 1, 3, 1, 3})
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r := &computeFuzzer{b: data}
+		op := opdef.All[int(r.byte())%len(opdef.All)]
+		mode := r.byte()
+		binding := op.Kernels[int(r.byte())%len(op.Kernels)]
+		k := &kernel{
+			op:                      op,
+			dtype:                   binding["T"],
+			dataFormat:              fuzzFormats[int(r.byte())%len(fuzzFormats)],
+			isTraining:              r.byte()%2 == 0,
+			epsilon:                 []float32{1e-3, 0, -1, float32(math.NaN())}[r.byte()%4],
+			scaleAfterNormalization: mode&0x10 != 0,
+		}
+		// The activation shape, and the channel count under the format.
+		activation := make([]int64, 4+int(r.byte()%2))
+		for i := range activation {
+			activation[i] = fuzzDims[int(r.byte())%len(fuzzDims)]
+		}
+		channels := activation[len(activation)-1]
+		if k.dataFormat == opdef.NCHW || k.dataFormat == opdef.NCDHW {
+			channels = activation[1]
+		}
+		inputs := make([]hostTensor, len(op.Inputs))
+		for i, in := range op.Inputs {
+			var dims []int64
+			switch {
+			case mode&2 != 0 && len(in.Ranks) > 0 && in.Ranks[0] >= 4:
+				dims = activation
+			case mode&4 != 0 && len(in.Ranks) == 1 && in.Ranks[0] == 1:
+				dims = []int64{channels}
+			case mode&8 != 0 && len(in.Ranks) == 1 && in.Ranks[0] == 0:
+				dims = []int64{}
+			default:
+				dims = make([]int64, int(r.byte()%6))
+				for j := range dims {
+					dims[j] = fuzzDims[int(r.byte())%len(fuzzDims)]
+				}
+			}
+			dtype := inputDType(in, k.dtype)
+			if mode&1 == 0 {
+				dtype = fuzzDTypes[int(r.byte())%len(fuzzDTypes)]
+			}
+			if elements(dims, 1<<12) < 0 {
+				t.Skip("an input TensorFlow cannot hold in memory")
+			}
+			inputs[i] = newGoTensor(dtype, dims, func(j int) float64 { return float64(int(r.byte())-128) / 16 })
+		}
+		a := newRecordingAllocator()
+		err := k.compute(inputs, a.allocate)
+		if errors.Is(err, errTooLarge) {
+			return
+		}
+		if err != nil {
+			var argErr *opdef.ArgumentError
+			if !errors.As(err, &argErr) {
+				t.Fatalf("%s: error %q is %T, want *opdef.ArgumentError", op.Name, err, err)
+			}
+			names := []string{op.Name + ":"}
+			for _, in := range op.Inputs {
+				names = append(names, in.Name+" ", in.Name+":")
+			}
+			for _, attr := range op.Attrs {
+				names = append(names, attr.Name+" ")
+			}
+			for _, name := range names {
+				if strings.HasPrefix(err.Error(), name) {
+					return
+				}
+			}
+			t.Fatalf("%s: message %q does not start with the name of an input or attr", op.Name, err)
+		}
+		for i, out := range op.Outputs {
+			got, ok := a.outputs[i]
+			if !ok {
+				t.Fatalf("%s: output %s not allocated", op.Name, out.Name)
+			}
+			var want []int64
+			switch {
+			case out.Shape.Scalar:
+				want = []int64{}
+			case out.Shape.Empty:
+				want = []int64{0}
+			default:
+				want = inputs[out.Shape.Like].dims
+			}
+			if opdef.ShapeString(got.dims) != opdef.ShapeString(want) {
+				t.Fatalf("%s: output %s has shape %s, want %s", op.Name, out.Name, opdef.ShapeString(got.dims), opdef.ShapeString(want))
+			}
+		}
+	})
+}

@@ -1,0 +1,279 @@
+"""Behaviour as a guest: gobn writes nothing to stdout, reads only documented
+environment variables, changes only the signal handlers the README names,
+and leaves Ctrl-C working in the Python process that loaded it.
+
+Each check runs in a child Python (this file run as a script with the check's
+name), so that what the library does at load time is seen in a fresh process.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import REPO_ROOT, library_path
+
+README = os.path.join(REPO_ROOT, "README.md")
+
+# The signals Go's runtime installs handlers for when it starts inside a
+# non-Go process as a c-shared library: the synchronous signals it turns into
+# panics, SIGPIPE, and SIGURG for goroutine preemption (see the README).
+GO_SIGNALS = {"SIGBUS", "SIGFPE", "SIGSEGV", "SIGPIPE", "SIGURG"}
+
+# The environment variables Go's runtime reads at start-up.
+GO_RUNTIME_ENV = {"GOGC", "GOMEMLIMIT", "GODEBUG", "GOMAXPROCS", "GOTRACEBACK"}
+
+
+def run_child(check, *args, **kwargs):
+    env = dict(os.environ, GOBN_LIBRARY=library_path())
+    return subprocess.run([sys.executable, os.path.abspath(__file__), check, *args], capture_output=True,
+                          text=True, env=env, timeout=120, **kwargs)
+
+
+def reliability_section():
+    text = open(README).read()
+    match = re.search(r"^## Reliability\n(.*?)(?=^## )", text, re.S | re.M)
+    assert match, "README.md has no '## Reliability' section before the next section"
+    return match.group(1)
+
+
+def test_writes_nothing_to_stdout(tmp_path):
+    report = tmp_path / "report.json"
+    proc = run_child("quiet", str(report))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.stdout == "", f"the library wrote to stdout: {proc.stdout[:2000]!r}"
+    result = json.loads(report.read_text())
+    assert result["accepted"] > 0 and result["rejected"] > 0, result
+    # Nothing from Go's runtime on stderr either (a panic, a fatal error, a trace).
+    for marker in ("goroutine ", "panic:", "fatal error:", "runtime:", "SIGSEGV"):
+        assert marker not in proc.stderr, f"{marker!r} on stderr:\n{proc.stderr[-3000:]}"
+
+
+def library_sources():
+    """Source files of gobn's packages linked into libgobn.so (go list, else capi, kernels, opdef)."""
+    dirs = None
+    go = shutil.which("go")
+    if go:
+        proc = subprocess.run([go, "list", "-deps", "-f", "{{if not .Standard}}{{.Dir}}{{end}}", "./capi"],
+                              cwd=REPO_ROOT, capture_output=True, text=True)
+        if proc.returncode == 0:
+            dirs = [d for d in proc.stdout.split() if d.startswith(REPO_ROOT)]
+    if not dirs:
+        dirs = [os.path.join(REPO_ROOT, d) for d in ("capi", "kernels", "opdef")]
+    files = []
+    for d in dirs:
+        for name in sorted(os.listdir(d)):
+            if re.search(r"\.(go|c|h|cc|cu)$", name) and not name.endswith("_test.go"):
+                files.append(os.path.join(d, name))
+    return files
+
+
+def test_reads_only_documented_environment_variables():
+    pattern = re.compile(r"(?:os\.Getenv|os\.LookupEnv|syscall\.Getenv|\bgetenv|secure_getenv)\(\s*\"(\w+)\"")
+    dynamic = re.compile(r"os\.Environ\(|os\.ExpandEnv|(?:os\.Getenv|os\.LookupEnv|\bgetenv)\(\s*[^\"\s]")
+    read, unknown = set(), []
+    for path in library_sources():
+        text = open(path, errors="replace").read()
+        read |= set(pattern.findall(text))
+        unknown += [f"{os.path.relpath(path, REPO_ROOT)}: {m.group(0)}" for m in dynamic.finditer(text)]
+    assert not unknown, f"environment read with a name that is not a literal: {unknown}"
+    section = reliability_section()
+    documented = set(re.findall(r"`([A-Z][A-Z0-9_]+)`", section))
+    missing = (read | GO_RUNTIME_ENV) - documented
+    assert not missing, f"environment variables read but not named in the README's Reliability section: {missing}"
+
+
+def test_signal_handlers():
+    proc = run_child("signals")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    added = set(report["added"])
+    assert added <= GO_SIGNALS, f"loading gobn installed handlers for {added - GO_SIGNALS}"
+    assert report["sigint_handler"] == "default_int_handler", report
+    for name, flags in report["unchanged"].items():
+        assert flags["before"] == flags["after"], f"{name}: handler changed by loading gobn: {flags}"
+    documented = set(re.findall(r"`(SIG[A-Z]+)`", reliability_section()))
+    assert GO_SIGNALS <= documented, f"README does not name {GO_SIGNALS - documented}"
+
+
+def test_sigint_raises_keyboard_interrupt():
+    proc = run_child("sigint")
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    lines = proc.stdout.splitlines()
+    assert lines[:1] == ["interrupted"], proc.stdout
+    report = json.loads(lines[-1])
+    assert report["interrupted_during_ops"] == report["tries"], report
+
+
+def test_ctrl_c_from_outside_stops_a_loop_of_ops():
+    """As a terminal's Ctrl-C: SIGINT to the process while it runs ops in a loop."""
+    env = dict(os.environ, GOBN_LIBRARY=library_path())
+    proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "loop"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout.readline().strip() == "ready", proc.stderr.read()[-3000:]
+        time.sleep(0.5)  # let it run ops for a while
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("the process did not stop on SIGINT", pytrace=False)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    assert out.strip().startswith("interrupted after"), out
+
+
+# ---------------------------------------------------------------------------
+# The children.
+
+
+def load():
+    import tensorflow as tf
+
+    return tf, tf.load_op_library(library_path())
+
+
+def sample_calls(tf, lib):
+    """(fn, kwargs, valid) for every op: valid calls, and one rejected call each."""
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+
+    def normal(shape, dtype=tf.float32, positive=False):
+        a = rng.standard_normal(shape)
+        return tf.constant(np.abs(a) + 0.5 if positive else a, dtype)
+
+    calls = []
+    for op, dtype in (("gobn_fused_batch_norm_grad", tf.float32), ("gobn_fused_batch_norm_grad_v2", tf.float16),
+                      ("gobn_fused_batch_norm_grad_v3", tf.bfloat16)):
+        vec = dtype if op == "gobn_fused_batch_norm_grad" else tf.float32
+        kwargs = dict(y_backprop=normal([4, 16, 16, 32], dtype), x=normal([4, 16, 16, 32], dtype),
+                      scale=normal([32], vec), reserve_space_1=normal([32], vec),
+                      reserve_space_2=normal([32], vec, True))
+        if op.endswith("v3"):
+            kwargs["reserve_space_3"] = tf.zeros([0])
+        calls += [(getattr(lib, op), kwargs, True), (getattr(lib, op), dict(kwargs, scale=normal([3], vec)), False)]
+    kwargs = dict(t=normal([4, 16, 16, 32]), m=normal([32]), v=normal([32], positive=True), gamma=normal([32]),
+                  backprop=normal([4, 16, 16, 32]), variance_epsilon=1e-3, scale_after_normalization=True)
+    calls += [(lib.gobn_batch_norm_with_global_normalization_grad, kwargs, True),
+              (lib.gobn_batch_norm_with_global_normalization_grad, dict(kwargs, m=normal([5])), False)]
+    return calls
+
+
+def run_calls(tf, calls):
+    accepted = rejected = 0
+    for fn, kwargs, valid in calls:
+        try:
+            fn(**kwargs)
+            accepted += 1
+        except tf.errors.InvalidArgumentError:
+            rejected += 1
+    return accepted, rejected
+
+
+def child_quiet(report_path):
+    tf, lib = load()
+    calls = sample_calls(tf, lib)
+    accepted, rejected = 0, 0
+    for _ in range(3):
+        a, r = run_calls(tf, calls)
+        accepted, rejected = accepted + a, rejected + r
+    fn, kwargs, _ = calls[0]
+    tf.function(lambda: fn(**kwargs))()
+    with open(report_path, "w") as f:
+        json.dump({"accepted": accepted, "rejected": rejected}, f)
+
+
+def caught_signals():
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("SigCgt:"):
+                mask = int(line.split()[1], 16)
+    names = {s.value: s.name for s in signal.Signals}
+    return {names.get(i + 1, str(i + 1)) for i in range(64) if mask >> i & 1}
+
+
+def sigaction_flags(signum):
+    """(handler address, sa_flags) of signum, read with sigaction(2) (glibc, x86-64/aarch64 layout)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    buf = ctypes.create_string_buffer(256)
+    if libc.sigaction(signum, None, buf) != 0:
+        raise OSError(ctypes.get_errno(), "sigaction")
+    return [int.from_bytes(buf.raw[0:8], "little"), int.from_bytes(buf.raw[136:140], "little")]
+
+
+def child_signals():
+    import tensorflow as tf
+
+    watched = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGCHLD, signal.SIGUSR1)
+    before_mask = caught_signals()
+    before = {s.name: sigaction_flags(s) for s in watched}
+    lib = tf.load_op_library(library_path())
+    run_calls(tf, sample_calls(tf, lib))
+    after = {s.name: sigaction_flags(s) for s in watched}
+    report = {
+        "added": sorted(caught_signals() - before_mask),
+        "unchanged": {name: {"before": before[name], "after": after[name]} for name in before},
+        "sigint_handler": getattr(signal.getsignal(signal.SIGINT), "__name__", str(signal.getsignal(signal.SIGINT))),
+    }
+    print(json.dumps(report))
+
+
+def child_sigint():
+    import threading
+
+    tf, lib = load()
+    calls = sample_calls(tf, lib)
+    run_calls(tf, calls)
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(1)  # the handler runs at the next bytecode boundary
+        print("not interrupted")
+    except KeyboardInterrupt:
+        print("interrupted")
+    # SIGINT sent from another thread while gobn's kernels run: it may land
+    # on any thread, a Go one included; KeyboardInterrupt must follow.
+    big = [c for c in calls if c[2]]
+    tries, interrupted = 20, 0
+    for i in range(tries):
+        timer = threading.Timer(0.002 * (i % 5), os.kill, (os.getpid(), signal.SIGINT))
+        try:
+            timer.start()
+            for _ in range(200):
+                run_calls(tf, big)
+        except KeyboardInterrupt:
+            interrupted += 1
+        finally:
+            timer.join()
+    run_calls(tf, calls)  # still works afterwards
+    print(json.dumps({"tries": tries, "interrupted_during_ops": interrupted}))
+
+
+def child_loop():
+    tf, lib = load()
+    calls = sample_calls(tf, lib)
+    run_calls(tf, calls)
+    print("ready", flush=True)
+    n = 0
+    try:
+        while True:
+            run_calls(tf, calls)
+            n += 1
+    except KeyboardInterrupt:
+        print(f"interrupted after {n} rounds", flush=True)
+
+
+if __name__ == "__main__":
+    check = sys.argv[1]
+    {"quiet": lambda: child_quiet(sys.argv[2]), "signals": child_signals, "sigint": child_sigint,
+     "loop": child_loop}[check]()

@@ -1,0 +1,148 @@
+"""Leaks: 20,000 calls, valid and rejected, grow resident memory by less than 5 MB.
+
+How it is measured: a child Python (this file run as a script) loads the
+library and makes its inputs once (small tensors for every op, dtype, layout
+and mode, valid and invalid). It then runs three phases of 20,000 calls,
+each after 2,000 warm-up calls of its own mix (so that TensorFlow's kernel
+cache, Python's and Go's allocators and the Go heap reach their steady size),
+reading its resident set size from /proc/self/statm (resident pages × page
+size) after a gc.collect() before the phase and every 5,000 calls:
+
+  valid   20,000 valid gobn calls: must grow by less than 5 MB;
+  stock   20,000 stock FusedBatchNormGradV3 calls, one in three rejected by
+          stock's kernel (InvalidArgument) — the control: TensorFlow 2.21
+          itself keeps about 700 bytes per failed eager call of any op (a
+          rejected tf.reshape does the same);
+  mixed   20,000 gobn calls, one in three rejected: must grow by less than
+          5 MB more than the control.
+
+A leak of 256 bytes per call would show as 5 MB. The readings go to
+build/reliability/leaks.json.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+from conftest import REPO_ROOT, library_path
+
+WARMUP = 2000
+CALLS = 20000
+LIMIT_BYTES = 5 * 1024 * 1024
+REPORT = os.path.join(REPO_ROOT, "build", "reliability", "leaks.json")
+
+
+def mb(n):
+    return f"{n / 2**20:.2f} MB"
+
+
+def test_resident_memory_stays_flat():
+    env = dict(os.environ, GOBN_LIBRARY=library_path())
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__)], capture_output=True, text=True,
+                          env=env, timeout=300)
+    assert proc.returncode == 0, f"child exited with {proc.returncode}:\n{proc.stderr[-4000:]}"
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    os.makedirs(os.path.dirname(REPORT), exist_ok=True)
+    with open(REPORT, "w") as f:
+        json.dump(report, f, indent=1)
+    phases = report["phases"]
+    for name, phase in phases.items():
+        assert phase["calls"] == CALLS, (name, phase)
+    assert phases["valid"]["rejected"] == 0
+    for name in ("mixed", "stock"):
+        assert phases[name]["rejected"] >= CALLS // 4, (name, phases[name])
+    readings = {name: [mb(r) for r in phase["rss_bytes"]] for name, phase in phases.items()}
+    assert phases["valid"]["growth_bytes"] < LIMIT_BYTES, (
+        f"{CALLS} valid calls grew resident memory by {mb(phases['valid']['growth_bytes'])}: {readings}")
+    excess = phases["mixed"]["growth_bytes"] - phases["stock"]["growth_bytes"]
+    assert excess < LIMIT_BYTES, (
+        f"{CALLS} calls, a third rejected, grew resident memory by {mb(phases['mixed']['growth_bytes'])}, "
+        f"{mb(excess)} more than stock's with the same mix: {readings}")
+
+
+# ---------------------------------------------------------------------------
+# The child.
+
+
+def rss_bytes():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def child():
+    import gc
+
+    import numpy as np
+    import tensorflow as tf
+
+    lib = tf.load_op_library(library_path())
+    rng = np.random.default_rng(3)
+
+    def normal(shape, dtype=tf.float32, positive=False):
+        a = rng.standard_normal(shape)
+        return tf.constant(np.abs(a) + 0.5 if positive else a, dtype)
+
+    gobn, stock = [], []  # (fn, kwargs, valid)
+    for op, dtype in (("FusedBatchNormGrad", tf.float32), ("FusedBatchNormGradV2", tf.float16),
+                      ("FusedBatchNormGradV3", tf.bfloat16), ("FusedBatchNormGradV3", tf.float32)):
+        vec = dtype if op == "FusedBatchNormGrad" else tf.float32
+        for fmt, shape in (("NHWC", [2, 4, 4, 8]), ("NCHW", [2, 8, 4, 4])):
+            for training in (True, False):
+                kwargs = dict(y_backprop=normal(shape, dtype), x=normal(shape, dtype), scale=normal([8], vec),
+                              reserve_space_1=normal([8], vec), reserve_space_2=normal([8], vec, True),
+                              data_format=fmt, is_training=training)
+                if op.endswith("V3"):
+                    kwargs["reserve_space_3"] = tf.zeros([0])
+                bad = dict(kwargs, scale=normal([7], vec))
+                fn = getattr(lib, "gobn_" + {"FusedBatchNormGrad": "fused_batch_norm_grad",
+                                             "FusedBatchNormGradV2": "fused_batch_norm_grad_v2",
+                                             "FusedBatchNormGradV3": "fused_batch_norm_grad_v3"}[op])
+                gobn += [(fn, kwargs, True), (fn, bad, False)]
+                if op == "FusedBatchNormGradV3" and dtype == tf.float32 and training:
+                    stock += [(tf.raw_ops.FusedBatchNormGradV3, kwargs, True),
+                              (tf.raw_ops.FusedBatchNormGradV3, bad, False)]
+    for dtype in (tf.float32, tf.float16, tf.float64):
+        kwargs = dict(t=normal([2, 4, 4, 8], dtype), m=normal([8], dtype), v=normal([8], dtype, True),
+                      gamma=normal([8], dtype), backprop=normal([2, 4, 4, 8], dtype),
+                      variance_epsilon=1e-3, scale_after_normalization=True)
+        gobn += [(lib.gobn_batch_norm_with_global_normalization_grad, kwargs, True),
+                 (lib.gobn_batch_norm_with_global_normalization_grad,
+                  dict(kwargs, backprop=normal([2, 4, 5, 8], dtype)), False)]
+
+    def mix(calls, rejected):
+        """Two valid calls to each rejected one (or only valid ones)."""
+        return [c for c in calls if c[2]] * 2 + ([c for c in calls if not c[2]] if rejected else [])
+
+    def phase(schedule):
+        counts = {True: 0, False: 0}
+
+        def call(i):
+            fn, kwargs, valid = schedule[i % len(schedule)]
+            try:
+                out = fn(**kwargs)
+                assert valid, "a bad call succeeded"
+                del out
+            except tf.errors.InvalidArgumentError:
+                assert not valid, "a valid call failed"
+            counts[valid] += 1
+
+        for i in range(WARMUP):
+            call(i)
+        counts = {True: 0, False: 0}
+        gc.collect()
+        readings = [rss_bytes()]
+        for i in range(CALLS):
+            call(i)
+            if (i + 1) % 5000 == 0:
+                gc.collect()
+                readings.append(rss_bytes())
+        return {"calls": CALLS, "warmup": WARMUP, "accepted": counts[True], "rejected": counts[False],
+                "rss_bytes": readings, "growth_bytes": readings[-1] - readings[0]}
+
+    phases = {"valid": phase(mix(gobn, False)), "stock": phase(mix(stock, True)), "mixed": phase(mix(gobn, True))}
+    print(json.dumps({"phases": phases}))
+
+
+if __name__ == "__main__":
+    child()

@@ -33,7 +33,7 @@ SHAPES = {
     "moderate": (4, 9, 11, 20),
     "n0": (0, 4, 5, 6),
     "c0": (2, 3, 4, 0),
-    "large": (3, 37, 41, 29),  # over 2 * 2^16 elements: gobn splits the work
+    "large": (5, 37, 61, 59),  # over 2 * 2^18 elements: gobn splits the work
 }
 
 

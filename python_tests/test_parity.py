@@ -55,9 +55,9 @@ SHAPES_4D = {
     "moderate": (4, 9, 11, 20),
     "n0": (0, 4, 5, 6),
     "c0": (2, 3, 4, 0),
-    # Over 2 * 2^16 elements: large enough that gobn splits the work over goroutines;
+    # Over 2 * 2^18 elements: large enough that gobn splits the work over goroutines;
     # odd sizes so the split does not fall on channel or row boundaries.
-    "large": (3, 37, 41, 29),
+    "large": (5, 37, 61, 59),
 }
 SHAPES_5D = {
     "5d": (2, 3, 4, 5, 6),

@@ -119,11 +119,15 @@ def run_threshold(reps):
 
 
 def threshold(reps):
-    """Times with one worker (GOMAXPROCS=1) and with all cores, by size: where
-    the second worker starts to pay for its wake-up."""
+    """Times with one worker (GOMAXPROCS=1) and with gobn's default (one
+    worker per core), by size: where the second worker starts to pay for its
+    wake-up."""
     res = {}
-    for procs in ("1", str(os.cpu_count())):
-        env = dict(os.environ, GOMAXPROCS=procs)
+    for procs in ("1", "default"):
+        env = dict(os.environ)
+        env.pop("GOMAXPROCS", None)
+        if procs == "1":
+            env["GOMAXPROCS"] = "1"  # one worker: the kernel stays on the calling thread
         outp = subprocess.run([sys.executable, __file__, "--child-threshold", "--reps", str(reps)],
                               env=env, check=True, capture_output=True, text=True).stdout
         res[procs] = {int(k): v for k, v in json.loads(outp).items()}
@@ -233,9 +237,9 @@ def main():
           f"slowest case {summary['min_ratio_eigen']:.2f}x; "
           f"mean {summary['mean_pct_bandwidth_larger_than_l3'] or 0:.0f}% of triad bandwidth on shapes larger than L3")
 
-    procs = sorted(sizes, key=int)
+    procs = ["1", "default"]
     print("\nParallel threshold: gobn ms by element count, one worker (GOMAXPROCS=1) "
-          f"vs {procs[-1]} (gobn splits from {2 * 65536} elements)\n")
+          f"vs one per core (default; gobn splits from {2 * 262144} elements)\n")
     print("| elements | " + " | ".join(f"GOMAXPROCS={p} ms" for p in procs) + " | speed-up |")
     print("| ---: | " + " | ".join("---:" for _ in procs) + " | ---: |")
     for n in sorted(sizes[procs[0]]):

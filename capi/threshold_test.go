@@ -1,0 +1,8 @@
+package main
+
+import "github.com/gobn/gobn/kernels"
+
+// The parallel cases here are sized for splits from 2·2^16 elements (the
+// library's default is 2·2^18), so that the race detector sees the kernels'
+// goroutines at a size it runs quickly.
+func init() { kernels.SetMinElementsPerWorker(1 << 16) }

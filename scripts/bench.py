@@ -164,7 +164,8 @@ def chart(rows, path):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    labels = [f"{r['dtype'][:4]} {r['data_format']} {'x'.join(map(str, r['shape']))}"
+    short = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
+    labels = [f"{short[r['dtype']]} {r['data_format']} {'x'.join(map(str, r['shape']))}"
               + ("" if r["is_training"] else " inf") for r in rows]
     fig, ax = plt.subplots(figsize=(10, 0.32 * len(rows) + 1.5))
     y = range(len(rows))

@@ -252,7 +252,10 @@ func sweep[T Element](d Dims, dy, x, dx []T, mean []float64, t *affine) (sumDy, 
 	workers := workersFor(n)
 	partDy, partDyXc := make([][]float64, workers), make([][]float64, workers)
 	parallel(n, workers, func(w, lo, hi int) {
-		a, b := make([]float64, C), make([]float64, C)
+		a, b := sumDy, sumDyXc // one worker sums straight into the result
+		if workers > 1 {
+			a, b = make([]float64, C), make([]float64, C)
+		}
 		forBlocks(lo, hi, dy, x, dx,
 			func(off int, dy, x, dx []float32) {
 				channelSums(d, off, dy, x, mean, a, b)
@@ -268,10 +271,12 @@ func sweep[T Element](d Dims, dy, x, dx []T, mean []float64, t *affine) (sumDy, 
 			})
 		partDy[w], partDyXc[w] = a, b
 	})
-	for w := range workers {
-		for c := range C {
-			sumDy[c] += partDy[w][c]
-			sumDyXc[c] += partDyXc[w][c]
+	if workers > 1 {
+		for w := range workers {
+			for c := range C {
+				sumDy[c] += partDy[w][c]
+				sumDyXc[c] += partDyXc[w][c]
+			}
 		}
 	}
 	return sumDy, sumDyXc

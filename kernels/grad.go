@@ -24,12 +24,20 @@ type FusedGradArgs[T Element] struct {
 }
 
 func (g FusedGradArgs[T]) check() {
-	n, C := g.Dims.Len(), int(g.Dims.C)
-	if len(g.YBackprop) != n || len(g.X) != n || len(g.XBackprop) != n {
-		panic(fmt.Sprintf("kernels: activation lengths %d, %d, %d, want %d",
-			len(g.YBackprop), len(g.X), len(g.XBackprop), n))
+	checkLengths(g.Dims, [][]T{g.YBackprop, g.X, g.XBackprop},
+		[][]float32{g.Scale, g.ReserveSpace1, g.ReserveSpace2, g.ScaleBackprop, g.OffsetBackprop})
+}
+
+// checkLengths panics unless every activation slice has d.Len() elements and
+// every per-channel slice d.C.
+func checkLengths[A, P any](d Dims, activations [][]A, perChannel [][]P) {
+	n, C := d.Len(), int(d.C)
+	for _, a := range activations {
+		if len(a) != n {
+			panic(fmt.Sprintf("kernels: activation length %d, want %d", len(a), n))
+		}
 	}
-	for _, p := range [][]float32{g.Scale, g.ReserveSpace1, g.ReserveSpace2, g.ScaleBackprop, g.OffsetBackprop} {
+	for _, p := range perChannel {
 		if len(p) != C {
 			panic(fmt.Sprintf("kernels: per-channel length %d, want %d", len(p), C))
 		}
@@ -129,18 +137,11 @@ type GlobalNormalizationArgs[T Element] struct {
 // TensorFlow sums in T, even half). It panics if slice lengths disagree with
 // Dims or the layout is not ChannelsLast.
 func GlobalNormalizationGrad[T Element](g GlobalNormalizationArgs[T]) {
-	n, C := g.Dims.Len(), int(g.Dims.C)
+	C := int(g.Dims.C)
 	if g.Dims.Layout != ChannelsLast {
 		panic("kernels: BatchNormWithGlobalNormalizationGrad is channels-last only")
 	}
-	if len(g.T) != n || len(g.Backprop) != n || len(g.DX) != n {
-		panic(fmt.Sprintf("kernels: activation lengths %d, %d, %d, want %d", len(g.T), len(g.Backprop), len(g.DX), n))
-	}
-	for _, p := range [][]T{g.M, g.V, g.Gamma, g.DM, g.DV, g.DB, g.DG} {
-		if len(p) != C {
-			panic(fmt.Sprintf("kernels: per-channel length %d, want %d", len(p), C))
-		}
-	}
+	checkLengths(g.Dims, [][]T{g.T, g.Backprop, g.DX}, [][]T{g.M, g.V, g.Gamma, g.DM, g.DV, g.DB, g.DG})
 	mean, variance, gamma := toFloat64(g.M), toFloat64(g.V), toFloat64(g.Gamma)
 	t := newAffine(mean)
 	t.ScaleOnly = true // dx does not involve t

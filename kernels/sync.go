@@ -35,15 +35,7 @@ type GradReduceArgs[T Element] struct {
 // accumulated in float64 and rounded to float32. An empty tensor gives zeros.
 // It panics if slice lengths disagree with Dims.
 func GradReduce[T Element](g GradReduceArgs[T]) {
-	n, C := g.Dims.Len(), int(g.Dims.C)
-	if len(g.YBackprop) != n || len(g.X) != n {
-		panic(fmt.Sprintf("kernels: activation lengths %d, %d, want %d", len(g.YBackprop), len(g.X), n))
-	}
-	for _, p := range [][]float32{g.Mean, g.SumDy, g.SumDyXmu} {
-		if len(p) != C {
-			panic(fmt.Sprintf("kernels: per-channel length %d, want %d", len(p), C))
-		}
-	}
+	checkLengths(g.Dims, [][]T{g.YBackprop, g.X}, [][]float32{g.Mean, g.SumDy, g.SumDyXmu})
 	sumDy, sumDyXmu := reduce(g.Dims, g.YBackprop, g.X, toFloat64(g.Mean))
 	fromFloat64(g.SumDy, sumDy)
 	fromFloat64(g.SumDyXmu, sumDyXmu)
@@ -74,15 +66,8 @@ type GradApplyArgs[T Element] struct {
 // tensor that is not empty.
 func GradApply[T Element](g GradApplyArgs[T]) {
 	n, C := g.Dims.Len(), int(g.Dims.C)
-	if len(g.YBackprop) != n || len(g.X) != n || len(g.XBackprop) != n {
-		panic(fmt.Sprintf("kernels: activation lengths %d, %d, %d, want %d",
-			len(g.YBackprop), len(g.X), len(g.XBackprop), n))
-	}
-	for _, p := range [][]float32{g.Scale, g.Mean, g.Variance, g.SumDy, g.SumDyXmu} {
-		if len(p) != C {
-			panic(fmt.Sprintf("kernels: per-channel length %d, want %d", len(p), C))
-		}
-	}
+	checkLengths(g.Dims, [][]T{g.YBackprop, g.X, g.XBackprop},
+		[][]float32{g.Scale, g.Mean, g.Variance, g.SumDy, g.SumDyXmu})
 	if n == 0 {
 		return
 	}

@@ -16,11 +16,12 @@ import argparse
 import json
 import math
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
+
+from machine import core_count, cpu_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -140,17 +141,6 @@ def triad():
     return json.loads(out)["triad_gbs"]
 
 
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def l3_bytes():
     try:
         with open("/sys/devices/system/cpu/cpu0/cache/index3/size") as f:
@@ -216,7 +206,7 @@ def main():
             r["ratio_onednn"] = o["stock_ms"] / o["gobn_ms"]
 
     import tensorflow as tf
-    machine = dict(cpu=cpu_model(), cores=os.cpu_count(), l3_mib=l3 >> 20,
+    machine = dict(cpu=cpu_model(), cores=core_count(), l3_mib=l3 >> 20,
                    triad_gbs=bw, tensorflow=tf.__version__, go_simd=os.environ.get("GOEXPERIMENT", ""))
     f32 = [r for r in rows if r["dtype"] == "float32" and r["is_training"]]
     geo = math.exp(statistics.mean(math.log(r["ratio"]) for r in f32))

@@ -13,10 +13,11 @@ Usage: .venv/bin/python scripts/demo.py [--reps N]
 
 import argparse
 import os
-import platform
 import statistics
 import sys
 import time
+
+from machine import core_count, cpu_model
 
 # Stock's reference is the Eigen kernel: switch oneDNN off unless the user chose.
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
@@ -54,24 +55,6 @@ def load_library():
     if not os.path.exists(path):
         sys.exit(f"gobn library not found at {path}: run `make` in {REPO_ROOT}")
     return path, tf.load_op_library(path)
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def core_count():
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:
-        return os.cpu_count()
 
 
 # ---------------------------------------------------------------------------

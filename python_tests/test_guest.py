@@ -271,6 +271,15 @@ def child_loop():
             n += 1
     except KeyboardInterrupt:
         print(f"interrupted after {n} rounds", flush=True)
+    except RuntimeError as e:
+        # When SIGINT lands while TensorFlow's pybind11 layer is raising the
+        # error of a rejected call (the loop makes some), pybind11 reports
+        # the KeyboardInterrupt wrapped in a RuntimeError (the exception being
+        # raised is TensorFlow's _NotOkStatusException, in its core.py). Only
+        # that wrapping counts as the interrupt.
+        if "REPLACED BY KeyboardInterrupt" not in str(e):
+            raise
+        print(f"interrupted after {n} rounds (through pybind11)", flush=True)
 
 
 if __name__ == "__main__":

@@ -77,7 +77,8 @@ vet: build/tf.mk
 
 gotest: $(LIB) $(TFLIB)
 	go test ./...
-	# the AVX2 loops of kernels (GOEXPERIMENT=simd) beside the portable ones above
+	# the vector loops of kernels (GOEXPERIMENT=simd: AVX-512, then AVX2)
+	# beside the portable ones above
 	GOEXPERIMENT=simd go test ./kernels
 
 pytest: $(LIB)
@@ -89,11 +90,12 @@ test: vet gotest race fuzz-short pytest
 # runs every op from many goroutines; -short makes it one round).
 race: $(LIB)
 	go test -race -short ./kernels ./capi
+	GOEXPERIMENT=simd go test -race -short ./kernels
 
 # Go fuzz targets, package:Target; go test -fuzz takes one at a time. Seed
 # corpora are in <package>/testdata/fuzz/<Target>/. make test runs each for
 # FUZZTIME_SHORT, make fuzz for FUZZTIME; the kernels' targets run with the
-# AVX2 loops the library ships (GOEXPERIMENT=simd).
+# vector loops the library ships (GOEXPERIMENT=simd).
 FUZZ_TARGETS := opdef:FuzzCheckFusedGrad opdef:FuzzCheckGlobalNormalizationGrad opdef:FuzzCheckStaticShapes \
 	kernels:FuzzFusedGrad kernels:FuzzGlobalNormalizationGrad capi:FuzzCompute
 FUZZTIME ?= 60s

@@ -8,60 +8,114 @@ import (
 )
 
 // blockLen is the number of elements handled at a time: small enough that a
-// block of dy, x and dx stays in L1 between the passes over it.
-const blockLen = 2048
+// block of dy, x and dx stays in L1 between the passes over it. Channels-last
+// blocks are whole rows of the period instead, at least four (the row loops
+// take four at a time) unless that exceeds maxBlockLen.
+const (
+	blockLen    = 2048
+	maxBlockLen = 16384
+)
 
-// minElementsPerWorker is the least work worth waking a goroutine for. Below
-// twice this a gradient runs on the calling thread. 2^18 is measured: inside
-// TensorFlow on 2 cores (make bench, "Parallel threshold"), splitting a
-// float32 training gradient paid off from about 2^19 elements and cost 10 to
-// 17 % at 2^17 and 2^18.
+// blockFor returns the block length for the period dims pd.
+func blockFor(pd Dims) int {
+	L := int(pd.C)
+	if pd.Layout != ChannelsLast || L == 0 || L > maxBlockLen {
+		return blockLen
+	}
+	rows := ((blockLen+L-1)/L + 3) &^ 3
+	for rows*L > maxBlockLen {
+		rows--
+	}
+	return rows * L
+}
+
+// A gradient's elements are cut into ranges, each a multiple of the block
+// length, with their own partial sums; the calling goroutine and up to one
+// helper goroutine per further core claim the ranges one by one, and the
+// partial sums are added up in range order. The number of ranges depends on
+// the element count alone, so the result does not depend on how many
+// goroutines ran, nor on which one took which range; and a helper that a busy
+// machine starts late (TensorFlow's own threads spin for a while after each
+// of its ops) leaves its share to the calling thread instead of holding it up.
+
+// minElementsPerWorker is the least number of elements per range (default
+// 2^17); a gradient below twice this runs on the calling thread alone.
+// Measured inside TensorFlow on 2 cores (make bench, "Parallel threshold"):
+// a helper broke even from about 2^18 elements and won from 2^20 on (a third
+// faster at 2^21 and 2^22).
 var minElementsPerWorker atomic.Int64
 
-func init() { minElementsPerWorker.Store(1 << 18) }
+// maxRanges bounds the ranges of one pass.
+const maxRanges = 16
 
-// SetMinElementsPerWorker sets the least number of elements a gradient gives
-// each goroutine it starts (default 2^18) and returns the previous value. It
-// is for tests and tuning; the kernels read it on every call.
+func init() { minElementsPerWorker.Store(1 << 17) }
+
+// SetMinElementsPerWorker sets the least number of elements per range and
+// returns the previous value. It is for tests and tuning; the kernels read it
+// on every call.
 func SetMinElementsPerWorker(n int) int {
 	return int(minElementsPerWorker.Swap(int64(max(1, n))))
 }
 
-// workersFor returns how many goroutines to split n elements over: one per
-// core the process may use, at most GOMAXPROCS (which the host library may set
-// above the core count, see capi).
-func workersFor(n int) int {
-	return max(1, min(runtime.NumCPU(), runtime.GOMAXPROCS(0), n/int(minElementsPerWorker.Load())))
+// rangesFor returns how many ranges to cut n elements into.
+func rangesFor(n int) int {
+	return max(1, min(maxRanges, n/int(minElementsPerWorker.Load())))
 }
 
-// parallel calls fn(w, lo, hi) for workers contiguous ranges that cover
-// [0, n), concurrently when workers > 1: range 0 on the calling goroutine,
-// the others on new goroutines. A panic in a worker is re-raised on the
-// calling goroutine, so the caller's recover sees it.
-func parallel(n, workers int, fn func(w, lo, hi int)) {
-	if workers <= 1 {
+// workersFor returns how many goroutines may work on ranges ranges: one per
+// core the process may use, at most GOMAXPROCS (which the host library may
+// set above the core count, see capi).
+func workersFor(ranges int) int {
+	return max(1, min(runtime.NumCPU(), runtime.GOMAXPROCS(0), ranges))
+}
+
+// parallel calls fn(r, lo, hi) for each of ranges contiguous ranges that
+// cover [0, n), each but the last a multiple of align long: the calling
+// goroutine and helper goroutines claim them in order, or last range first
+// when reverse is set. A panic in a helper is re-raised on the calling
+// goroutine, so the caller's recover sees it.
+func parallel(n, ranges, align int, reverse bool, fn func(r, lo, hi int)) {
+	if ranges <= 1 {
 		fn(0, 0, n)
 		return
 	}
-	chunk := (n + workers - 1) / workers
-	var wg sync.WaitGroup
-	panics := make([]any, workers)
-	run := func(w int) {
-		defer func() { panics[w] = recover() }()
-		lo, hi := min(w*chunk, n), min((w+1)*chunk, n)
-		fn(w, lo, hi)
+	size := ((n+ranges-1)/ranges + align - 1) / align * align
+	var next atomic.Int64
+	work := func() {
+		for {
+			r := int(next.Add(1) - 1)
+			if r >= ranges {
+				return
+			}
+			if reverse {
+				r = ranges - 1 - r
+			}
+			fn(r, min(r*size, n), min((r+1)*size, n))
+		}
 	}
-	// Workers 1.. run on goroutines; worker 0 runs here, on the calling
-	// thread: a thread that calls in from C holds its goroutine locked, and
-	// parking it first would leave the work to wait for another thread.
-	for w := 1; w < workers; w++ {
+	helpers := workersFor(ranges) - 1
+	var wg sync.WaitGroup
+	panics := make([]any, helpers+1) // the last for the calling goroutine
+	for h := range helpers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			run(w)
+			defer func() { panics[h] = recover() }()
+			work()
 		}()
 	}
-	run(0)
+	// The calling goroutine works too: a thread that calls in from C holds
+	// its goroutine locked, and parking it would leave the work to wait for
+	// another thread.
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				next.Store(int64(ranges)) // no more ranges for the helpers
+				panics[helpers] = p
+			}
+		}()
+		work()
+	}()
 	wg.Wait()
 	for _, p := range panics {
 		if p != nil {
@@ -72,56 +126,70 @@ func parallel(n, workers int, fn func(w, lo, hi int)) {
 
 // blockBuffers are the float32 conversion buffers of one worker.
 type blockBuffers struct {
-	dy, x, dx [blockLen]float32
+	dy, x, dx [maxBlockLen]float32
 }
 
 var bufferPool = sync.Pool{New: func() any { return new(blockBuffers) }}
 
 // forBlocks calls fn for the elements at [lo, hi) of dy and x (and dx, when
-// not nil), a block of at most blockLen elements at a time, with native
-// slices: float32 and float64 tensors directly, Half and BFloat16 ones
-// converted to float32, with the block's dx rounded back after fn returns.
-func forBlocks[T Element](lo, hi int, dy, x, dx []T, fn32 func(off int, dy, x, dx []float32), fn64 func(off int, dy, x, dx []float64)) {
+// not nil), blk elements at a time (blocks start at lo + k·blk), in order, or
+// last block first when reverse is set, with native slices: float32 and
+// float64 tensors directly, Half and BFloat16 ones converted to float32,
+// with the block's dx rounded back after fn returns.
+func forBlocks[T Element](lo, hi, blk int, reverse bool, dy, x, dx []T, fn32 func(off int, dy, x, dx []float32), fn64 func(off int, dy, x, dx []float64)) {
+	if hi <= lo {
+		return
+	}
+	blk = min(blk, maxBlockLen)
+	first, last, step := lo, lo+(hi-lo-1)/blk*blk, blk
+	if reverse {
+		first, last, step = last, lo, -blk
+	}
+	blocks := func(each func(b, e int)) {
+		for b := first; ; b += step {
+			each(b, min(b+blk, hi))
+			if b == last {
+				return
+			}
+		}
+	}
 	switch dy := any(dy).(type) {
 	case []float32:
 		x := any(x).([]float32)
 		dx, _ := any(dx).([]float32)
-		for b := lo; b < hi; b += blockLen {
-			e := min(b+blockLen, hi)
+		blocks(func(b, e int) {
 			var dxBlock []float32
 			if dx != nil {
 				dxBlock = dx[b:e]
 			}
 			fn32(b, dy[b:e], x[b:e], dxBlock)
-		}
+		})
 		return
 	case []float64:
 		x := any(x).([]float64)
 		dx, _ := any(dx).([]float64)
-		for b := lo; b < hi; b += blockLen {
-			e := min(b+blockLen, hi)
+		blocks(func(b, e int) {
 			var dxBlock []float64
 			if dx != nil {
 				dxBlock = dx[b:e]
 			}
 			fn64(b, dy[b:e], x[b:e], dxBlock)
-		}
+		})
 		return
 	}
 	buf := bufferPool.Get().(*blockBuffers)
 	defer bufferPool.Put(buf)
-	for b := lo; b < hi; b += blockLen {
-		e := min(b+blockLen, hi)
+	blocks(func(b, e int) {
 		n := e - b
 		widen(buf.dy[:n], dy[b:e])
 		widen(buf.x[:n], x[b:e])
 		if dx == nil {
 			fn32(b, buf.dy[:n], buf.x[:n], nil)
-			continue
+			return
 		}
 		fn32(b, buf.dy[:n], buf.x[:n], buf.dx[:n])
 		narrow(dx[b:e], buf.dx[:n])
-	}
+	})
 }
 
 // widen converts src to float32 into dst, which has src's length.
@@ -238,51 +306,53 @@ func sweep[T Element](d Dims, dy, x, dx []T, mean []float64, t *affine) (sumDy, 
 	if n == 0 {
 		return sumDy, sumDyXc
 	}
-	// Channels-last x_backprop runs over the period L (a multiple of C) with
-	// per-channel arrays repeated L/C times: long inner loops instead of one
-	// short loop per row. The sums keep C: they walk whole rows of a block
-	// with accumulators in registers (sumsRows32), which short rows favour.
+	// Channels-last tensors run over the period L (a multiple of C) with
+	// per-channel arrays repeated L/C times, and the sums are folded back
+	// into C channels at the end.
 	pd, L := d.periodic()
+	meanL := repeat(mean, L)
 	var apply affine
 	if t != nil {
 		apply = t.repeated(L).withFloat32()
 	} else {
 		dx = nil
 	}
-	workers := workersFor(n)
-	partDy, partDyXc := make([][]float64, workers), make([][]float64, workers)
-	parallel(n, workers, func(w, lo, hi int) {
-		a, b := sumDy, sumDyXc // one worker sums straight into the result
-		if workers > 1 {
-			a, b = make([]float64, C), make([]float64, C)
+	blk := blockFor(pd)
+	ranges := rangesFor(n)
+	partDy, partDyXc := make([][]float64, ranges), make([][]float64, ranges)
+	parallel(n, ranges, blk, false, func(r, lo, hi int) {
+		a, b := sumDy, sumDyXc // one range without a period sums straight into the result
+		if ranges > 1 || L != C {
+			a, b = make([]float64, L), make([]float64, L)
 		}
-		forBlocks(lo, hi, dy, x, dx,
+		forBlocks(lo, hi, blk, false, dy, x, dx,
 			func(off int, dy, x, dx []float32) {
-				channelSums(d, off, dy, x, mean, a, b)
+				channelSums(pd, off, dy, x, meanL, a, b)
 				if dx != nil {
 					applyAffine(pd, off, apply, dy, x, dx)
 				}
 			},
 			func(off int, dy, x, dx []float64) {
-				channelSums(d, off, dy, x, mean, a, b)
+				channelSums(pd, off, dy, x, meanL, a, b)
 				if dx != nil {
 					applyAffine(pd, off, apply, dy, x, dx)
 				}
 			})
-		partDy[w], partDyXc[w] = a, b
+		partDy[r], partDyXc[r] = a, b
 	})
-	if workers > 1 {
-		for w := range workers {
-			for c := range C {
-				sumDy[c] += partDy[w][c]
-				sumDyXc[c] += partDyXc[w][c]
-			}
+	if ranges > 1 || L != C {
+		for r := range ranges {
+			fold(sumDy, partDy[r])
+			fold(sumDyXc, partDyXc[r])
 		}
 	}
 	return sumDy, sumDyXc
 }
 
-// applyAll writes dx = A[c]·dy + B[c]·(x − mean[c]) + D[c] over the whole tensor.
+// applyAll writes dx = A[c]·(dy − MeanDy[c]) + B[c]·(x − Mean[c]) over the
+// whole tensor, last range first and each range last block first: those
+// blocks are the ones the sums pass before it read last, so they are still
+// in cache.
 func applyAll[T Element](d Dims, t affine, dy, x, dx []T) {
 	n := d.Len()
 	if n == 0 {
@@ -290,8 +360,9 @@ func applyAll[T Element](d Dims, t affine, dy, x, dx []T) {
 	}
 	pd, L := d.periodic()
 	t = t.repeated(L).withFloat32()
-	parallel(n, workersFor(n), func(_, lo, hi int) {
-		forBlocks(lo, hi, dy, x, dx,
+	blk := blockFor(pd)
+	parallel(n, rangesFor(n), blk, true, func(_, lo, hi int) {
+		forBlocks(lo, hi, blk, true, dy, x, dx,
 			func(off int, dy, x, dx []float32) { applyAffine(pd, off, t, dy, x, dx) },
 			func(off int, dy, x, dx []float64) { applyAffine(pd, off, t, dy, x, dx) })
 	})

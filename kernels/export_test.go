@@ -11,3 +11,11 @@ func Narrow[T Element](dst []T, src []float32) { narrow(dst, src) }
 // The tests size their parallel cases for splits from 2·2^16 elements, so
 // that the race detector and the fuzzers reach the goroutine paths quickly.
 func init() { SetMinElementsPerWorker(1 << 16) }
+
+// AVX512Available reports whether the float32 loops can take their AVX-512
+// forms (GOEXPERIMENT=simd on a CPU with AVX-512).
+func AVX512Available() bool { return canAVX512() }
+
+// SelectAVX512 selects the AVX-512 forms of the float32 loops, or the AVX2
+// ones.
+func SelectAVX512(on bool) { selectLoops(on) }

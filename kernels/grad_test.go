@@ -422,6 +422,11 @@ var shapeCases = []shapeCase{
 	{"C=3", 3, 3, 17},
 	{"C=13", 2, 13, 31},
 	{"C=70", 2, 70, 25},
+	{"C=64", 5, 64, 7},       // channels-last rows of C, four at a time
+	{"C=100", 3, 100, 9},     // channels-last period 200
+	{"C=513", 2, 513, 11},    // rows of C with a scalar tail
+	{"C=2048", 3, 2048, 5},   // blocks of four rows
+	{"C=20000", 1, 20000, 3}, // rows longer than a block
 	{"S=1", 9, 11, 1},
 	{"block boundaries", 3, 7, 1111}, // 23331 elements: Half and BFloat16 convert in blocks of 2048
 	{"empty batch", 0, 5, 7},
@@ -429,6 +434,7 @@ var shapeCases = []shapeCase{
 	{"zero channels", 2, 0, 9},
 	{"parallel N=4 C=37 S=1000", 4, 37, 1000},
 	{"parallel odd split", 1, 37, 4001},
+	{"parallel C=64", 2, 64, 1100},
 }
 
 var layouts = []struct {
@@ -652,6 +658,32 @@ func TestFusedGradWorkerSplits(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestFusedGradIndependentOfWorkers checks that the outputs are bit-equal
+// whatever the number of goroutines: the partial sums of the ranges are added
+// in range order, whichever goroutine formed them.
+func TestFusedGradIndependentOfWorkers(t *testing.T) {
+	rng := rand.New(rand.NewPCG(41, 42))
+	sc := shapeCase{"", 3, 64, 2011} // 6 ranges of 2^16 elements
+	for _, l := range layouts {
+		for _, training := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/training=%v", l.name, training), func(t *testing.T) {
+				in := newFusedInputs[float32](rng, training, l.layout, sc)
+				var first [3][]float32
+				for i, procs := range []int{1, 2, 3, 8} {
+					prev := runtime.GOMAXPROCS(procs)
+					dx, scaleBp, offsetBp := runFused(t, training, in)
+					runtime.GOMAXPROCS(prev)
+					if i == 0 {
+						first = [3][]float32{dx, scaleBp, offsetBp}
+						continue
+					}
+					require.Equal(t, first, [3][]float32{dx, scaleBp, offsetBp}, "GOMAXPROCS=%d", procs)
+				}
+			})
+		}
 	}
 }
 

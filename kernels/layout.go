@@ -25,27 +25,40 @@ func (d Dims) PerChannel() int64 { return d.N * d.S }
 
 // minPeriod is the least length of the channel period the channels-last
 // loops run over.
-const minPeriod = 512
+const minPeriod = 64
 
 // periodic returns the dims the loops run over, and its channel count L. For
-// ChannelsLast that is the period L, the least multiple of C that is at
+// ChannelsLast with few channels, or a channel count that is not a multiple
+// of 8 below 512, that is the period L, the least multiple of C that is at
 // least minPeriod and a multiple of 8: element i has channel i mod C =
 // (i mod L) mod C, so the loops may treat the tensor as having L channels
-// whose per-channel arrays are the C real ones repeated L/C times. For
-// ChannelsFirst, and for tensors too small to repay building the repeated
-// arrays, it is d itself.
+// whose per-channel arrays are the C real ones repeated L/C times, and run
+// whole vectors over rows of L. Otherwise, and for ChannelsFirst and tensors
+// shorter than one period, it is d itself.
 func (d Dims) periodic() (Dims, int) {
 	C := int(d.C)
-	if d.Layout != ChannelsLast || C == 0 || C >= minPeriod || d.Len() < 64*minPeriod {
+	if d.Layout != ChannelsLast || C == 0 || (C >= minPeriod && C%8 == 0) || C >= 512 {
 		return d, C
 	}
 	L := C
 	for L < minPeriod || L%8 != 0 {
 		L += C
 	}
+	if d.Len() < L {
+		return d, C
+	}
 	p := d
 	p.C = int64(L)
 	return p, L
+}
+
+// fold adds the per-channel sums of a period of L = len(p) channels into the
+// C = len(dst) real channels: dst[c] = Σ p[c + k·C].
+func fold(dst, p []float64) {
+	C := len(dst)
+	for i, v := range p {
+		dst[i%C] += v
+	}
 }
 
 // repeat returns p repeated to length L, a multiple of len(p).

@@ -12,10 +12,32 @@ import (
 // formed in float64 exactly as there; x_backprop is formed in float32 with
 // FMA (the portable loop uses float64), which stays within a few float32 ulps.
 
+// The row and run loops the float32 paths call: the AVX2 ones, or their
+// AVX-512 forms (simd512_amd64.go) where the CPU has AVX-512.
+var (
+	rowSums  = sumsRows32
+	rowApply = applyRows32
+	runSums  = runSums32
+	runApply = applyRun32
+)
+
+// canAVX512 reports whether the CPU can run the AVX-512 loops.
+func canAVX512() bool { return archsimd.X86.AVX512() }
+
+// selectLoops selects the AVX-512 loops (wide) or the AVX2 ones.
+func selectLoops(wide bool) {
+	if wide {
+		rowSums, rowApply, runSums, runApply = sumsRows512, applyRows512, runSums512, applyRun512
+	} else {
+		rowSums, rowApply, runSums, runApply = sumsRows32, applyRows32, runSums32, applyRun32
+	}
+}
+
 func init() {
 	if !archsimd.X86.AVX2() || !archsimd.X86.FMA() {
 		return // the portable loops stay in place
 	}
+	selectLoops(canAVX512())
 	simdSums = func(d Dims, off int, dy, x []float32, mean, sumDy, sumDyXc []float64) {
 		if d.Layout == ChannelsLast {
 			sumsChannelsLast32(int(d.C), off, dy, x, mean, sumDy, sumDyXc)
@@ -36,90 +58,105 @@ func init() {
 	simdNarrowHalf = narrowHalf
 }
 
-// sumsChannelsLast32 is sumsChannelsLast for float32. A partial first and
-// last row go through sumsRow32; the whole rows between go through
-// sumsRows32, which keeps its accumulators in registers.
-func sumsChannelsLast32(C, off int, dy, x []float32, mean, sumDy, sumDyXc []float64) {
-	n := len(x)
-	i := 0
-	if c0 := off % C; c0 != 0 {
-		m := min(C-c0, n)
-		sumsRow32(dy[:m], x[:m], mean[c0:c0+m], sumDy[c0:c0+m], sumDyXc[c0:c0+m])
-		i = m
-	}
-	if rows := (n - i) / C; rows > 0 {
-		sumsRows32(C, rows, dy[i:i+rows*C], x[i:i+rows*C], mean, sumDy, sumDyXc)
-		i += rows * C
-	}
-	if i < n {
-		m := n - i
-		sumsRow32(dy[i:], x[i:], mean[:m], sumDy[:m], sumDyXc[:m])
+// The loops below check their slice lengths once on entry and then address
+// elements by pointer arithmetic: LoadFloat32x8Slice and friends re-slice and
+// bounds-check on every load, which costs more than the arithmetic.
+
+func ptr32(s []float32) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(s)) }
+func ptr64(s []float64) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(s)) }
+
+// load8 returns the eight float32s at p[i:].
+func load8(p unsafe.Pointer, i int) archsimd.Float32x8 {
+	return archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(p, 4*i)))
+}
+
+// store8 writes v to p[i:i+8].
+func store8(v archsimd.Float32x8, p unsafe.Pointer, i int) {
+	v.Store((*[8]float32)(unsafe.Add(p, 4*i)))
+}
+
+// widen4 returns the four float32s at p[i:] as float64s.
+func widen4(p unsafe.Pointer, i int) archsimd.Float64x4 {
+	return archsimd.LoadFloat32x4((*[4]float32)(unsafe.Add(p, 4*i))).ConvertToFloat64()
+}
+
+// load4d returns the four float64s at p[i:].
+func load4d(p unsafe.Pointer, i int) archsimd.Float64x4 {
+	return archsimd.LoadFloat64x4((*[4]float64)(unsafe.Add(p, 8*i)))
+}
+
+// store4d writes v to p[i:i+4].
+func store4d(v archsimd.Float64x4, p unsafe.Pointer, i int) {
+	v.Store((*[4]float64)(unsafe.Add(p, 8*i)))
+}
+
+// needLen panics unless every slice in s has at least n elements.
+func needLen[F native](n int, s ...[]F) {
+	for _, v := range s {
+		if len(v) < n {
+			panic("kernels: slice shorter than the loop")
+		}
 	}
 }
 
-// sumsRow32 adds one (partial) row into the accumulators, four channels at a
-// time in float64 lanes.
-func sumsRow32(dy, x []float32, mean, a, b []float64) {
-	m := len(dy)
-	x, mean, a, b = x[:m], mean[:m], a[:m], b[:m]
-	j := 0
-	for ; j+4 <= m; j += 4 {
-		g := archsimd.LoadFloat32x4Slice(dy[j:]).ConvertToFloat64()
-		xc := archsimd.LoadFloat32x4Slice(x[j:]).ConvertToFloat64().Sub(archsimd.LoadFloat64x4Slice(mean[j:]))
-		archsimd.LoadFloat64x4Slice(a[j:]).Add(g).StoreSlice(a[j:])
-		g.MulAdd(xc, archsimd.LoadFloat64x4Slice(b[j:])).StoreSlice(b[j:])
+// sumsChannelsLast32 is sumsChannelsLast for float32 over rows of L
+// channels: a partial first and last row, and the whole rows between, all
+// through rowSums.
+func sumsChannelsLast32(L, off int, dy, x []float32, mean, sumDy, sumDyXc []float64) {
+	n := len(x)
+	i := 0
+	if c0 := off % L; c0 != 0 {
+		m := min(L-c0, n)
+		rowSums(m, 1, dy, x, mean[c0:], sumDy[c0:], sumDyXc[c0:])
+		i = m
 	}
-	for ; j < m; j++ {
+	if rows := (n - i) / L; rows > 0 {
+		rowSums(L, rows, dy[i:], x[i:], mean, sumDy, sumDyXc)
+		i += rows * L
+	}
+	if i < n {
+		rowSums(n-i, 1, dy[i:], x[i:], mean, sumDy, sumDyXc)
+	}
+}
+
+// sumsRows32 adds rows contiguous rows of W channels into the accumulators
+// a (Σdy) and b (Σdy·(x−mean)), which have W elements like mean: one row at
+// a time, in memory order (a walk that interleaves rows defeats the hardware
+// prefetcher once the data comes from DRAM), four channels at a time in
+// float64 lanes.
+func sumsRows32(W, rows int, dy, x []float32, mean, a, b []float64) {
+	needLen(W*rows, dy, x)
+	needLen(W, mean, a, b)
+	pdy, px, pm, pa, pb := ptr32(dy), ptr32(x), ptr64(mean), ptr64(a), ptr64(b)
+	W4 := W &^ 3
+	for o := 0; o < W*rows; o += W {
+		for j := 0; j < W4; j += 4 {
+			g := widen4(pdy, o+j)
+			xc := widen4(px, o+j).Sub(load4d(pm, j))
+			store4d(load4d(pa, j).Add(g), pa, j)
+			store4d(g.MulAdd(xc, load4d(pb, j)), pb, j)
+		}
+		sumsTail(W4, W, dy[o:], x[o:], mean, a, b)
+	}
+}
+
+// sumsTail adds channels [from, W) of the row at dy, x into a and b.
+func sumsTail(from, W int, dy, x []float32, mean, a, b []float64) {
+	for j := from; j < W; j++ {
 		g := float64(dy[j])
 		a[j] += g
 		b[j] += g * (float64(x[j]) - mean[j])
 	}
 }
 
-// sumsRows32 adds rows whole rows of C channels: for each group of eight
-// channels it walks down the rows with four float64x4 accumulators held in
-// registers, then adds them into sumDy and sumDyXc once. The rows come from
-// one block, so the walk reads from L1.
-func sumsRows32(C, rows int, dy, x []float32, mean, sumDy, sumDyXc []float64) {
-	dy, x = dy[:rows*C], x[:rows*C]
-	c := 0
-	for ; c+8 <= C; c += 8 {
-		mu0, mu1 := archsimd.LoadFloat64x4Slice(mean[c:]), archsimd.LoadFloat64x4Slice(mean[c+4:])
-		var a0, a1, b0, b1 archsimd.Float64x4
-		for k := c; k < len(dy); k += C {
-			g0 := archsimd.LoadFloat32x4Slice(dy[k:]).ConvertToFloat64()
-			g1 := archsimd.LoadFloat32x4Slice(dy[k+4:]).ConvertToFloat64()
-			x0 := archsimd.LoadFloat32x4Slice(x[k:]).ConvertToFloat64().Sub(mu0)
-			x1 := archsimd.LoadFloat32x4Slice(x[k+4:]).ConvertToFloat64().Sub(mu1)
-			a0, a1 = a0.Add(g0), a1.Add(g1)
-			b0, b1 = g0.MulAdd(x0, b0), g1.MulAdd(x1, b1)
-		}
-		archsimd.LoadFloat64x4Slice(sumDy[c:]).Add(a0).StoreSlice(sumDy[c:])
-		archsimd.LoadFloat64x4Slice(sumDy[c+4:]).Add(a1).StoreSlice(sumDy[c+4:])
-		archsimd.LoadFloat64x4Slice(sumDyXc[c:]).Add(b0).StoreSlice(sumDyXc[c:])
-		archsimd.LoadFloat64x4Slice(sumDyXc[c+4:]).Add(b1).StoreSlice(sumDyXc[c+4:])
-	}
-	for ; c < C; c++ {
-		mu := mean[c]
-		var a, b float64
-		for k := c; k < len(dy); k += C {
-			g := float64(dy[k])
-			a += g
-			b += g * (float64(x[k]) - mu)
-		}
-		sumDy[c] += a
-		sumDyXc[c] += b
-	}
-}
-
 // sumsChannelsFirst32 is sumsChannelsFirst for float32: each contiguous run
-// of one channel is summed in two float64x4 accumulator pairs.
+// of one channel is summed by runSums.
 func sumsChannelsFirst32(C, S, off int, dy, x []float32, mean, sumDy, sumDyXc []float64) {
 	plane, pos := off/S, off%S
 	for i, n := 0, len(x); i < n; {
 		m := min(S-pos, n-i)
 		c := plane % C
-		a, b := runSums32(dy[i:i+m], x[i:i+m], mean[c])
+		a, b := runSums(dy[i:i+m], x[i:i+m], mean[c])
 		sumDy[c] += a
 		sumDyXc[c] += b
 		i += m
@@ -128,19 +165,19 @@ func sumsChannelsFirst32(C, S, off int, dy, x []float32, mean, sumDy, sumDyXc []
 	}
 }
 
-// runSums32 returns Σdy and Σdy·(x−mu) over one run, in float64.
+// runSums32 returns Σdy and Σdy·(x−mu) over one run, in float64, eight
+// elements at a time in two pairs of float64x4 accumulators.
 func runSums32(dy, x []float32, mu float64) (sumDy, sumDyXc float64) {
 	m := len(dy)
-	x = x[:m]
+	needLen(m, x)
 	j := 0
 	if m >= 8 {
+		pdy, px := ptr32(dy), ptr32(x)
 		mu4 := archsimd.BroadcastFloat64x4(mu)
 		var a0, a1, b0, b1 archsimd.Float64x4
 		for ; j+8 <= m; j += 8 {
-			g0 := archsimd.LoadFloat32x4Slice(dy[j:]).ConvertToFloat64()
-			g1 := archsimd.LoadFloat32x4Slice(dy[j+4:]).ConvertToFloat64()
-			x0 := archsimd.LoadFloat32x4Slice(x[j:]).ConvertToFloat64().Sub(mu4)
-			x1 := archsimd.LoadFloat32x4Slice(x[j+4:]).ConvertToFloat64().Sub(mu4)
+			g0, g1 := widen4(pdy, j), widen4(pdy, j+4)
+			x0, x1 := widen4(px, j).Sub(mu4), widen4(px, j+4).Sub(mu4)
 			a0, a1 = a0.Add(g0), a1.Add(g1)
 			b0, b1 = g0.MulAdd(x0, b0), g1.MulAdd(x1, b1)
 		}
@@ -158,32 +195,58 @@ func runSums32(dy, x []float32, mu float64) (sumDy, sumDyXc float64) {
 	return sumDy, sumDyXc
 }
 
-// applyChannelsLast32 is applyChannelsLast for float32, eight channels at a
-// time: dx = A·(dy−MeanDy) + B·(x−Mean) with FMA.
-func applyChannelsLast32(C, off int, t *affine32, dy, x, dx []float32) {
-	c0 := off % C
-	for i, n := 0, len(x); i < n; {
-		m := min(C-c0, n-i)
-		dyRow, xRow, dxRow := dy[i:i+m], x[i:i+m], dx[i:i+m]
-		a, b, mdy, mu := t.A[c0:c0+m], t.B[c0:c0+m], t.MeanDy[c0:c0+m], t.Mean[c0:c0+m]
+// applyChannelsLast32 is applyChannelsLast for float32 over rows of L
+// channels: dx = A·(dy−MeanDy) + B·(x−Mean) with FMA, through rowApply.
+func applyChannelsLast32(L, off int, t *affine32, dy, x, dx []float32) {
+	n := len(x)
+	i := 0
+	if c0 := off % L; c0 != 0 {
+		m := min(L-c0, n)
+		rowApply(m, 1, t, c0, dy, x, dx)
+		i = m
+	}
+	if rows := (n - i) / L; rows > 0 {
+		rowApply(L, rows, t, 0, dy[i:], x[i:], dx[i:])
+		i += rows * L
+	}
+	if i < n {
+		rowApply(n-i, 1, t, 0, dy[i:], x[i:], dx[i:])
+	}
+}
+
+// applyRows32 writes dx over rows contiguous rows of W channels whose
+// coefficients start at t's channel c0: one row at a time in memory order,
+// eight channels at a time.
+func applyRows32(W, rows int, t *affine32, c0 int, dy, x, dx []float32) {
+	needLen(W*rows, dy, x, dx)
+	a, b, mdy, mu := t.A[c0:], t.B[c0:], t.MeanDy[c0:], t.Mean[c0:]
+	needLen(W, a, b, mdy, mu)
+	pdy, px, pdx := ptr32(dy), ptr32(x), ptr32(dx)
+	pa, pb, pd, pm := ptr32(a), ptr32(b), ptr32(mdy), ptr32(mu)
+	W8 := W &^ 7
+	for o := 0; o < W*rows; o += W {
 		if t.ScaleOnly {
-			scaleRow32(a, dyRow, dxRow)
-			i += m
-			c0 = 0
-			continue
+			for j := 0; j < W8; j += 8 {
+				store8(load8(pdy, o+j).Mul(load8(pa, j)), pdx, o+j)
+			}
+		} else {
+			for j := 0; j < W8; j += 8 {
+				r := load8(px, o+j).Sub(load8(pm, j)).Mul(load8(pb, j))
+				store8(load8(pdy, o+j).Sub(load8(pd, j)).MulAdd(load8(pa, j), r), pdx, o+j)
+			}
 		}
-		j := 0
-		for ; j+8 <= m; j += 8 {
-			xc := archsimd.LoadFloat32x8Slice(xRow[j:]).Sub(archsimd.LoadFloat32x8Slice(mu[j:]))
-			dyc := archsimd.LoadFloat32x8Slice(dyRow[j:]).Sub(archsimd.LoadFloat32x8Slice(mdy[j:]))
-			r := xc.Mul(archsimd.LoadFloat32x8Slice(b[j:]))
-			dyc.MulAdd(archsimd.LoadFloat32x8Slice(a[j:]), r).StoreSlice(dxRow[j:])
+		applyTail(W8, W, t.ScaleOnly, a, b, mdy, mu, dy[o:], x[o:], dx[o:])
+	}
+}
+
+// applyTail writes dx for channels [from, W) of the row at dy, x, dx.
+func applyTail(from, W int, scaleOnly bool, a, b, mdy, mu, dy, x, dx []float32) {
+	for j := from; j < W; j++ {
+		if scaleOnly {
+			dx[j] = a[j] * dy[j]
+		} else {
+			dx[j] = a[j]*(dy[j]-mdy[j]) + b[j]*(x[j]-mu[j])
 		}
-		for ; j < m; j++ {
-			dxRow[j] = a[j]*(dyRow[j]-mdy[j]) + b[j]*(xRow[j]-mu[j])
-		}
-		i += m
-		c0 = 0
 	}
 }
 
@@ -194,7 +257,7 @@ func applyChannelsFirst32(C, S, off int, t *affine32, dy, x, dx []float32) {
 	for i, n := 0, len(x); i < n; {
 		m := min(S-pos, n-i)
 		c := plane % C
-		applyRun32(t.ScaleOnly, t.A[c], t.B[c], t.MeanDy[c], t.Mean[c], dy[i:i+m], x[i:i+m], dx[i:i+m])
+		runApply(t.ScaleOnly, t.A[c], t.B[c], t.MeanDy[c], t.Mean[c], dy[i:i+m], x[i:i+m], dx[i:i+m])
 		i += m
 		pos = 0
 		plane++
@@ -203,41 +266,25 @@ func applyChannelsFirst32(C, S, off int, t *affine32, dy, x, dx []float32) {
 
 func applyRun32(scaleOnly bool, a, b, mdy, mu float32, dy, x, dx []float32) {
 	m := len(dy)
-	x, dx = x[:m], dx[:m]
+	needLen(m, x, dx)
+	pdy, px, pdx := ptr32(dy), ptr32(x), ptr32(dx)
 	j := 0
+	a8 := archsimd.BroadcastFloat32x8(a)
 	if scaleOnly {
-		a8 := archsimd.BroadcastFloat32x8(a)
 		for ; j+8 <= m; j += 8 {
-			archsimd.LoadFloat32x8Slice(dy[j:]).Mul(a8).StoreSlice(dx[j:])
+			store8(load8(pdy, j).Mul(a8), pdx, j)
 		}
 		for ; j < m; j++ {
 			dx[j] = a * dy[j]
 		}
 		return
 	}
-	if m >= 8 {
-		a8, b8 := archsimd.BroadcastFloat32x8(a), archsimd.BroadcastFloat32x8(b)
-		mdy8, mu8 := archsimd.BroadcastFloat32x8(mdy), archsimd.BroadcastFloat32x8(mu)
-		for ; j+8 <= m; j += 8 {
-			r := archsimd.LoadFloat32x8Slice(x[j:]).Sub(mu8).Mul(b8)
-			archsimd.LoadFloat32x8Slice(dy[j:]).Sub(mdy8).MulAdd(a8, r).StoreSlice(dx[j:])
-		}
+	b8, mdy8, mu8 := archsimd.BroadcastFloat32x8(b), archsimd.BroadcastFloat32x8(mdy), archsimd.BroadcastFloat32x8(mu)
+	for ; j+8 <= m; j += 8 {
+		store8(load8(pdy, j).Sub(mdy8).MulAdd(a8, load8(px, j).Sub(mu8).Mul(b8)), pdx, j)
 	}
 	for ; j < m; j++ {
 		dx[j] = a*(dy[j]-mdy) + b*(x[j]-mu)
-	}
-}
-
-// scaleRow32 writes dx[j] = a[j]·dy[j].
-func scaleRow32(a, dy, dx []float32) {
-	m := len(dy)
-	a, dx = a[:m], dx[:m]
-	j := 0
-	for ; j+8 <= m; j += 8 {
-		archsimd.LoadFloat32x8Slice(dy[j:]).Mul(archsimd.LoadFloat32x8Slice(a[j:])).StoreSlice(dx[j:])
-	}
-	for ; j < m; j++ {
-		dx[j] = a[j] * dy[j]
 	}
 }
 

@@ -1,0 +1,125 @@
+//go:build goexperiment.simd && amd64
+
+package kernels
+
+import (
+	"simd/archsimd"
+	"unsafe"
+)
+
+// The AVX-512 forms of the float32 row and run loops of simd_amd64.go: the
+// same arithmetic on vectors twice as wide, which halves the instructions
+// per element where the AVX2 loops are limited by them rather than by
+// memory (channels-last sums keep their accumulators in memory).
+
+// load16 returns the sixteen float32s at p[i:].
+func load16(p unsafe.Pointer, i int) archsimd.Float32x16 {
+	return archsimd.LoadFloat32x16((*[16]float32)(unsafe.Add(p, 4*i)))
+}
+
+// store16 writes v to p[i:i+16].
+func store16(v archsimd.Float32x16, p unsafe.Pointer, i int) {
+	v.Store((*[16]float32)(unsafe.Add(p, 4*i)))
+}
+
+// widen8 returns the eight float32s at p[i:] as float64s.
+func widen8(p unsafe.Pointer, i int) archsimd.Float64x8 {
+	return load8(p, i).ConvertToFloat64()
+}
+
+// load8d returns the eight float64s at p[i:].
+func load8d(p unsafe.Pointer, i int) archsimd.Float64x8 {
+	return archsimd.LoadFloat64x8((*[8]float64)(unsafe.Add(p, 8*i)))
+}
+
+// store8d writes v to p[i:i+8].
+func store8d(v archsimd.Float64x8, p unsafe.Pointer, i int) {
+	v.Store((*[8]float64)(unsafe.Add(p, 8*i)))
+}
+
+// sumsRows512 is sumsRows32 eight channels at a time.
+func sumsRows512(W, rows int, dy, x []float32, mean, a, b []float64) {
+	needLen(W*rows, dy, x)
+	needLen(W, mean, a, b)
+	pdy, px, pm, pa, pb := ptr32(dy), ptr32(x), ptr64(mean), ptr64(a), ptr64(b)
+	W8 := W &^ 7
+	for o := 0; o < W*rows; o += W {
+		for j := 0; j < W8; j += 8 {
+			g := widen8(pdy, o+j)
+			xc := widen8(px, o+j).Sub(load8d(pm, j))
+			store8d(load8d(pa, j).Add(g), pa, j)
+			store8d(g.MulAdd(xc, load8d(pb, j)), pb, j)
+		}
+		sumsTail(W8, W, dy[o:], x[o:], mean, a, b)
+	}
+}
+
+// runSums512 is runSums32 sixteen elements at a time.
+func runSums512(dy, x []float32, mu float64) (sumDy, sumDyXc float64) {
+	m := len(dy)
+	needLen(m, x)
+	j := 0
+	if m >= 16 {
+		pdy, px := ptr32(dy), ptr32(x)
+		mu8 := archsimd.BroadcastFloat64x8(mu)
+		var a0, a1, b0, b1 archsimd.Float64x8
+		for ; j+16 <= m; j += 16 {
+			g0, g1 := widen8(pdy, j), widen8(pdy, j+8)
+			x0, x1 := widen8(px, j).Sub(mu8), widen8(px, j+8).Sub(mu8)
+			a0, a1 = a0.Add(g0), a1.Add(g1)
+			b0, b1 = g0.MulAdd(x0, b0), g1.MulAdd(x1, b1)
+		}
+		a, b := a0.Add(a1), b0.Add(b1)
+		var la, lb [4]float64
+		a.GetLo().Add(a.GetHi()).Store(&la)
+		b.GetLo().Add(b.GetHi()).Store(&lb)
+		sumDy = (la[0] + la[1]) + (la[2] + la[3])
+		sumDyXc = (lb[0] + lb[1]) + (lb[2] + lb[3])
+	}
+	s, sx := runSums32(dy[j:], x[j:], mu)
+	return sumDy + s, sumDyXc + sx
+}
+
+// applyRows512 is applyRows32 sixteen channels at a time.
+func applyRows512(W, rows int, t *affine32, c0 int, dy, x, dx []float32) {
+	needLen(W*rows, dy, x, dx)
+	a, b, mdy, mu := t.A[c0:], t.B[c0:], t.MeanDy[c0:], t.Mean[c0:]
+	needLen(W, a, b, mdy, mu)
+	pdy, px, pdx := ptr32(dy), ptr32(x), ptr32(dx)
+	pa, pb, pd, pm := ptr32(a), ptr32(b), ptr32(mdy), ptr32(mu)
+	W16 := W &^ 15
+	for o := 0; o < W*rows; o += W {
+		if t.ScaleOnly {
+			for j := 0; j < W16; j += 16 {
+				store16(load16(pdy, o+j).Mul(load16(pa, j)), pdx, o+j)
+			}
+		} else {
+			for j := 0; j < W16; j += 16 {
+				r := load16(px, o+j).Sub(load16(pm, j)).Mul(load16(pb, j))
+				store16(load16(pdy, o+j).Sub(load16(pd, j)).MulAdd(load16(pa, j), r), pdx, o+j)
+			}
+		}
+		applyTail(W16, W, t.ScaleOnly, a, b, mdy, mu, dy[o:], x[o:], dx[o:])
+	}
+}
+
+// applyRun512 is applyRun32 sixteen elements at a time.
+func applyRun512(scaleOnly bool, a, b, mdy, mu float32, dy, x, dx []float32) {
+	m := len(dy)
+	needLen(m, x, dx)
+	pdy, px, pdx := ptr32(dy), ptr32(x), ptr32(dx)
+	j := 0
+	a16 := archsimd.BroadcastFloat32x16(a)
+	if scaleOnly {
+		for ; j+16 <= m; j += 16 {
+			store16(load16(pdy, j).Mul(a16), pdx, j)
+		}
+	} else {
+		b16, mdy16, mu16 := archsimd.BroadcastFloat32x16(b), archsimd.BroadcastFloat32x16(mdy), archsimd.BroadcastFloat32x16(mu)
+		for ; j+16 <= m; j += 16 {
+			r := load16(px, j).Sub(mu16).Mul(b16)
+			store16(load16(pdy, j).Sub(mdy16).MulAdd(a16, r), pdx, j)
+		}
+	}
+	applyRun32(scaleOnly, a, b, mdy, mu, dy[j:], x[j:], dx[j:])
+}

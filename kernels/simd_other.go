@@ -1,0 +1,10 @@
+//go:build !(goexperiment.simd && amd64)
+
+package kernels
+
+// Without GOEXPERIMENT=simd on amd64 the portable loops run, and there are
+// no vector loop forms to choose between.
+
+func canAVX512() bool { return false }
+
+func selectLoops(bool) {}

@@ -73,9 +73,12 @@ func gobnShape(ctx *C.TF_ShapeInferenceContext, op C.int, status *C.TF_Status) {
 }
 
 func compute(k *kernel, c *call) error {
-	inputs, err := c.inputs()
+	inputs, total, err := c.inputs(len(k.op.Inputs))
 	if err != nil {
 		return err
+	}
+	if total != len(k.op.Inputs) {
+		return fmt.Errorf("%s: got %d inputs, want %d", k.op.Name, total, len(k.op.Inputs))
 	}
 	return k.compute(inputs, c.allocate)
 }

@@ -49,6 +49,34 @@ extern const int gobn_num_ops;
 void* gobn_create(TF_OpKernelConstruction* ctx, int op);
 void gobn_shape(TF_ShapeInferenceContext* ctx, int op, TF_Status* status);
 
+// A tensor of a running kernel as Go sees it, filled in by one C call
+// instead of one per field: dims holds the first GOBN_INLINE_DIMS dims (Go asks
+// TF_Dim for the rest of a tensor of higher rank).
+#define GOBN_INLINE_DIMS 8
+typedef struct {
+  TF_Tensor* tensor;
+  void* data;
+  size_t bytes;
+  int dtype;
+  int ndims;
+  int64_t dims[GOBN_INLINE_DIMS];
+} gobn_tensor;
+
+// gobn_inputs fetches the first min(TF_NumInputs, cap) inputs into out. It
+// sets *total to TF_NumInputs and *fetched to how many it fetched (the caller
+// deletes those), and returns the status code (TF_OK, or the failure of the
+// input after the fetched ones, with its message in status).
+TF_Code gobn_inputs(TF_OpKernelContext* ctx, gobn_tensor* out, int cap, int* total, int* fetched,
+                    TF_Status* status);
+
+// gobn_allocate allocates output i and describes it into *out (out->tensor is
+// NULL on failure). It returns the status code.
+TF_Code gobn_allocate(TF_OpKernelContext* ctx, int i, TF_DataType dtype, const int64_t* dims, int ndims,
+                      size_t bytes, gobn_tensor* out, TF_Status* status);
+
+// gobn_delete_tensors deletes the n tensors of ts.
+void gobn_delete_tensors(TF_Tensor* const* ts, int n);
+
 // The first registration failure, or "" when all went well.
 const char* gobn_registration_error(void);
 

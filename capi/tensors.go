@@ -16,47 +16,52 @@ type call struct {
 	ctx     *C.TF_OpKernelContext
 	status  *C.TF_Status
 	tensors []*C.TF_Tensor
+	held    [12]*C.TF_Tensor // tensors' first backing array
 }
 
 func newCall(ctx *C.TF_OpKernelContext) *call {
-	return &call{ctx: ctx, status: C.TF_NewStatus()}
+	c := &call{ctx: ctx, status: C.TF_NewStatus()}
+	c.tensors = c.held[:0]
+	return c
 }
 
 // release frees the call's tensors and status.
 func (c *call) release() {
-	for _, t := range c.tensors {
-		C.TF_DeleteTensor(t)
+	if len(c.tensors) > 0 {
+		C.gobn_delete_tensors(&c.tensors[0], C.int(len(c.tensors)))
 	}
 	c.tensors = nil
 	C.TF_DeleteStatus(c.status)
 }
 
-func (c *call) hold(t *C.TF_Tensor) hostTensor {
-	c.tensors = append(c.tensors, t)
-	dims := make([]int64, int(C.TF_NumDims(t)))
+// hold takes ownership of the tensor d describes.
+func (c *call) hold(d *C.gobn_tensor) hostTensor {
+	c.tensors = append(c.tensors, d.tensor)
+	dims := make([]int64, int(d.ndims))
 	for i := range dims {
-		dims[i] = int64(C.TF_Dim(t, C.int(i)))
+		if i < C.GOBN_INLINE_DIMS {
+			dims[i] = int64(d.dims[i])
+		} else {
+			dims[i] = int64(C.TF_Dim(d.tensor, C.int(i)))
+		}
 	}
-	return hostTensor{
-		dtype: opdef.DType(C.TF_TensorType(t)),
-		dims:  dims,
-		data:  C.TF_TensorData(t),
-		bytes: int(C.TF_TensorByteSize(t)),
-	}
+	return hostTensor{dtype: opdef.DType(d.dtype), dims: dims, data: d.data, bytes: int(d.bytes)}
 }
 
-// inputs fetches every input of the call.
-func (c *call) inputs() ([]hostTensor, error) {
-	in := make([]hostTensor, int(C.TF_NumInputs(c.ctx)))
+// inputs fetches the first want inputs of the call, and returns them with
+// the number of inputs the call has.
+func (c *call) inputs(want int) (in []hostTensor, total int, err error) {
+	ds := make([]C.gobn_tensor, max(want, 1))
+	var n, fetched C.int
+	code := C.gobn_inputs(c.ctx, &ds[0], C.int(want), &n, &fetched, c.status)
+	in = make([]hostTensor, int(fetched))
 	for i := range in {
-		var t *C.TF_Tensor
-		C.TF_GetInput(c.ctx, C.int(i), &t, c.status)
-		if err := statusError(c.status); err != nil {
-			return nil, err
-		}
-		in[i] = c.hold(t)
+		in[i] = c.hold(&ds[i])
 	}
-	return in, nil
+	if code != C.TF_OK {
+		return nil, 0, statusError(c.status)
+	}
+	return in, int(n), nil
 }
 
 // allocate allocates output i with the given dtype and dims.
@@ -69,15 +74,12 @@ func (c *call) allocate(i int, dtype opdef.DType, dims []int64) (hostTensor, err
 	if len(dims) > 0 {
 		dimsPtr = (*C.int64_t)(unsafe.Pointer(&dims[0]))
 	}
-	t := C.TF_AllocateOutput(c.ctx, C.int(i), C.TF_DataType(dtype), dimsPtr, C.int(len(dims)),
-		C.size_t(n*int64(dtype.Size())), c.status)
-	if err := statusError(c.status); err != nil {
-		if t != nil {
-			C.TF_DeleteTensor(t)
-		}
-		return hostTensor{}, err
+	var d C.gobn_tensor
+	if C.gobn_allocate(c.ctx, C.int(i), C.TF_DataType(dtype), dimsPtr, C.int(len(dims)),
+		C.size_t(n*int64(dtype.Size())), &d, c.status) != C.TF_OK {
+		return hostTensor{}, statusError(c.status)
 	}
-	return c.hold(t), nil
+	return c.hold(&d), nil
 }
 
 // constructionAttrs reads the attrs of a kernel being constructed.

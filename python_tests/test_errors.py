@@ -58,6 +58,9 @@ SHAPE_CASES = [
      r"y_backprop must be 4 or 5-dimensional, got shape \[2,3,4\]"),
     ("y_backprop_rank6", lambda: {"y_backprop": _float(1, 2, 3, 4, 4, 1)},
      r"y_backprop must be 4 or 5-dimensional, got shape \[1,2,3,4,4,1\]"),
+    # rank 10: gobn reads the first 8 dims of a tensor in one batch, the rest one by one
+    ("y_backprop_rank10", lambda: {"y_backprop": _float(1, 1, 1, 1, 1, 1, 1, 2, 3, 2)},
+     r"y_backprop must be 4 or 5-dimensional, got shape \[1,1,1,1,1,1,1,2,3,2\]"),
     ("x_rank3", lambda: {"x": _float(2, 3, 4)},
      r"\bx must be 4 or 5-dimensional, got shape \[2,3,4\]"),
     ("x_rank2", lambda: {"x": _float(3, 4)},

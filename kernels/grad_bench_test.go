@@ -18,13 +18,14 @@ var benchShapes = []struct {
 	{"N=8,H=W=56,C=64", 8, 64, 56 * 56},
 	{"N=8,H=W=28,C=512", 8, 512, 28 * 28},
 	{"N=8,H=W=112,C=64", 8, 64, 112 * 112},
+	{"N=8,H=W=14,C=1024", 8, 1024, 14 * 14},
 	{"N=1,H=W=7,C=64", 1, 64, 7 * 7},
 }
 
-// benchTrainingGrad times TrainingGrad. b.SetBytes counts the minimum
+// benchFusedGrad times TrainingGrad, or InferenceGrad. b.SetBytes counts the minimum
 // traffic: read x and dy, write dx, three elements of T per element (12 bytes
 // for float32, 6 for Half).
-func benchTrainingGrad[T kernels.Element](b *testing.B, layout kernels.Layout, N, C, S int64) {
+func benchFusedGrad[T kernels.Element](b *testing.B, training bool, layout kernels.Layout, N, C, S int64) {
 	d := kernels.Dims{N: N, C: C, S: S, Layout: layout}
 	n := d.Len()
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -46,8 +47,12 @@ func benchTrainingGrad[T kernels.Element](b *testing.B, layout kernels.Layout, N
 	var z T
 	b.SetBytes(3 * int64(n) * int64(unsafe.Sizeof(z)))
 	b.ReportAllocs()
+	grad := kernels.InferenceGrad[T]
+	if training {
+		grad = kernels.TrainingGrad[T]
+	}
 	for b.Loop() {
-		kernels.TrainingGrad(args)
+		grad(args)
 	}
 }
 
@@ -55,10 +60,20 @@ func BenchmarkTrainingGrad(b *testing.B) {
 	for _, s := range benchShapes {
 		for _, l := range layouts {
 			b.Run("float32/"+l.name+"/"+s.name, func(b *testing.B) {
-				benchTrainingGrad[float32](b, l.layout, s.N, s.C, s.S)
+				benchFusedGrad[float32](b, true, l.layout, s.N, s.C, s.S)
 			})
 			b.Run("Half/"+l.name+"/"+s.name, func(b *testing.B) {
-				benchTrainingGrad[kernels.Half](b, l.layout, s.N, s.C, s.S)
+				benchFusedGrad[kernels.Half](b, true, l.layout, s.N, s.C, s.S)
+			})
+		}
+	}
+}
+
+func BenchmarkInferenceGrad(b *testing.B) {
+	for _, s := range benchShapes {
+		for _, l := range layouts {
+			b.Run("float32/"+l.name+"/"+s.name, func(b *testing.B) {
+				benchFusedGrad[float32](b, false, l.layout, s.N, s.C, s.S)
 			})
 		}
 	}

@@ -54,8 +54,10 @@ func init() {
 	}
 	simdWidenBFloat16 = widenBFloat16
 	simdNarrowBFloat16 = narrowBFloat16
-	simdWidenHalf = widenHalf
-	simdNarrowHalf = narrowHalf
+	if hasF16C() {
+		simdWidenHalf = widenHalf
+		simdNarrowHalf = narrowHalf
+	}
 }
 
 // The loops below check their slice lengths once on entry and then address
@@ -323,62 +325,33 @@ func narrowBFloat16(dst []BFloat16, src []float32) {
 	}
 }
 
-// widenHalf is Half.Float32 over a slice, eight at a time: the exponent is
-// rebiased, Inf and NaN get the float32 maximum exponent, and subnormals are
-// renormalised by a float subtraction.
+// hasF16C reports whether the CPU has the F16C conversions (f16c_amd64.s).
+func hasF16C() bool
+
+// widenHalf8 and narrowHalf8 convert the first len(src)&^7 elements with
+// F16C (f16c_amd64.s); dst must be at least that long.
+func widenHalf8(dst []float32, src []Half)
+func narrowHalf8(dst []Half, src []float32)
+
+// widenHalf is Half.Float32 over a slice, eight at a time with F16C.
 func widenHalf(dst []float32, src []Half) {
 	n := len(src)
 	dst = dst[:n]
-	bits := unsafe.Slice((*uint16)(unsafe.SliceData(src)), n)
-	lowBits, signBit := archsimd.BroadcastUint32x8(0x7fff), archsimd.BroadcastUint32x8(0x8000)
-	expMask, rebias := archsimd.BroadcastUint32x8(0x0f800000), archsimd.BroadcastUint32x8(0x38000000)
-	expOne, zero := archsimd.BroadcastUint32x8(0x00800000), archsimd.BroadcastUint32x8(0)
-	magic := archsimd.BroadcastFloat32x8(0x1p-14)
-	j := 0
-	for ; j+8 <= n; j += 8 {
-		u := archsimd.LoadUint16x8Slice(bits[j:]).ExtendToUint32()
-		o := u.And(lowBits).ShiftAllLeft(13)
-		exp := o.And(expMask)
-		o = o.Add(rebias)
-		infOrNaN := o.Add(rebias)
-		subnormal := o.Add(expOne).AsFloat32x8().Sub(magic).AsUint32x8()
-		o = infOrNaN.Merge(o, exp.Equal(expMask))
-		o = subnormal.Merge(o, exp.Equal(zero))
-		o.Or(u.And(signBit).ShiftAllLeft(16)).AsFloat32x8().StoreSlice(dst[j:])
-	}
-	for ; j < n; j++ {
+	widenHalf8(dst, src)
+	for j := n &^ 7; j < n; j++ {
 		dst[j] = halfTable[src[j]]
 	}
 }
 
-// narrowHalf is HalfFromFloat32 over a slice, eight at a time, with round to
-// nearest even: overflow and Inf give Inf and NaN a quiet NaN; results that
-// are subnormal in half are rounded by a float addition of 0.5, which leaves
-// the half's bits in the low mantissa; normal results add the rebias and
-// 0xfff plus the lowest kept bit before the shift.
+// narrowHalf is HalfFromFloat32 over a slice, eight at a time with F16C,
+// which rounds to nearest even as HalfFromFloat32 does (a NaN keeps its
+// sign and some of its payload, where HalfFromFloat32 gives the canonical
+// quiet NaN).
 func narrowHalf(dst []Half, src []float32) {
 	n := len(src)
-	bits := unsafe.Slice((*uint16)(unsafe.SliceData(dst)), len(dst))[:n]
-	absMask := archsimd.BroadcastUint32x8(0x7fffffff)
-	f16max, f32inf := archsimd.BroadcastInt32x8(0x47800000-1), archsimd.BroadcastInt32x8(0x7f800000)
-	minNormal := archsimd.BroadcastInt32x8(0x38800000)
-	half, halfBits := archsimd.BroadcastFloat32x8(0.5), archsimd.BroadcastUint32x8(0x3f000000)
-	normBias, one := archsimd.BroadcastUint32x8(0xc8000fff), archsimd.BroadcastUint32x8(1)
-	inf16, nan16 := archsimd.BroadcastUint32x8(0x7c00), archsimd.BroadcastUint32x8(0x7e00)
-	j := 0
-	for ; j+8 <= n; j += 8 {
-		u := archsimd.LoadFloat32x8Slice(src[j:]).AsUint32x8()
-		f := u.And(absMask)
-		sign := u.Xor(f).ShiftAllRight(16)
-		fi := f.AsInt32x8()
-		big := nan16.Merge(inf16, fi.Greater(f32inf))
-		small := f.AsFloat32x8().Add(half).AsUint32x8().Sub(halfBits)
-		normal := f.Add(normBias).Add(f.ShiftAllRight(13).And(one)).ShiftAllRight(13)
-		o := small.Merge(normal, minNormal.Greater(fi))
-		packed := big.Merge(o, fi.Greater(f16max)).Or(sign).AsInt32x8()
-		packed.GetLo().SaturateToUint16Concat(packed.GetHi()).StoreSlice(bits[j:])
-	}
-	for ; j < n; j++ {
+	dst = dst[:n]
+	narrowHalf8(dst, src)
+	for j := n &^ 7; j < n; j++ {
 		dst[j] = HalfFromFloat32(src[j])
 	}
 }

@@ -39,16 +39,17 @@ func blockFor(pd Dims) int {
 // of its ops) leaves its share to the calling thread instead of holding it up.
 
 // minElementsPerWorker is the least number of elements per range (default
-// 2^17); a gradient below twice this runs on the calling thread alone.
+// 2^19); a gradient below twice this runs on the calling thread alone.
 // Measured inside TensorFlow on 2 cores (make bench, "Parallel threshold"):
-// a helper broke even from about 2^18 elements and won from 2^20 on (a third
-// faster at 2^21 and 2^22).
+// a helper cost 6 to 18 % from 2^17 to 2^20 elements, and won from 2^21 on
+// (a third faster at 2^21 and 2^22); one core nearly saturates the memory
+// bus there, and TensorFlow's idle threads spin on the other for a while.
 var minElementsPerWorker atomic.Int64
 
 // maxRanges bounds the ranges of one pass.
 const maxRanges = 16
 
-func init() { minElementsPerWorker.Store(1 << 17) }
+func init() { minElementsPerWorker.Store(1 << 19) }
 
 // SetMinElementsPerWorker sets the least number of elements per range and
 // returns the previous value. It is for tests and tuning; the kernels read it
@@ -301,7 +302,8 @@ func reduce[T Element](d Dims, dy, x []T, mean []float64) (sumDy, sumDyXc []floa
 // depend on the sums (inference) can be applied so.
 func sweep[T Element](d Dims, dy, x, dx []T, mean []float64, t *affine) (sumDy, sumDyXc []float64) {
 	C := int(d.C)
-	sumDy, sumDyXc = make([]float64, C), make([]float64, C)
+	sums := make([]float64, 2*C)
+	sumDy, sumDyXc = sums[:C:C], sums[C:]
 	n := d.Len()
 	if n == 0 {
 		return sumDy, sumDyXc
@@ -319,11 +321,16 @@ func sweep[T Element](d Dims, dy, x, dx []T, mean []float64, t *affine) (sumDy, 
 	}
 	blk := blockFor(pd)
 	ranges := rangesFor(n)
-	partDy, partDyXc := make([][]float64, ranges), make([][]float64, ranges)
+	// One range without a period sums straight into the result; otherwise
+	// each range has its partial sums, folded in range order below.
+	var parts []float64
+	if ranges > 1 || L != C {
+		parts = make([]float64, 2*L*ranges)
+	}
 	parallel(n, ranges, blk, false, func(r, lo, hi int) {
-		a, b := sumDy, sumDyXc // one range without a period sums straight into the result
-		if ranges > 1 || L != C {
-			a, b = make([]float64, L), make([]float64, L)
+		a, b := sumDy, sumDyXc
+		if parts != nil {
+			a, b = parts[2*L*r:2*L*r+L:2*L*r+L], parts[2*L*r+L:2*L*(r+1):2*L*(r+1)]
 		}
 		forBlocks(lo, hi, blk, false, dy, x, dx,
 			func(off int, dy, x, dx []float32) {
@@ -338,13 +345,10 @@ func sweep[T Element](d Dims, dy, x, dx []T, mean []float64, t *affine) (sumDy, 
 					applyAffine(pd, off, apply, dy, x, dx)
 				}
 			})
-		partDy[r], partDyXc[r] = a, b
 	})
-	if ranges > 1 || L != C {
-		for r := range ranges {
-			fold(sumDy, partDy[r])
-			fold(sumDyXc, partDyXc[r])
-		}
+	for r := 0; r < len(parts); r += 2 * L {
+		fold(sumDy, parts[r:r+L])
+		fold(sumDyXc, parts[r+L:r+2*L])
 	}
 	return sumDy, sumDyXc
 }

@@ -178,5 +178,6 @@ func invStd(variance, epsilon float32) float64 {
 
 func newAffine(mean []float64) affine {
 	C := len(mean)
-	return affine{A: make([]float64, C), B: make([]float64, C), MeanDy: make([]float64, C), Mean: mean}
+	buf := make([]float64, 3*C)
+	return affine{A: buf[:C:C], B: buf[C : 2*C : 2*C], MeanDy: buf[2*C:], Mean: mean}
 }

@@ -192,17 +192,12 @@ func (t affine) withFloat32() affine {
 	if simdApply == nil {
 		return t
 	}
-	f := &affine32{}
-	for _, p := range []struct {
-		dst *[]float32
-		src []float64
-	}{{&f.A, t.A}, {&f.B, t.B}, {&f.MeanDy, t.MeanDy}, {&f.Mean, t.Mean}} {
-		*p.dst = make([]float32, len(p.src))
-		for i, v := range p.src {
-			(*p.dst)[i] = float32(v)
-		}
+	L := len(t.A)
+	buf := make([]float32, 4*L)
+	f := &affine32{A: buf[:L:L], B: buf[L : 2*L : 2*L], MeanDy: buf[2*L : 3*L : 3*L], Mean: buf[3*L:], ScaleOnly: t.ScaleOnly}
+	for i := range L {
+		f.A[i], f.B[i], f.MeanDy[i], f.Mean[i] = float32(t.A[i]), float32(t.B[i]), float32(t.MeanDy[i]), float32(t.Mean[i])
 	}
-	f.ScaleOnly = t.ScaleOnly
 	t.f32 = f
 	return t
 }

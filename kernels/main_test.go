@@ -12,10 +12,16 @@ import (
 // TestMain runs the tests a second time with the AVX2 loops where the CPU
 // would otherwise run the AVX-512 ones, so that both forms are tested on
 // the machines that have AVX-512 (CPUs without it run the AVX2 forms). A
-// fuzzing run (-fuzz) runs once, with the default loops.
+// fuzzing, benchmarking or profiling run runs once, with the default loops.
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if f := flag.Lookup("test.fuzz"); code == 0 && kernels.AVX512Available() && (f == nil || f.Value.String() == "") {
+	once := false
+	for _, name := range []string{"test.fuzz", "test.bench", "test.cpuprofile", "test.memprofile"} {
+		if f := flag.Lookup(name); f != nil && f.Value.String() != "" {
+			once = true
+		}
+	}
+	if code == 0 && kernels.AVX512Available() && !once {
 		fmt.Println("kernels: the tests again, with the AVX2 loops")
 		kernels.SelectAVX512(false)
 		code = m.Run()

@@ -9,6 +9,16 @@ STREAM-style triad bandwidth measured in the same run (internal/cmd/triad).
 The main process runs stock with TF_ENABLE_ONEDNN_OPTS=0 (TensorFlow's Eigen
 kernel); a child process repeats the float32 suite with oneDNN on.
 
+Both sides allocate their outputs through TensorFlow's CPU allocator, which is
+glibc's malloc. By default glibc maps every buffer above its mmap threshold
+afresh and unmaps it when freed, so each call of a large case pays page faults
+and the kernel zeroing its output pages (about 2,000 faults and 1 to 5 ms per
+call of a 25 MB output on the reference machine), which says nothing about
+either kernel. The bench therefore re-runs itself with glibc's malloc keeping
+freed memory (MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_, the settings
+TensorFlow's own performance guide reaches for with tcmalloc), and reports the
+large cases under the default allocator too.
+
 Outputs: a markdown table on stdout, bench/results.json and bench/ratios.png.
 """
 
@@ -73,12 +83,24 @@ def make_inputs(tf, np, dtype, fmt, is_training, shape, seed=0):
         is_training=is_training)
 
 
+# glibc malloc settings under which freed buffers stay mapped (see above).
+KEEP_FREED = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 40)}
+
+# Cheap cases get more repetitions, up to this many seconds of timing each.
+CASE_SECONDS = 0.5
+
+
 def time_pair(tf, stock, gobn, reps):
     """Median seconds of stock and gobn, timed alternately after a warm-up,
     with Python's garbage collector off while timing (as timeit does): its
-    pauses land on whichever call happens to trigger them."""
+    pauses land on whichever call happens to trigger them. Cases whose pair
+    takes less than CASE_SECONDS / reps get more repetitions, up to 20 times
+    reps."""
+    start = time.perf_counter()
     for f in (stock, gobn, stock, gobn):
         f()
+    pair = (time.perf_counter() - start) / 2
+    reps = max(reps, min(20 * reps, int(CASE_SECONDS / pair)))
     ts, tg = [], []
     gc.collect()
     gc.disable()
@@ -93,12 +115,14 @@ def time_pair(tf, stock, gobn, reps):
     return statistics.median(ts), statistics.median(tg)
 
 
-def run_suite(onednn, only_float32, reps):
+def run_suite(onednn, only_float32, reps, only_large=False):
     import numpy as np
     tf, lib = load_tf(onednn)
     rows = []
     for label, _, dtype, fmt, is_training, shape in suite():
         if only_float32 and dtype != "float32":
+            continue
+        if only_large and not larger_than_l3(dtype, math.prod(shape)):
             continue
         args = make_inputs(tf, np, dtype, fmt, is_training, shape)
         stock = tf.function(lambda: tf.raw_ops.FusedBatchNormGradV3(**args)[0])
@@ -158,6 +182,12 @@ def l3_bytes():
         return 32 << 20
 
 
+def larger_than_l3(dtype, elements):
+    """Whether x, y_backprop and x_backprop together exceed the L3 cache."""
+    itemsize = 4 if dtype == "float32" else 2
+    return 3 * elements * itemsize > l3_bytes()
+
+
 def chart(rows, path):
     import matplotlib
     matplotlib.use("Agg")
@@ -187,7 +217,15 @@ def main():
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--child-onednn", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--child-threshold", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--child-default-malloc", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.child_default_malloc:
+        json.dump(run_suite(False, True, args.reps, only_large=True), sys.stdout)
+        return
+    if any(os.environ.get(k) != v for k, v in KEEP_FREED.items()):
+        # glibc reads these when the process starts: run again with them.
+        env = dict(os.environ, **KEEP_FREED)
+        os.execve(sys.executable, [sys.executable, os.path.abspath(__file__)] + sys.argv[1:], env)
     if args.child_onednn:
         json.dump(run_suite(True, True, args.reps), sys.stdout)
         return
@@ -203,18 +241,21 @@ def main():
                            check=True, capture_output=True, text=True).stdout
     onednn = {(r["data_format"], r["is_training"], tuple(r["shape"])): r for r in json.loads(child)}
     sizes = threshold(args.reps)
+    plain_env = {k: v for k, v in os.environ.items() if k not in KEEP_FREED}
+    child = subprocess.run([sys.executable, __file__, "--child-default-malloc", "--reps", str(args.reps)],
+                           env=plain_env, check=True, capture_output=True, text=True).stdout
+    default_malloc = json.loads(child)
     l3 = l3_bytes()
     for r in rows:
         r["gobn_gbs_20B"] = 20 * r["elements"] / (r["gobn_ms"] * 1e-3) / 1e9
         r["pct_bandwidth"] = 100 * r["gobn_gbs_20B"] / bw
-        itemsize = 4 if r["dtype"] == "float32" else 2
-        r["larger_than_l3"] = 3 * r["elements"] * itemsize > l3
+        r["larger_than_l3"] = larger_than_l3(r["dtype"], r["elements"])
         o = onednn.get((r["data_format"], r["is_training"], tuple(r["shape"])))
         if o is not None and r["dtype"] == "float32":
             r["ratio_onednn"] = o["stock_ms"] / o["gobn_ms"]
 
     import tensorflow as tf
-    machine = dict(cpu=cpu_model(), cores=core_count(), l3_mib=l3 >> 20,
+    machine = dict(cpu=cpu_model(), cores=core_count(), l3_mib=l3 >> 20, malloc_env=KEEP_FREED,
                    triad_gbs=bw, tensorflow=tf.__version__, go_simd=os.environ.get("GOEXPERIMENT", ""))
     f32 = [r for r in rows if r["dtype"] == "float32" and r["is_training"]]
     geo = math.exp(statistics.mean(math.log(r["ratio"]) for r in f32))
@@ -225,7 +266,8 @@ def main():
                    mean_pct_bandwidth_larger_than_l3=statistics.mean(large) if large else None)
 
     print(f"CPU: {machine['cpu']}, {machine['cores']} cores, L3 {machine['l3_mib']} MiB; "
-          f"triad bandwidth {bw:.1f} GB/s (all cores); TensorFlow {machine['tensorflow']}\n")
+          f"triad bandwidth {bw:.1f} GB/s (all cores); TensorFlow {machine['tensorflow']}; "
+          f"glibc malloc keeps freed memory ({', '.join(f'{k}={v}' for k, v in KEEP_FREED.items())})\n")
     print("| case | dtype | format | mode | shape | stock Eigen ms | gobn ms | ratio | ratio vs oneDNN | gobn GB/s @20B | % of triad |")
     print("| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
@@ -236,9 +278,19 @@ def main():
           f"slowest case {summary['min_ratio_eigen']:.2f}x; "
           f"mean {summary['mean_pct_bandwidth_larger_than_l3'] or 0:.0f}% of triad bandwidth on shapes larger than L3")
 
+    print("\nThe same float32 cases larger than L3 under glibc's default malloc, which maps "
+          "and zeroes every large output afresh on each call:\n")
+    print("| format | shape | stock Eigen ms | gobn ms | ratio | gobn GB/s @20B | % of triad |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    for r in default_malloc:
+        r["gobn_gbs_20B"] = 20 * r["elements"] / (r["gobn_ms"] * 1e-3) / 1e9
+        r["pct_bandwidth"] = 100 * r["gobn_gbs_20B"] / bw
+        print(f"| {r['data_format']} | {'x'.join(map(str, r['shape']))} | {r['stock_ms']:.3f} | "
+              f"{r['gobn_ms']:.3f} | {r['ratio']:.2f} | {r['gobn_gbs_20B']:.1f} | {r['pct_bandwidth']:.0f}% |")
+
     procs = ["1", "default"]
     print("\nParallel threshold: gobn ms by element count, one worker (GOMAXPROCS=1) "
-          f"vs one per core (default; gobn splits from {2 * 131072} elements)\n")
+          f"vs one per core (default; gobn splits from {2 * 524288} elements)\n")
     print("| elements | " + " | ".join(f"GOMAXPROCS={p} ms" for p in procs) + " | speed-up |")
     print("| ---: | " + " | ".join("---:" for _ in procs) + " | ---: |")
     for n in sorted(sizes[procs[0]]):
@@ -247,7 +299,8 @@ def main():
 
     os.makedirs(os.path.join(ROOT, "bench"), exist_ok=True)
     with open(os.path.join(ROOT, "bench", "results.json"), "w") as f:
-        json.dump(dict(machine=machine, summary=summary, rows=rows, threshold=sizes), f, indent=1)
+        json.dump(dict(machine=machine, summary=summary, rows=rows, threshold=sizes,
+                       default_malloc_rows=default_malloc), f, indent=1)
     chart(rows, os.path.join(ROOT, "bench", "ratios.png"))
     print("wrote bench/results.json and bench/ratios.png")
 

@@ -5,39 +5,62 @@ package main
 import "C"
 
 import (
+	"sync"
 	"unsafe"
 
 	"github.com/gobn/gobn/opdef"
 )
 
 // call is one run of a kernel's compute: it owns every TF_Tensor it hands out
-// and frees them all in release.
+// and frees them all in release. Calls are pooled, and their arrays back the
+// descriptions and dims of a call's tensors, so that a call allocates little.
+// The arrays C reads or writes are allocations of their own, free of Go
+// pointers: cgo checks the whole allocation a pointer passed to C points into.
 type call struct {
 	ctx     *C.TF_OpKernelContext
 	status  *C.TF_Status
 	tensors []*C.TF_Tensor
-	held    [12]*C.TF_Tensor // tensors' first backing array
+	held    *[16]*C.TF_Tensor  // tensors' first backing array
+	descs   *[10]C.gobn_tensor // what C fills in
+	in      [10]hostTensor     // inputs' first backing array
+	dims    []int64            // what hold has not used of dimsBuf
+	dimsBuf *[96]int64
 }
 
+var callPool = sync.Pool{New: func() any {
+	return &call{held: new([16]*C.TF_Tensor), descs: new([10]C.gobn_tensor), dimsBuf: new([96]int64)}
+}}
+
 func newCall(ctx *C.TF_OpKernelContext) *call {
-	c := &call{ctx: ctx, status: C.TF_NewStatus()}
-	c.tensors = c.held[:0]
+	c := callPool.Get().(*call)
+	c.ctx, c.status = ctx, C.TF_NewStatus()
+	c.tensors, c.dims = c.held[:0], c.dimsBuf[:]
 	return c
 }
 
-// release frees the call's tensors and status.
+// release frees the call's tensors and status, and returns the call to the
+// pool: nothing the call handed out may be used after it.
 func (c *call) release() {
 	if len(c.tensors) > 0 {
 		C.gobn_delete_tensors(&c.tensors[0], C.int(len(c.tensors)))
 	}
-	c.tensors = nil
 	C.TF_DeleteStatus(c.status)
+	clear(c.held[:])
+	clear(c.in[:])
+	c.ctx, c.status, c.tensors, c.dims = nil, nil, nil, nil
+	callPool.Put(c)
 }
 
 // hold takes ownership of the tensor d describes.
 func (c *call) hold(d *C.gobn_tensor) hostTensor {
 	c.tensors = append(c.tensors, d.tensor)
-	dims := make([]int64, int(d.ndims))
+	n := int(d.ndims)
+	var dims []int64
+	if n <= len(c.dims) {
+		dims, c.dims = c.dims[:n:n], c.dims[n:]
+	} else {
+		dims = make([]int64, n)
+	}
 	for i := range dims {
 		if i < C.GOBN_INLINE_DIMS {
 			dims[i] = int64(d.dims[i])
@@ -51,12 +74,15 @@ func (c *call) hold(d *C.gobn_tensor) hostTensor {
 // inputs fetches the first want inputs of the call, and returns them with
 // the number of inputs the call has.
 func (c *call) inputs(want int) (in []hostTensor, total int, err error) {
-	ds := make([]C.gobn_tensor, max(want, 1))
+	ds := c.descs[:]
+	if want > len(ds) {
+		ds = make([]C.gobn_tensor, want)
+	}
 	var n, fetched C.int
 	code := C.gobn_inputs(c.ctx, &ds[0], C.int(want), &n, &fetched, c.status)
-	in = make([]hostTensor, int(fetched))
-	for i := range in {
-		in[i] = c.hold(&ds[i])
+	in = c.in[:0]
+	for i := range int(fetched) {
+		in = append(in, c.hold(&ds[i]))
 	}
 	if code != C.TF_OK {
 		return nil, 0, statusError(c.status)
@@ -74,12 +100,12 @@ func (c *call) allocate(i int, dtype opdef.DType, dims []int64) (hostTensor, err
 	if len(dims) > 0 {
 		dimsPtr = (*C.int64_t)(unsafe.Pointer(&dims[0]))
 	}
-	var d C.gobn_tensor
+	d := &c.descs[0] // free again: the inputs' descriptions are copied out
 	if C.gobn_allocate(c.ctx, C.int(i), C.TF_DataType(dtype), dimsPtr, C.int(len(dims)),
-		C.size_t(n*int64(dtype.Size())), &d, c.status) != C.TF_OK {
+		C.size_t(n*int64(dtype.Size())), d, c.status) != C.TF_OK {
 		return hostTensor{}, statusError(c.status)
 	}
-	return c.hold(&d), nil
+	return c.hold(d), nil
 }
 
 // constructionAttrs reads the attrs of a kernel being constructed.

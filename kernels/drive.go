@@ -9,8 +9,8 @@ import (
 
 // blockLen is the number of elements handled at a time: small enough that a
 // block of dy, x and dx stays in L1 between the passes over it. Channels-last
-// blocks are whole rows of the period instead, at least four (the row loops
-// take four at a time) unless that exceeds maxBlockLen.
+// blocks are whole rows of the period instead, as many as fit in blockLen and
+// at least one, unless a row exceeds maxBlockLen.
 const (
 	blockLen    = 2048
 	maxBlockLen = 16384
@@ -22,11 +22,7 @@ func blockFor(pd Dims) int {
 	if pd.Layout != ChannelsLast || L == 0 || L > maxBlockLen {
 		return blockLen
 	}
-	rows := ((blockLen+L-1)/L + 3) &^ 3
-	for rows*L > maxBlockLen {
-		rows--
-	}
-	return rows * L
+	return max(1, blockLen/L) * L
 }
 
 // A gradient's elements are cut into ranges, each a multiple of the block

@@ -34,12 +34,15 @@ func blockFor(pd Dims) int {
 // machine starts late (TensorFlow's own threads spin for a while after each
 // of its ops) leaves its share to the calling thread instead of holding it up.
 
-// minElementsPerWorker is the least number of elements per range (default
-// 2^19); a gradient below twice this runs on the calling thread alone.
-// Measured inside TensorFlow on 2 cores (make bench, "Parallel threshold"):
-// a helper cost 6 to 18 % from 2^17 to 2^20 elements, and won from 2^21 on
-// (a third faster at 2^21 and 2^22); one core nearly saturates the memory
-// bus there, and TensorFlow's idle threads spin on the other for a while.
+// minElementsPerWorker is the least number of float32 elements per range
+// (default 2^19; half as many Half or BFloat16 ones, whose conversions make
+// them compute-bound); a gradient below twice this runs on the calling
+// thread alone. Measured inside TensorFlow on 2 cores (make bench): on the
+// "Parallel threshold" table a helper was noise-level to a quarter slower at
+// 2^19 and 2^20 float32 elements, and up to 2x faster from 2^21; moving the
+// split from 2^20 to 2^21 made the suite's 1.6M-element float32, half and
+// bfloat16 cases 1.1-1.6x slower. One core nearly saturates the memory bus,
+// and TensorFlow's idle threads spin on the other for a while after each op.
 var minElementsPerWorker atomic.Int64
 
 // maxRanges bounds the ranges of one pass.
@@ -54,9 +57,14 @@ func SetMinElementsPerWorker(n int) int {
 	return int(minElementsPerWorker.Swap(int64(max(1, n))))
 }
 
-// rangesFor returns how many ranges to cut n elements into.
-func rangesFor(n int) int {
-	return max(1, min(maxRanges, n/int(minElementsPerWorker.Load())))
+// rangesFor returns how many ranges to cut n elements of T into.
+func rangesFor[T Element](n int) int {
+	per := int(minElementsPerWorker.Load())
+	switch any(*new(T)).(type) {
+	case Half, BFloat16:
+		per = max(1, per/2)
+	}
+	return max(1, min(maxRanges, n/per))
 }
 
 // workersFor returns how many goroutines may work on ranges ranges: one per
@@ -316,7 +324,7 @@ func sweep[T Element](d Dims, dy, x, dx []T, mean []float64, t *affine) (sumDy, 
 		dx = nil
 	}
 	blk := blockFor(pd)
-	ranges := rangesFor(n)
+	ranges := rangesFor[T](n)
 	// One range without a period sums straight into the result; otherwise
 	// each range has its partial sums, folded in range order below.
 	var parts []float64
@@ -361,7 +369,7 @@ func applyAll[T Element](d Dims, t affine, dy, x, dx []T) {
 	pd, L := d.periodic()
 	t = t.repeated(L).withFloat32()
 	blk := blockFor(pd)
-	parallel(n, rangesFor(n), blk, true, func(_, lo, hi int) {
+	parallel(n, rangesFor[T](n), blk, true, func(_, lo, hi int) {
 		forBlocks(lo, hi, blk, true, dy, x, dx,
 			func(off int, dy, x, dx []float32) { applyAffine(pd, off, t, dy, x, dx) },
 			func(off int, dy, x, dx []float64) { applyAffine(pd, off, t, dy, x, dx) })

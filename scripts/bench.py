@@ -290,7 +290,7 @@ def main():
 
     procs = ["1", "default"]
     print("\nParallel threshold: gobn ms by element count, one worker (GOMAXPROCS=1) "
-          f"vs one per core (default; gobn splits from {2 * 524288} elements)\n")
+          f"vs one per core (default; gobn splits float32 from {2 * 524288} elements)\n")
     print("| elements | " + " | ".join(f"GOMAXPROCS={p} ms" for p in procs) + " | speed-up |")
     print("| ---: | " + " | ".join("---:" for _ in procs) + " | ---: |")
     for n in sorted(sizes[procs[0]]):

@@ -137,25 +137,16 @@ type blockBuffers struct {
 var bufferPool = sync.Pool{New: func() any { return new(blockBuffers) }}
 
 // forBlocks calls fn for the elements at [lo, hi) of dy and x (and dx, when
-// not nil), blk elements at a time (blocks start at lo + k·blk), in order, or
-// last block first when reverse is set, with native slices: float32 and
-// float64 tensors directly, Half and BFloat16 ones converted to float32,
-// with the block's dx rounded back after fn returns.
-func forBlocks[T Element](lo, hi, blk int, reverse bool, dy, x, dx []T, fn32 func(off int, dy, x, dx []float32), fn64 func(off int, dy, x, dx []float64)) {
-	if hi <= lo {
-		return
-	}
+// not nil), blk elements at a time in memory order (walking blocks backwards
+// made the hardware prefetcher give up: a training gradient of 6.4M elements
+// took 1.4-1.7x as long), with native slices: float32 and float64 tensors
+// directly, Half and BFloat16 ones converted to float32, with the block's dx
+// rounded back after fn returns.
+func forBlocks[T Element](lo, hi, blk int, dy, x, dx []T, fn32 func(off int, dy, x, dx []float32), fn64 func(off int, dy, x, dx []float64)) {
 	blk = min(blk, maxBlockLen)
-	first, last, step := lo, lo+(hi-lo-1)/blk*blk, blk
-	if reverse {
-		first, last, step = last, lo, -blk
-	}
 	blocks := func(each func(b, e int)) {
-		for b := first; ; b += step {
+		for b := lo; b < hi; b += blk {
 			each(b, min(b+blk, hi))
-			if b == last {
-				return
-			}
 		}
 	}
 	switch dy := any(dy).(type) {
@@ -336,7 +327,7 @@ func sweep[T Element](d Dims, dy, x, dx []T, mean []float64, t *affine) (sumDy, 
 		if parts != nil {
 			a, b = parts[2*L*r:2*L*r+L:2*L*r+L], parts[2*L*r+L:2*L*(r+1):2*L*(r+1)]
 		}
-		forBlocks(lo, hi, blk, false, dy, x, dx,
+		forBlocks(lo, hi, blk, dy, x, dx,
 			func(off int, dy, x, dx []float32) {
 				channelSums(pd, off, dy, x, meanL, a, b)
 				if dx != nil {
@@ -358,9 +349,8 @@ func sweep[T Element](d Dims, dy, x, dx []T, mean []float64, t *affine) (sumDy, 
 }
 
 // applyAll writes dx = A[c]·(dy − MeanDy[c]) + B[c]·(x − Mean[c]) over the
-// whole tensor, last range first and each range last block first: those
-// blocks are the ones the sums pass before it read last, so they are still
-// in cache.
+// whole tensor, last range first: the sums pass before it read that range
+// last, so it may still be in cache.
 func applyAll[T Element](d Dims, t affine, dy, x, dx []T) {
 	n := d.Len()
 	if n == 0 {
@@ -370,7 +360,7 @@ func applyAll[T Element](d Dims, t affine, dy, x, dx []T) {
 	t = t.repeated(L).withFloat32()
 	blk := blockFor(pd)
 	parallel(n, rangesFor[T](n), blk, true, func(_, lo, hi int) {
-		forBlocks(lo, hi, blk, true, dy, x, dx,
+		forBlocks(lo, hi, blk, dy, x, dx,
 			func(off int, dy, x, dx []float32) { applyAffine(pd, off, t, dy, x, dx) },
 			func(off int, dy, x, dx []float64) { applyAffine(pd, off, t, dy, x, dx) })
 	})

@@ -41,16 +41,22 @@ func store8d(v archsimd.Float64x8, p unsafe.Pointer, i int) {
 func sumsRows512(W, rows int, dy, x []float32, mean, a, b []float64) {
 	needLen(W*rows, dy, x)
 	needLen(W, mean, a, b)
-	pdy, px, pm, pa, pb := ptr32(dy), ptr32(x), ptr64(mean), ptr64(a), ptr64(b)
+	pm, pa, pb := ptr64(mean), ptr64(a), ptr64(b)
 	W8 := W &^ 7
 	for o := 0; o < W*rows; o += W {
-		for j := 0; j < W8; j += 8 {
-			g := widen8(pdy, o+j)
-			xc := widen8(px, o+j).Sub(load8d(pm, j))
-			store8d(load8d(pa, j).Add(g), pa, j)
-			store8d(g.MulAdd(xc, load8d(pb, j)), pb, j)
-		}
+		sumsRow512(W8, unsafe.Pointer(&dy[o]), unsafe.Pointer(&x[o]), pm, pa, pb)
 		sumsTail(W8, W, dy[o:], x[o:], mean, a, b)
+	}
+}
+
+// sumsRow512 adds the first n (a multiple of 8) channels of one row. A loop
+// of its own, over few pointers, keeps them all in registers.
+func sumsRow512(n int, dy, x, mean, a, b unsafe.Pointer) {
+	for j := 0; j < n; j += 8 {
+		g := widen8(dy, j)
+		xc := widen8(x, j).Sub(load8d(mean, j))
+		store8d(load8d(a, j).Add(g), a, j)
+		store8d(g.MulAdd(xc, load8d(b, j)), b, j)
 	}
 }
 
@@ -85,21 +91,32 @@ func applyRows512(W, rows int, t *affine32, c0 int, dy, x, dx []float32) {
 	needLen(W*rows, dy, x, dx)
 	a, b, mdy, mu := t.A[c0:], t.B[c0:], t.MeanDy[c0:], t.Mean[c0:]
 	needLen(W, a, b, mdy, mu)
-	pdy, px, pdx := ptr32(dy), ptr32(x), ptr32(dx)
 	pa, pb, pd, pm := ptr32(a), ptr32(b), ptr32(mdy), ptr32(mu)
 	W16 := W &^ 15
 	for o := 0; o < W*rows; o += W {
+		rdy, rx, rdx := unsafe.Pointer(&dy[o]), unsafe.Pointer(&x[o]), unsafe.Pointer(&dx[o])
 		if t.ScaleOnly {
-			for j := 0; j < W16; j += 16 {
-				store16(load16(pdy, o+j).Mul(load16(pa, j)), pdx, o+j)
-			}
+			scaleRow512(W16, rdy, rdx, pa)
 		} else {
-			for j := 0; j < W16; j += 16 {
-				r := load16(px, o+j).Sub(load16(pm, j)).Mul(load16(pb, j))
-				store16(load16(pdy, o+j).Sub(load16(pd, j)).MulAdd(load16(pa, j), r), pdx, o+j)
-			}
+			applyRow512(W16, rdy, rx, rdx, pa, pb, pd, pm)
 		}
 		applyTail(W16, W, t.ScaleOnly, a, b, mdy, mu, dy[o:], x[o:], dx[o:])
+	}
+}
+
+// applyRow512 writes the first n (a multiple of 16) channels of one row.
+func applyRow512(n int, dy, x, dx, a, b, mdy, mu unsafe.Pointer) {
+	for j := 0; j < n; j += 16 {
+		r := load16(x, j).Sub(load16(mu, j)).Mul(load16(b, j))
+		store16(load16(dy, j).Sub(load16(mdy, j)).MulAdd(load16(a, j), r), dx, j)
+	}
+}
+
+// scaleRow512 writes dx = a·dy for the first n (a multiple of 16) channels
+// of one row.
+func scaleRow512(n int, dy, dx, a unsafe.Pointer) {
+	for j := 0; j < n; j += 16 {
+		store16(load16(dy, j).Mul(load16(a, j)), dx, j)
 	}
 }
 

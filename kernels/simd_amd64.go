@@ -129,16 +129,22 @@ func sumsChannelsLast32(L, off int, dy, x []float32, mean, sumDy, sumDyXc []floa
 func sumsRows32(W, rows int, dy, x []float32, mean, a, b []float64) {
 	needLen(W*rows, dy, x)
 	needLen(W, mean, a, b)
-	pdy, px, pm, pa, pb := ptr32(dy), ptr32(x), ptr64(mean), ptr64(a), ptr64(b)
+	pm, pa, pb := ptr64(mean), ptr64(a), ptr64(b)
 	W4 := W &^ 3
 	for o := 0; o < W*rows; o += W {
-		for j := 0; j < W4; j += 4 {
-			g := widen4(pdy, o+j)
-			xc := widen4(px, o+j).Sub(load4d(pm, j))
-			store4d(load4d(pa, j).Add(g), pa, j)
-			store4d(g.MulAdd(xc, load4d(pb, j)), pb, j)
-		}
+		sumsRow32(W4, unsafe.Pointer(&dy[o]), unsafe.Pointer(&x[o]), pm, pa, pb)
 		sumsTail(W4, W, dy[o:], x[o:], mean, a, b)
+	}
+}
+
+// sumsRow32 adds the first n (a multiple of 4) channels of one row. A loop
+// of its own, over few pointers, keeps them all in registers.
+func sumsRow32(n int, dy, x, mean, a, b unsafe.Pointer) {
+	for j := 0; j < n; j += 4 {
+		g := widen4(dy, j)
+		xc := widen4(x, j).Sub(load4d(mean, j))
+		store4d(load4d(a, j).Add(g), a, j)
+		store4d(g.MulAdd(xc, load4d(b, j)), b, j)
 	}
 }
 
@@ -223,21 +229,32 @@ func applyRows32(W, rows int, t *affine32, c0 int, dy, x, dx []float32) {
 	needLen(W*rows, dy, x, dx)
 	a, b, mdy, mu := t.A[c0:], t.B[c0:], t.MeanDy[c0:], t.Mean[c0:]
 	needLen(W, a, b, mdy, mu)
-	pdy, px, pdx := ptr32(dy), ptr32(x), ptr32(dx)
 	pa, pb, pd, pm := ptr32(a), ptr32(b), ptr32(mdy), ptr32(mu)
 	W8 := W &^ 7
 	for o := 0; o < W*rows; o += W {
+		rdy, rx, rdx := unsafe.Pointer(&dy[o]), unsafe.Pointer(&x[o]), unsafe.Pointer(&dx[o])
 		if t.ScaleOnly {
-			for j := 0; j < W8; j += 8 {
-				store8(load8(pdy, o+j).Mul(load8(pa, j)), pdx, o+j)
-			}
+			scaleRow32(W8, rdy, rdx, pa)
 		} else {
-			for j := 0; j < W8; j += 8 {
-				r := load8(px, o+j).Sub(load8(pm, j)).Mul(load8(pb, j))
-				store8(load8(pdy, o+j).Sub(load8(pd, j)).MulAdd(load8(pa, j), r), pdx, o+j)
-			}
+			applyRow32(W8, rdy, rx, rdx, pa, pb, pd, pm)
 		}
 		applyTail(W8, W, t.ScaleOnly, a, b, mdy, mu, dy[o:], x[o:], dx[o:])
+	}
+}
+
+// applyRow32 writes the first n (a multiple of 8) channels of one row.
+func applyRow32(n int, dy, x, dx, a, b, mdy, mu unsafe.Pointer) {
+	for j := 0; j < n; j += 8 {
+		r := load8(x, j).Sub(load8(mu, j)).Mul(load8(b, j))
+		store8(load8(dy, j).Sub(load8(mdy, j)).MulAdd(load8(a, j), r), dx, j)
+	}
+}
+
+// scaleRow32 writes dx = a·dy for the first n (a multiple of 8) channels of
+// one row.
+func scaleRow32(n int, dy, dx, a unsafe.Pointer) {
+	for j := 0; j < n; j += 8 {
+		store8(load8(dy, j).Mul(load8(a, j)), dx, j)
 	}
 }
 

@@ -43,9 +43,28 @@ func sumsRows512(W, rows int, dy, x []float32, mean, a, b []float64) {
 	needLen(W, mean, a, b)
 	pm, pa, pb := ptr64(mean), ptr64(a), ptr64(b)
 	W8 := W &^ 7
-	for o := 0; o < W*rows; o += W {
+	o := 0
+	if W == W8 {
+		for ; o+2*W <= W*rows; o += 2 * W {
+			sumsRow2x512(W8, unsafe.Pointer(&dy[o]), unsafe.Pointer(&x[o]), unsafe.Pointer(&dy[o+W]), unsafe.Pointer(&x[o+W]), pm, pa, pb)
+		}
+	}
+	for ; o < W*rows; o += W {
 		sumsRow512(W8, unsafe.Pointer(&dy[o]), unsafe.Pointer(&x[o]), pm, pa, pb)
 		sumsTail(W8, W, dy[o:], x[o:], mean, a, b)
+	}
+}
+
+// sumsRow2x512 is sumsRow512 over two adjacent rows at once, which halves
+// the accumulator traffic. (Four rows at once ran at L2 speed too, but made
+// the hardware prefetcher give up on data from DRAM: 2.6x slower there.)
+func sumsRow2x512(n int, dy0, x0, dy1, x1, mean, a, b unsafe.Pointer) {
+	for j := 0; j < n; j += 8 {
+		mu := load8d(mean, j)
+		g0, g1 := widen8(dy0, j), widen8(dy1, j)
+		xc0, xc1 := widen8(x0, j).Sub(mu), widen8(x1, j).Sub(mu)
+		store8d(load8d(a, j).Add(g0.Add(g1)), a, j)
+		store8d(g1.MulAdd(xc1, g0.MulAdd(xc0, load8d(b, j))), b, j)
 	}
 }
 
@@ -93,7 +112,13 @@ func applyRows512(W, rows int, t *affine32, c0 int, dy, x, dx []float32) {
 	needLen(W, a, b, mdy, mu)
 	pa, pb, pd, pm := ptr32(a), ptr32(b), ptr32(mdy), ptr32(mu)
 	W16 := W &^ 15
-	for o := 0; o < W*rows; o += W {
+	o := 0
+	if W == W16 && !t.ScaleOnly {
+		for ; o+2*W <= W*rows; o += 2 * W {
+			applyRow2x512(W16, unsafe.Pointer(&dy[o]), unsafe.Pointer(&x[o]), unsafe.Pointer(&dx[o]), W, pa, pb, pd, pm)
+		}
+	}
+	for ; o < W*rows; o += W {
 		rdy, rx, rdx := unsafe.Pointer(&dy[o]), unsafe.Pointer(&x[o]), unsafe.Pointer(&dx[o])
 		if t.ScaleOnly {
 			scaleRow512(W16, rdy, rdx, pa)
@@ -109,6 +134,17 @@ func applyRow512(n int, dy, x, dx, a, b, mdy, mu unsafe.Pointer) {
 	for j := 0; j < n; j += 16 {
 		r := load16(x, j).Sub(load16(mu, j)).Mul(load16(b, j))
 		store16(load16(dy, j).Sub(load16(mdy, j)).MulAdd(load16(a, j), r), dx, j)
+	}
+}
+
+// applyRow2x512 is applyRow512 over two adjacent rows, W apart, with the
+// coefficients loaded once for both.
+func applyRow2x512(n int, dy, x, dx unsafe.Pointer, W int, a, b, mdy, mu unsafe.Pointer) {
+	dy1, x1, dx1 := unsafe.Add(dy, 4*W), unsafe.Add(x, 4*W), unsafe.Add(dx, 4*W)
+	for j := 0; j < n; j += 16 {
+		av, bv, dv, mv := load16(a, j), load16(b, j), load16(mdy, j), load16(mu, j)
+		store16(load16(dy, j).Sub(dv).MulAdd(av, load16(x, j).Sub(mv).Mul(bv)), dx, j)
+		store16(load16(dy1, j).Sub(dv).MulAdd(av, load16(x1, j).Sub(mv).Mul(bv)), dx1, j)
 	}
 }
 

@@ -65,6 +65,9 @@ func BenchmarkTrainingGrad(b *testing.B) {
 			b.Run("Half/"+l.name+"/"+s.name, func(b *testing.B) {
 				benchFusedGrad[kernels.Half](b, true, l.layout, s.N, s.C, s.S)
 			})
+			b.Run("BFloat16/"+l.name+"/"+s.name, func(b *testing.B) {
+				benchFusedGrad[kernels.BFloat16](b, true, l.layout, s.N, s.C, s.S)
+			})
 		}
 	}
 }

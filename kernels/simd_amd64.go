@@ -348,10 +348,11 @@ func applyRun32(scaleOnly bool, a, b, mdy, mu float32, dy, x, dx []float32) {
 func widenBFloat16(dst []float32, src []BFloat16) {
 	n := len(src)
 	dst = dst[:n]
-	bits := unsafe.Slice((*uint16)(unsafe.SliceData(src)), n)
+	ps, pd := unsafe.Pointer(unsafe.SliceData(src)), ptr32(dst)
 	j := 0
 	for ; j+8 <= n; j += 8 {
-		archsimd.LoadUint16x8Slice(bits[j:]).ExtendToUint32().ShiftAllLeft(16).AsFloat32x8().StoreSlice(dst[j:])
+		u := archsimd.LoadUint16x8((*[8]uint16)(unsafe.Add(ps, 2*j)))
+		store8(u.ExtendToUint32().ShiftAllLeft(16).AsFloat32x8(), pd, j)
 	}
 	for ; j < n; j++ {
 		dst[j] = src[j].Float32()
@@ -363,16 +364,17 @@ func widenBFloat16(dst []float32, src []BFloat16) {
 // kept quiet.
 func narrowBFloat16(dst []BFloat16, src []float32) {
 	n := len(src)
-	bits := unsafe.Slice((*uint16)(unsafe.SliceData(dst)), len(dst))[:n]
+	dst = dst[:n]
+	ps, pd := ptr32(src), unsafe.Pointer(unsafe.SliceData(dst))
 	absMask, inf := archsimd.BroadcastUint32x8(0x7fffffff), archsimd.BroadcastInt32x8(0x7f800000)
 	bias, one, quiet := archsimd.BroadcastUint32x8(0x7fff), archsimd.BroadcastUint32x8(1), archsimd.BroadcastUint32x8(0x40)
 	j := 0
 	for ; j+8 <= n; j += 8 {
-		u := archsimd.LoadFloat32x8Slice(src[j:]).AsUint32x8()
+		u := load8(ps, j).AsUint32x8()
 		isNaN := u.And(absMask).AsInt32x8().Greater(inf)
 		rounded := u.Add(bias).Add(u.ShiftAllRight(16).And(one)).ShiftAllRight(16)
 		o := u.ShiftAllRight(16).Or(quiet).Merge(rounded, isNaN).AsInt32x8()
-		o.GetLo().SaturateToUint16Concat(o.GetHi()).StoreSlice(bits[j:])
+		o.GetLo().SaturateToUint16Concat(o.GetHi()).Store((*[8]uint16)(unsafe.Add(pd, 2*j)))
 	}
 	for ; j < n; j++ {
 		dst[j] = BFloat16FromFloat32(src[j])

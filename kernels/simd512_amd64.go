@@ -44,7 +44,7 @@ func sumsRows512(W, rows int, dy, x []float32, mean, a, b []float64) {
 	pm, pa, pb := ptr64(mean), ptr64(a), ptr64(b)
 	W8 := W &^ 7
 	o := 0
-	if W == W8 {
+	if W == W8 && W < twoRowMax {
 		for ; o+2*W <= W*rows; o += 2 * W {
 			sumsRow2x512(W8, unsafe.Pointer(&dy[o]), unsafe.Pointer(&x[o]), unsafe.Pointer(&dy[o+W]), unsafe.Pointer(&x[o+W]), pm, pa, pb)
 		}
@@ -113,7 +113,7 @@ func applyRows512(W, rows int, t *affine32, c0 int, dy, x, dx []float32) {
 	pa, pb, pd, pm := ptr32(a), ptr32(b), ptr32(mdy), ptr32(mu)
 	W16 := W &^ 15
 	o := 0
-	if W == W16 && !t.ScaleOnly {
+	if W == W16 && !t.ScaleOnly && W < twoRowMax {
 		for ; o+2*W <= W*rows; o += 2 * W {
 			applyRow2x512(W16, unsafe.Pointer(&dy[o]), unsafe.Pointer(&x[o]), unsafe.Pointer(&dx[o]), W, pa, pb, pd, pm)
 		}

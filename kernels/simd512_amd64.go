@@ -37,28 +37,9 @@ func store8d(v archsimd.Float64x8, p unsafe.Pointer, i int) {
 	v.Store((*[8]float64)(unsafe.Add(p, 8*i)))
 }
 
-// sumsRows512 is sumsRows32 eight channels at a time.
-func sumsRows512(W, rows int, dy, x []float32, mean, a, b []float64) {
-	needLen(W*rows, dy, x)
-	needLen(W, mean, a, b)
-	pm, pa, pb := ptr64(mean), ptr64(a), ptr64(b)
-	W8 := W &^ 7
-	o := 0
-	if W == W8 && W < twoRowMax {
-		for ; o+2*W <= W*rows; o += 2 * W {
-			sumsRow2x512(W8, unsafe.Pointer(&dy[o]), unsafe.Pointer(&x[o]), unsafe.Pointer(&dy[o+W]), unsafe.Pointer(&x[o+W]), pm, pa, pb)
-		}
-	}
-	for ; o < W*rows; o += W {
-		sumsRow512(W8, unsafe.Pointer(&dy[o]), unsafe.Pointer(&x[o]), pm, pa, pb)
-		sumsTail(W8, W, dy[o:], x[o:], mean, a, b)
-	}
-}
-
-// sumsRow2x512 is sumsRow512 over two adjacent rows at once, which halves
-// the accumulator traffic. (Four rows at once ran at L2 speed too, but made
-// the hardware prefetcher give up on data from DRAM: 2.6x slower there.)
-func sumsRow2x512(n int, dy0, x0, dy1, x1, mean, a, b unsafe.Pointer) {
+// sumsRow2x512 is sumsRow2x32 eight channels at a time.
+func sumsRow2x512(n int, dy0, x0 unsafe.Pointer, W int, mean, a, b unsafe.Pointer) {
+	dy1, x1 := unsafe.Add(dy0, 4*W), unsafe.Add(x0, 4*W)
 	for j := 0; j < n; j += 8 {
 		mu := load8d(mean, j)
 		g0, g1 := widen8(dy0, j), widen8(dy1, j)
@@ -68,9 +49,8 @@ func sumsRow2x512(n int, dy0, x0, dy1, x1, mean, a, b unsafe.Pointer) {
 	}
 }
 
-// sumsRow512 adds the first n (a multiple of 8) channels of one row. A loop
-// of its own, over few pointers, keeps them all in registers.
-func sumsRow512(n int, dy, x, mean, a, b unsafe.Pointer) {
+// sumsRow512 is sumsRow32 eight channels at a time.
+func sumsRow512(n int, dy, x unsafe.Pointer, _ int, mean, a, b unsafe.Pointer) {
 	for j := 0; j < n; j += 8 {
 		g := widen8(dy, j)
 		xc := widen8(x, j).Sub(load8d(mean, j))
@@ -105,40 +85,15 @@ func runSums512(dy, x []float32, mu float64) (sumDy, sumDyXc float64) {
 	return sumDy + s, sumDyXc + sx
 }
 
-// applyRows512 is applyRows32 sixteen channels at a time.
-func applyRows512(W, rows int, t *affine32, c0 int, dy, x, dx []float32) {
-	needLen(W*rows, dy, x, dx)
-	a, b, mdy, mu := t.A[c0:], t.B[c0:], t.MeanDy[c0:], t.Mean[c0:]
-	needLen(W, a, b, mdy, mu)
-	pa, pb, pd, pm := ptr32(a), ptr32(b), ptr32(mdy), ptr32(mu)
-	W16 := W &^ 15
-	o := 0
-	if W == W16 && !t.ScaleOnly && W < twoRowMax {
-		for ; o+2*W <= W*rows; o += 2 * W {
-			applyRow2x512(W16, unsafe.Pointer(&dy[o]), unsafe.Pointer(&x[o]), unsafe.Pointer(&dx[o]), W, pa, pb, pd, pm)
-		}
-	}
-	for ; o < W*rows; o += W {
-		rdy, rx, rdx := unsafe.Pointer(&dy[o]), unsafe.Pointer(&x[o]), unsafe.Pointer(&dx[o])
-		if t.ScaleOnly {
-			scaleRow512(W16, rdy, rdx, pa)
-		} else {
-			applyRow512(W16, rdy, rx, rdx, pa, pb, pd, pm)
-		}
-		applyTail(W16, W, t.ScaleOnly, a, b, mdy, mu, dy[o:], x[o:], dx[o:])
-	}
-}
-
-// applyRow512 writes the first n (a multiple of 16) channels of one row.
-func applyRow512(n int, dy, x, dx, a, b, mdy, mu unsafe.Pointer) {
+// applyRow512 is applyRow32 sixteen channels at a time.
+func applyRow512(n int, dy, x, dx unsafe.Pointer, _ int, a, b, mdy, mu unsafe.Pointer) {
 	for j := 0; j < n; j += 16 {
 		r := load16(x, j).Sub(load16(mu, j)).Mul(load16(b, j))
 		store16(load16(dy, j).Sub(load16(mdy, j)).MulAdd(load16(a, j), r), dx, j)
 	}
 }
 
-// applyRow2x512 is applyRow512 over two adjacent rows, W apart, with the
-// coefficients loaded once for both.
+// applyRow2x512 is applyRow2x32 sixteen channels at a time.
 func applyRow2x512(n int, dy, x, dx unsafe.Pointer, W int, a, b, mdy, mu unsafe.Pointer) {
 	dy1, x1, dx1 := unsafe.Add(dy, 4*W), unsafe.Add(x, 4*W), unsafe.Add(dx, 4*W)
 	for j := 0; j < n; j += 16 {
@@ -148,8 +103,7 @@ func applyRow2x512(n int, dy, x, dx unsafe.Pointer, W int, a, b, mdy, mu unsafe.
 	}
 }
 
-// scaleRow512 writes dx = a·dy for the first n (a multiple of 16) channels
-// of one row.
+// scaleRow512 is scaleRow32 sixteen channels at a time.
 func scaleRow512(n int, dy, dx, a unsafe.Pointer) {
 	for j := 0; j < n; j += 16 {
 		store16(load16(dy, j).Mul(load16(a, j)), dx, j)

@@ -12,13 +12,27 @@ import (
 // formed in float64 exactly as there; x_backprop is formed in float32 with
 // FMA (the portable loop uses float64), which stays within a few float32 ulps.
 
+// rowLoops are the inner loops over one or two channels-last rows, for one
+// vector width: the sums take sumStep channels a step, the others applyStep,
+// up to the last whole step of a row (sumsRows and applyRows do the tails).
+type rowLoops struct {
+	sumStep, applyStep int
+	sums, sums2        func(n int, dy, x unsafe.Pointer, W int, mean, a, b unsafe.Pointer)
+	apply, apply2      func(n int, dy, x, dx unsafe.Pointer, W int, a, b, mdy, mu unsafe.Pointer)
+	scale              func(n int, dy, dx, a unsafe.Pointer)
+}
+
+var (
+	avx2Rows   = &rowLoops{4, 8, sumsRow32, sumsRow2x32, applyRow32, applyRow2x32, scaleRow32}
+	avx512Rows = &rowLoops{8, 16, sumsRow512, sumsRow2x512, applyRow512, applyRow2x512, scaleRow512}
+)
+
 // The row and run loops the float32 paths call: the AVX2 ones, or their
 // AVX-512 forms (simd512_amd64.go) where the CPU has AVX-512.
 var (
-	rowSums  = sumsRows32
-	rowApply = applyRows32
-	runSums  = runSums32
-	runApply = applyRun32
+	rowLoopsInUse = avx2Rows
+	runSums       = runSums32
+	runApply      = applyRun32
 )
 
 // canAVX512 reports whether the CPU can run the AVX-512 loops.
@@ -27,9 +41,9 @@ func canAVX512() bool { return archsimd.X86.AVX512() }
 // selectLoops selects the AVX-512 loops (wide) or the AVX2 ones.
 func selectLoops(wide bool) {
 	if wide {
-		rowSums, rowApply, runSums, runApply = sumsRows512, applyRows512, runSums512, applyRun512
+		rowLoopsInUse, runSums, runApply = avx512Rows, runSums512, applyRun512
 	} else {
-		rowSums, rowApply, runSums, runApply = sumsRows32, applyRows32, runSums32, applyRun32
+		rowLoopsInUse, runSums, runApply = avx2Rows, runSums32, applyRun32
 	}
 }
 
@@ -101,45 +115,53 @@ func needLen[F native](n int, s ...[]F) {
 	}
 }
 
-// sumsChannelsLast32 is sumsChannelsLast for float32 over rows of L
-// channels: a partial first and last row, and the whole rows between, all
-// through rowSums.
-func sumsChannelsLast32(L, off int, dy, x []float32, mean, sumDy, sumDyXc []float64) {
-	n := len(x)
+// rowSpans splits the n elements at flat offset off of a tensor with rows
+// of L channels into a partial first row, the whole rows, and a partial last
+// row, and calls each(c0, i, W, rows) for each: rows rows of W channels from
+// element i, the first of channel c0.
+func rowSpans(L, off, n int, each func(c0, i, W, rows int)) {
 	i := 0
 	if c0 := off % L; c0 != 0 {
-		m := min(L-c0, n)
-		rowSums(m, 1, dy, x, mean[c0:], sumDy[c0:], sumDyXc[c0:])
-		i = m
+		i = min(L-c0, n)
+		each(c0, 0, i, 1)
 	}
 	if rows := (n - i) / L; rows > 0 {
-		rowSums(L, rows, dy[i:], x[i:], mean, sumDy, sumDyXc)
+		each(0, i, L, rows)
 		i += rows * L
 	}
 	if i < n {
-		rowSums(n-i, 1, dy[i:], x[i:], mean, sumDy, sumDyXc)
+		each(0, i, n-i, 1)
 	}
 }
 
-// sumsRows32 adds rows contiguous rows of W channels into the accumulators
-// a (Σdy) and b (Σdy·(x−mean)), which have W elements like mean: one row at
-// a time, in memory order (a walk that interleaves rows defeats the hardware
-// prefetcher once the data comes from DRAM), four channels at a time in
+// sumsChannelsLast32 is sumsChannelsLast for float32 over rows of L
+// channels.
+func sumsChannelsLast32(L, off int, dy, x []float32, mean, sumDy, sumDyXc []float64) {
+	rowSpans(L, off, len(x), func(c0, i, W, rows int) {
+		sumsRows(W, rows, dy[i:], x[i:], mean[c0:], sumDy[c0:], sumDyXc[c0:])
+	})
+}
+
+// sumsRows adds rows contiguous rows of W channels into the accumulators a
+// (Σdy) and b (Σdy·(x−mean)), which have W elements like mean: in memory
+// order (a walk that interleaves rows further apart defeats the hardware
+// prefetcher once the data comes from DRAM), two short rows at a time, in
 // float64 lanes.
-func sumsRows32(W, rows int, dy, x []float32, mean, a, b []float64) {
+func sumsRows(W, rows int, dy, x []float32, mean, a, b []float64) {
 	needLen(W*rows, dy, x)
 	needLen(W, mean, a, b)
+	l := rowLoopsInUse
 	pm, pa, pb := ptr64(mean), ptr64(a), ptr64(b)
-	W4 := W &^ 3
+	Wv := W / l.sumStep * l.sumStep
 	o := 0
-	if W == W4 && W < twoRowMax {
+	if W == Wv && W < twoRowMax {
 		for ; o+2*W <= W*rows; o += 2 * W {
-			sumsRow2x32(W4, unsafe.Pointer(&dy[o]), unsafe.Pointer(&x[o]), W, pm, pa, pb)
+			l.sums2(Wv, unsafe.Pointer(&dy[o]), unsafe.Pointer(&x[o]), W, pm, pa, pb)
 		}
 	}
 	for ; o < W*rows; o += W {
-		sumsRow32(W4, unsafe.Pointer(&dy[o]), unsafe.Pointer(&x[o]), pm, pa, pb)
-		sumsTail(W4, W, dy[o:], x[o:], mean, a, b)
+		l.sums(Wv, unsafe.Pointer(&dy[o]), unsafe.Pointer(&x[o]), W, pm, pa, pb)
+		sumsTail(Wv, W, dy[o:], x[o:], mean, a, b)
 	}
 }
 
@@ -163,9 +185,10 @@ func sumsRow2x32(n int, dy, x unsafe.Pointer, W int, mean, a, b unsafe.Pointer) 
 	}
 }
 
-// sumsRow32 adds the first n (a multiple of 4) channels of one row. A loop
-// of its own, over few pointers, keeps them all in registers.
-func sumsRow32(n int, dy, x, mean, a, b unsafe.Pointer) {
+// sumsRow32 adds the first n (a multiple of 4) channels of one row (W, the
+// row length, is unused). A loop of its own, over few pointers, keeps them
+// all in registers.
+func sumsRow32(n int, dy, x unsafe.Pointer, _ int, mean, a, b unsafe.Pointer) {
 	for j := 0; j < n; j += 4 {
 		g := widen4(dy, j)
 		xc := widen4(x, j).Sub(load4d(mean, j))
@@ -230,52 +253,43 @@ func runSums32(dy, x []float32, mu float64) (sumDy, sumDyXc float64) {
 }
 
 // applyChannelsLast32 is applyChannelsLast for float32 over rows of L
-// channels: dx = A·(dy−MeanDy) + B·(x−Mean) with FMA, through rowApply.
+// channels: dx = A·(dy−MeanDy) + B·(x−Mean) with FMA.
 func applyChannelsLast32(L, off int, t *affine32, dy, x, dx []float32) {
-	n := len(x)
-	i := 0
-	if c0 := off % L; c0 != 0 {
-		m := min(L-c0, n)
-		rowApply(m, 1, t, c0, dy, x, dx)
-		i = m
-	}
-	if rows := (n - i) / L; rows > 0 {
-		rowApply(L, rows, t, 0, dy[i:], x[i:], dx[i:])
-		i += rows * L
-	}
-	if i < n {
-		rowApply(n-i, 1, t, 0, dy[i:], x[i:], dx[i:])
-	}
+	rowSpans(L, off, len(x), func(c0, i, W, rows int) {
+		applyRows(W, rows, t, c0, dy[i:], x[i:], dx[i:])
+	})
 }
 
-// applyRows32 writes dx over rows contiguous rows of W channels whose
-// coefficients start at t's channel c0: one row at a time in memory order,
-// eight channels at a time.
-func applyRows32(W, rows int, t *affine32, c0 int, dy, x, dx []float32) {
+// applyRows writes dx over rows contiguous rows of W channels whose
+// coefficients start at t's channel c0: in memory order, two short rows at a
+// time.
+func applyRows(W, rows int, t *affine32, c0 int, dy, x, dx []float32) {
 	needLen(W*rows, dy, x, dx)
 	a, b, mdy, mu := t.A[c0:], t.B[c0:], t.MeanDy[c0:], t.Mean[c0:]
 	needLen(W, a, b, mdy, mu)
+	l := rowLoopsInUse
 	pa, pb, pd, pm := ptr32(a), ptr32(b), ptr32(mdy), ptr32(mu)
-	W8 := W &^ 7
+	Wv := W / l.applyStep * l.applyStep
 	o := 0
-	if W == W8 && !t.ScaleOnly && W < twoRowMax {
+	if W == Wv && !t.ScaleOnly && W < twoRowMax {
 		for ; o+2*W <= W*rows; o += 2 * W {
-			applyRow2x32(W8, unsafe.Pointer(&dy[o]), unsafe.Pointer(&x[o]), unsafe.Pointer(&dx[o]), W, pa, pb, pd, pm)
+			l.apply2(Wv, unsafe.Pointer(&dy[o]), unsafe.Pointer(&x[o]), unsafe.Pointer(&dx[o]), W, pa, pb, pd, pm)
 		}
 	}
 	for ; o < W*rows; o += W {
 		rdy, rx, rdx := unsafe.Pointer(&dy[o]), unsafe.Pointer(&x[o]), unsafe.Pointer(&dx[o])
 		if t.ScaleOnly {
-			scaleRow32(W8, rdy, rdx, pa)
+			l.scale(Wv, rdy, rdx, pa)
 		} else {
-			applyRow32(W8, rdy, rx, rdx, pa, pb, pd, pm)
+			l.apply(Wv, rdy, rx, rdx, W, pa, pb, pd, pm)
 		}
-		applyTail(W8, W, t.ScaleOnly, a, b, mdy, mu, dy[o:], x[o:], dx[o:])
+		applyTail(Wv, W, t.ScaleOnly, a, b, mdy, mu, dy[o:], x[o:], dx[o:])
 	}
 }
 
-// applyRow32 writes the first n (a multiple of 8) channels of one row.
-func applyRow32(n int, dy, x, dx, a, b, mdy, mu unsafe.Pointer) {
+// applyRow32 writes the first n (a multiple of 8) channels of one row (W,
+// the row length, is unused).
+func applyRow32(n int, dy, x, dx unsafe.Pointer, _ int, a, b, mdy, mu unsafe.Pointer) {
 	for j := 0; j < n; j += 8 {
 		r := load8(x, j).Sub(load8(mu, j)).Mul(load8(b, j))
 		store8(load8(dy, j).Sub(load8(mdy, j)).MulAdd(load8(a, j), r), dx, j)

@@ -24,12 +24,16 @@ func (d Dims) Len() int { return int(d.N * d.C * d.S) }
 func (d Dims) PerChannel() int64 { return d.N * d.S }
 
 // minPeriod is the least length of the channel period the channels-last
-// loops run over.
-const minPeriod = 64
+// loops run over; from maxPeriodC channels on, rows run over C itself, with a
+// scalar tail when C is not a multiple of 8.
+const (
+	minPeriod  = 64
+	maxPeriodC = 512
+)
 
 // periodic returns the dims the loops run over, and its channel count L. For
 // ChannelsLast with few channels, or a channel count that is not a multiple
-// of 8 below 512, that is the period L, the least multiple of C that is at
+// of 8 below maxPeriodC, that is the period L, the least multiple of C that is at
 // least minPeriod and a multiple of 8: element i has channel i mod C =
 // (i mod L) mod C, so the loops may treat the tensor as having L channels
 // whose per-channel arrays are the C real ones repeated L/C times, and run
@@ -37,7 +41,7 @@ const minPeriod = 64
 // shorter than one period, it is d itself.
 func (d Dims) periodic() (Dims, int) {
 	C := int(d.C)
-	if d.Layout != ChannelsLast || C == 0 || (C >= minPeriod && C%8 == 0) || C >= 512 {
+	if d.Layout != ChannelsLast || C == 0 || (C >= minPeriod && C%8 == 0) || C >= maxPeriodC {
 		return d, C
 	}
 	L := C

@@ -245,8 +245,8 @@ func narrow[T Element](dst []T, src []float32) {
 }
 
 // toFloat64 returns the per-channel values p as float64.
-func toFloat64[T Element](p []T) []float64 {
-	out := make([]float64, len(p))
+func toFloat64[T Element](s *scratch, p []T) []float64 {
+	out := s.float64s(len(p))
 	switch p := any(p).(type) {
 	case []float32:
 		for i, v := range p {
@@ -288,16 +288,16 @@ func fromFloat64[T Element](dst []T, p []float64) {
 
 // reduce returns the per-channel sums Σdy and Σdy·(x−mean) over the whole
 // tensor, split over workers that each own their accumulators.
-func reduce[T Element](d Dims, dy, x []T, mean []float64) (sumDy, sumDyXc []float64) {
-	return sweep(d, dy, x, nil, mean, nil)
+func reduce[T Element](s *scratch, d Dims, dy, x []T, mean []float64) (sumDy, sumDyXc []float64) {
+	return sweep(s, d, dy, x, nil, mean, nil)
 }
 
 // sweep is reduce, and when t is not nil it also writes dx by t block by
 // block in the same pass, while each block is in L1. Only a t that does not
 // depend on the sums (inference) can be applied so.
-func sweep[T Element](d Dims, dy, x, dx []T, mean []float64, t *affine) (sumDy, sumDyXc []float64) {
+func sweep[T Element](s *scratch, d Dims, dy, x, dx []T, mean []float64, t *affine) (sumDy, sumDyXc []float64) {
 	C := int(d.C)
-	sums := make([]float64, 2*C)
+	sums := s.float64s(2 * C)
 	sumDy, sumDyXc = sums[:C:C], sums[C:]
 	n := d.Len()
 	if n == 0 {
@@ -307,61 +307,95 @@ func sweep[T Element](d Dims, dy, x, dx []T, mean []float64, t *affine) (sumDy, 
 	// per-channel arrays repeated L/C times, and the sums are folded back
 	// into C channels at the end.
 	pd, L := d.periodic()
-	meanL := repeat(mean, L)
-	var apply affine
+	job := sweepJob[T]{pd: pd, blk: blockFor(pd), dy: dy, x: x, mean: s.repeat(mean, L)}
 	if t != nil {
-		apply = t.repeated(L).withFloat32()
-	} else {
-		dx = nil
+		job.dx, job.apply = dx, t.repeated(s, L).withFloat32(s)
 	}
-	blk := blockFor(pd)
-	ranges := rangesFor[T](n)
 	// One range without a period sums straight into the result; otherwise
 	// each range has its partial sums, folded in range order below.
-	var parts []float64
+	ranges := rangesFor[T](n)
+	parts := sums
 	if ranges > 1 || L != C {
-		parts = make([]float64, 2*L*ranges)
+		parts = s.float64s(2 * L * ranges)
 	}
-	parallel(n, ranges, blk, false, func(r, lo, hi int) {
-		a, b := sumDy, sumDyXc
-		if parts != nil {
-			a, b = parts[2*L*r:2*L*r+L:2*L*r+L], parts[2*L*r+L:2*L*(r+1):2*L*(r+1)]
+	if ranges == 1 {
+		job.run(0, n, parts[:L:L], parts[L:2*L])
+	} else {
+		// Only a job that helpers share is copied to the heap.
+		shared := new(sweepJob[T])
+		*shared = job
+		parallel(n, ranges, job.blk, false, func(r, lo, hi int) {
+			shared.run(lo, hi, parts[2*L*r:2*L*r+L:2*L*r+L], parts[2*L*r+L:2*L*(r+1):2*L*(r+1)])
+		})
+	}
+	if ranges > 1 || L != C {
+		for r := 0; r < len(parts); r += 2 * L {
+			fold(sumDy, parts[r:r+L])
+			fold(sumDyXc, parts[r+L:r+2*L])
 		}
-		forBlocks(lo, hi, blk, dy, x, dx,
-			func(off int, dy, x, dx []float32) {
-				channelSums(pd, off, dy, x, meanL, a, b)
-				if dx != nil {
-					applyAffine(pd, off, apply, dy, x, dx)
-				}
-			},
-			func(off int, dy, x, dx []float64) {
-				channelSums(pd, off, dy, x, meanL, a, b)
-				if dx != nil {
-					applyAffine(pd, off, apply, dy, x, dx)
-				}
-			})
-	})
-	for r := 0; r < len(parts); r += 2 * L {
-		fold(sumDy, parts[r:r+L])
-		fold(sumDyXc, parts[r+L:r+2*L])
 	}
 	return sumDy, sumDyXc
+}
+
+// sweepJob is sweep's pass over the period dims pd, in blocks of blk: the
+// sums, and dx by apply when dx is not nil.
+type sweepJob[T Element] struct {
+	pd        Dims
+	blk       int
+	dy, x, dx []T
+	mean      []float64
+	apply     affine
+}
+
+// run adds the sums of the elements at [lo, hi) into a and b, and writes
+// their dx.
+func (j *sweepJob[T]) run(lo, hi int, a, b []float64) {
+	forBlocks(lo, hi, j.blk, j.dy, j.x, j.dx,
+		func(off int, dy, x, dx []float32) {
+			channelSums(j.pd, off, dy, x, j.mean, a, b)
+			if dx != nil {
+				applyAffine(j.pd, off, j.apply, dy, x, dx)
+			}
+		},
+		func(off int, dy, x, dx []float64) {
+			channelSums(j.pd, off, dy, x, j.mean, a, b)
+			if dx != nil {
+				applyAffine(j.pd, off, j.apply, dy, x, dx)
+			}
+		})
 }
 
 // applyAll writes dx = A[c]·(dy − MeanDy[c]) + B[c]·(x − Mean[c]) over the
 // whole tensor, last range first: the sums pass before it read that range
 // last, so it may still be in cache.
-func applyAll[T Element](d Dims, t affine, dy, x, dx []T) {
+func applyAll[T Element](s *scratch, d Dims, t affine, dy, x, dx []T) {
 	n := d.Len()
 	if n == 0 {
 		return
 	}
 	pd, L := d.periodic()
-	t = t.repeated(L).withFloat32()
-	blk := blockFor(pd)
-	parallel(n, rangesFor[T](n), blk, true, func(_, lo, hi int) {
-		forBlocks(lo, hi, blk, dy, x, dx,
-			func(off int, dy, x, dx []float32) { applyAffine(pd, off, t, dy, x, dx) },
-			func(off int, dy, x, dx []float64) { applyAffine(pd, off, t, dy, x, dx) })
-	})
+	job := applyJob[T]{pd: pd, blk: blockFor(pd), dy: dy, x: x, dx: dx, t: t.repeated(s, L).withFloat32(s)}
+	ranges := rangesFor[T](n)
+	if ranges == 1 {
+		job.run(0, n)
+		return
+	}
+	shared := new(applyJob[T]) // only a job that helpers share is copied to the heap
+	*shared = job
+	parallel(n, ranges, job.blk, true, func(_, lo, hi int) { shared.run(lo, hi) })
+}
+
+// applyJob is applyAll's pass over the period dims pd, in blocks of blk.
+type applyJob[T Element] struct {
+	pd        Dims
+	blk       int
+	dy, x, dx []T
+	t         affine
+}
+
+// run writes dx for the elements at [lo, hi).
+func (j *applyJob[T]) run(lo, hi int) {
+	forBlocks(lo, hi, j.blk, j.dy, j.x, j.dx,
+		func(off int, dy, x, dx []float32) { applyAffine(j.pd, off, j.t, dy, x, dx) },
+		func(off int, dy, x, dx []float64) { applyAffine(j.pd, off, j.t, dy, x, dx) })
 }

@@ -62,10 +62,12 @@ func TrainingGrad[T Element](g FusedGradArgs[T]) {
 		clear(g.OffsetBackprop)
 		return
 	}
-	mean := toFloat64(g.ReserveSpace1)
-	sumDy, sumDyXc := reduce(g.Dims, g.YBackprop, g.X, mean)
+	s := getScratch()
+	defer s.release()
+	mean := toFloat64(s, g.ReserveSpace1)
+	sumDy, sumDyXc := reduce(s, g.Dims, g.YBackprop, g.X, mean)
 	R := float64(g.Dims.PerChannel())
-	t := newAffine(mean)
+	t := newAffine(s, mean)
 	for c := range mean {
 		inv := invStd(g.ReserveSpace2[c], g.Epsilon)
 		g.OffsetBackprop[c] = float32(sumDy[c])
@@ -75,7 +77,7 @@ func TrainingGrad[T Element](g FusedGradArgs[T]) {
 		t.B[c] = -k * inv * inv * sumDyXc[c] / R
 		t.MeanDy[c] = sumDy[c] / R
 	}
-	applyAll(g.Dims, t, g.YBackprop, g.X, g.XBackprop)
+	applyAll(s, g.Dims, t, g.YBackprop, g.X, g.XBackprop)
 }
 
 // InferenceGrad computes the gradient of inference-mode batch normalization,
@@ -93,16 +95,18 @@ func InferenceGrad[T Element](g FusedGradArgs[T]) {
 		clear(g.OffsetBackprop)
 		return
 	}
-	mean := toFloat64(g.ReserveSpace1)
-	t := newAffine(mean)
+	s := getScratch()
+	defer s.release()
+	mean := toFloat64(s, g.ReserveSpace1)
+	t := newAffine(s, mean)
 	t.ScaleOnly = true // x_backprop does not involve x
-	inv := make([]float64, len(mean))
+	inv := s.float64s(len(mean))
 	for c := range mean {
 		inv[c] = invStd(g.ReserveSpace2[c], g.Epsilon)
 		t.A[c] = float64(g.Scale[c]) * inv[c]
 	}
 	// x_backprop does not depend on the sums: one pass does both.
-	sumDy, sumDyXc := sweep(g.Dims, g.YBackprop, g.X, g.XBackprop, mean, &t)
+	sumDy, sumDyXc := sweep(s, g.Dims, g.YBackprop, g.X, g.XBackprop, mean, &t)
 	for c := range mean {
 		g.OffsetBackprop[c] = float32(sumDy[c])
 		g.ScaleBackprop[c] = float32(sumDyXc[c] * inv[c])
@@ -142,10 +146,12 @@ func GlobalNormalizationGrad[T Element](g GlobalNormalizationArgs[T]) {
 		panic("kernels: BatchNormWithGlobalNormalizationGrad is channels-last only")
 	}
 	checkLengths(g.Dims, [][]T{g.T, g.Backprop, g.DX}, [][]T{g.M, g.V, g.Gamma, g.DM, g.DV, g.DB, g.DG})
-	mean, variance, gamma := toFloat64(g.M), toFloat64(g.V), toFloat64(g.Gamma)
-	t := newAffine(mean)
+	sc := getScratch()
+	defer sc.release()
+	mean, variance, gamma := toFloat64(sc, g.M), toFloat64(sc, g.V), toFloat64(sc, g.Gamma)
+	t := newAffine(sc, mean)
 	t.ScaleOnly = true // dx does not involve t
-	s := make([]float64, C)
+	s := sc.float64s(C)
 	eps := float64(g.VarianceEpsilon)
 	for c := range C {
 		s[c] = 1 / math.Sqrt(variance[c]+eps)
@@ -155,8 +161,8 @@ func GlobalNormalizationGrad[T Element](g GlobalNormalizationArgs[T]) {
 		}
 	}
 	// dx does not depend on the sums: one pass does both.
-	sumDy, sumDyXc := sweep(g.Dims, g.Backprop, g.T, g.DX, mean, &t)
-	dm, dv, dg := make([]float64, C), make([]float64, C), make([]float64, C)
+	sumDy, sumDyXc := sweep(sc, g.Dims, g.Backprop, g.T, g.DX, mean, &t)
+	dm, dv, dg := sc.float64s(C), sc.float64s(C), sc.float64s(C)
 	for c := range C {
 		k := t.A[c]
 		if g.ScaleAfterNormalization {
@@ -176,8 +182,8 @@ func invStd(variance, epsilon float32) float64 {
 	return 1 / math.Sqrt(float64(variance)+float64(epsilon))
 }
 
-func newAffine(mean []float64) affine {
+func newAffine(s *scratch, mean []float64) affine {
 	C := len(mean)
-	buf := make([]float64, 3*C)
+	buf := s.float64s(3 * C)
 	return affine{A: buf[:C:C], B: buf[C : 2*C : 2*C], MeanDy: buf[2*C:], Mean: mean}
 }

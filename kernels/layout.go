@@ -66,11 +66,11 @@ func fold(dst, p []float64) {
 }
 
 // repeat returns p repeated to length L, a multiple of len(p).
-func repeat(p []float64, L int) []float64 {
+func (s *scratch) repeat(p []float64, L int) []float64 {
 	if len(p) == L {
 		return p
 	}
-	out := make([]float64, L)
+	out := s.float64s(L)
 	for i := range out {
 		out[i] = p[i%len(p)]
 	}
@@ -185,20 +185,21 @@ var (
 func SIMD() bool { return simdSums != nil }
 
 // repeated returns t with its arrays repeated to length L.
-func (t affine) repeated(L int) affine {
-	t.A, t.B, t.MeanDy, t.Mean = repeat(t.A, L), repeat(t.B, L), repeat(t.MeanDy, L), repeat(t.Mean, L)
+func (t affine) repeated(s *scratch, L int) affine {
+	t.A, t.B, t.MeanDy, t.Mean = s.repeat(t.A, L), s.repeat(t.B, L), s.repeat(t.MeanDy, L), s.repeat(t.Mean, L)
 	return t
 }
 
 // withFloat32 returns t with its float32 copy filled in when the SIMD loops
 // will use it.
-func (t affine) withFloat32() affine {
+func (t affine) withFloat32(s *scratch) affine {
 	if simdApply == nil {
 		return t
 	}
 	L := len(t.A)
-	buf := make([]float32, 4*L)
-	f := &affine32{A: buf[:L:L], B: buf[L : 2*L : 2*L], MeanDy: buf[2*L : 3*L : 3*L], Mean: buf[3*L:], ScaleOnly: t.ScaleOnly}
+	buf := s.float32s(4 * L)
+	f := &s.a32
+	*f = affine32{A: buf[:L:L], B: buf[L : 2*L : 2*L], MeanDy: buf[2*L : 3*L : 3*L], Mean: buf[3*L:], ScaleOnly: t.ScaleOnly}
 	for i := range L {
 		f.A[i], f.B[i], f.MeanDy[i], f.Mean[i] = float32(t.A[i]), float32(t.B[i]), float32(t.MeanDy[i]), float32(t.Mean[i])
 	}

@@ -22,11 +22,12 @@ func BenchmarkLoops(b *testing.B) {
 				dy[i], x[i] = float32(i%7), float32(i%5)
 			}
 			mean, a, s := make([]float64, C), make([]float64, C), make([]float64, C)
-			t := newAffine(mean)
+			sc := getScratch()
+			t := newAffine(sc, mean)
 			for c := range C {
 				t.A[c], t.B[c], t.MeanDy[c] = 1, 2, 3
 			}
-			t = t.withFloat32()
+			t = t.withFloat32(sc)
 			blk := blockFor(d)
 			b.Run(fmt.Sprintf("sums/%s/n=%d", lay.name, n), func(b *testing.B) {
 				b.SetBytes(int64(8 * n))

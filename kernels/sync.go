@@ -36,7 +36,9 @@ type GradReduceArgs[T Element] struct {
 // It panics if slice lengths disagree with Dims.
 func GradReduce[T Element](g GradReduceArgs[T]) {
 	checkLengths(g.Dims, [][]T{g.YBackprop, g.X}, [][]float32{g.Mean, g.SumDy, g.SumDyXmu})
-	sumDy, sumDyXmu := reduce(g.Dims, g.YBackprop, g.X, toFloat64(g.Mean))
+	s := getScratch()
+	defer s.release()
+	sumDy, sumDyXmu := reduce(s, g.Dims, g.YBackprop, g.X, toFloat64(s, g.Mean))
 	fromFloat64(g.SumDy, sumDy)
 	fromFloat64(g.SumDyXmu, sumDyXmu)
 }
@@ -75,7 +77,9 @@ func GradApply[T Element](g GradApplyArgs[T]) {
 		panic(fmt.Sprintf("kernels: count %d, want a positive count", g.Count))
 	}
 	R := float64(g.Count)
-	t := newAffine(toFloat64(g.Mean))
+	s := getScratch()
+	defer s.release()
+	t := newAffine(s, toFloat64(s, g.Mean))
 	for c := range C {
 		inv := invStd(g.Variance[c], g.Epsilon)
 		k := float64(g.Scale[c]) * inv
@@ -83,5 +87,5 @@ func GradApply[T Element](g GradApplyArgs[T]) {
 		t.B[c] = -k * inv * inv * float64(g.SumDyXmu[c]) / R
 		t.MeanDy[c] = float64(g.SumDy[c]) / R
 	}
-	applyAll(g.Dims, t, g.YBackprop, g.X, g.XBackprop)
+	applyAll(s, g.Dims, t, g.YBackprop, g.X, g.XBackprop)
 }

@@ -37,6 +37,18 @@ func view[E any](t hostTensor) []E {
 // allocator allocates output i of the running op.
 type allocator func(i int, dtype opdef.DType, dims []int64) (hostTensor, error)
 
+// A kernel call allocates nothing on Go's heap when it succeeds (each
+// allocation of a small op's call made the collector run more often, and its
+// background sweeper took CPU from TensorFlow's threads): outputs are held in
+// an array on the stack, and the dims handed to the allocator, which escape
+// through its func value, are an input's (which the call owns) or these.
+const maxOutputs = 8
+
+var (
+	emptyVectorDims = []int64{0}
+	scalarDims      = []int64{}
+)
+
 // kernel is one instantiated gobn op: its spec and its attrs.
 type kernel struct {
 	op                      opdef.Op
@@ -93,14 +105,15 @@ func (k *kernel) fusedGrad(in []hostTensor, allocate allocator) error {
 	if err != nil {
 		return err
 	}
-	out := make([]hostTensor, len(k.op.Outputs))
+	var buf [maxOutputs]hostTensor
+	out := buf[:len(k.op.Outputs)]
 	for i := range out {
-		dtype, dims := opdef.Float, []int64{g.C}
+		dtype, dims := opdef.Float, in[2].dims // scale's: [C], as checked
 		switch {
 		case i == 0:
 			dtype, dims = k.dtype, in[1].dims
 		case k.op.Outputs[i].Shape.Empty:
-			dims = []int64{0}
+			dims = emptyVectorDims
 		}
 		if out[i], err = allocate(i, dtype, dims); err != nil {
 			return err
@@ -147,9 +160,10 @@ func (k *kernel) globalNormalizationGrad(in []hostTensor, allocate allocator) er
 	if err != nil {
 		return err
 	}
-	out := make([]hostTensor, len(k.op.Outputs))
+	var buf [maxOutputs]hostTensor
+	out := buf[:len(k.op.Outputs)]
 	for i := range out {
-		dims := []int64{g.C}
+		dims := in[1].dims // m's: [C], as checked
 		if i == 0 {
 			dims = in[0].dims
 		}

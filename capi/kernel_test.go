@@ -429,3 +429,33 @@ func FuzzCompute(f *testing.F) {
 		}
 	})
 }
+
+// TestComputeAllocatesNothing requires an accepted call of every fused and
+// global op, on a tensor small enough to run on the calling goroutine, to
+// allocate nothing on Go's heap: the allocator hands out outputs made
+// beforehand, as TensorFlow's allocates them outside Go.
+func TestComputeAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("sync.Pool drops items on purpose under -race")
+	}
+	checked := 0
+	for _, c := range concurrencyCases(rand.New(rand.NewPCG(1, 2))) {
+		rec := newRecordingAllocator()
+		if err := c.k.compute(c.inputs, rec.allocate); err != nil || c.inputs[0].bytes > 1<<16 {
+			continue // rejected, or parallel
+		}
+		outputs := make([]hostTensor, len(c.k.op.Outputs))
+		for i := range outputs {
+			outputs[i] = rec.outputs[i]
+		}
+		allocate := func(i int, _ opdef.DType, _ []int64) (hostTensor, error) { return outputs[i], nil }
+		var err error
+		if n := testing.AllocsPerRun(50, func() { err = c.k.compute(c.inputs, allocate) }); n != 0 || err != nil {
+			t.Errorf("%s: %v allocations a call (error %v), want 0", c.name, n, err)
+		}
+		checked++
+	}
+	if checked < 20 {
+		t.Fatalf("only %d cases checked", checked)
+	}
+}

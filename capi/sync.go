@@ -16,11 +16,11 @@ func (k *kernel) gradReduce(in []hostTensor, allocate allocator) error {
 	if err != nil {
 		return err
 	}
-	out := make([]hostTensor, 3)
+	var out [3]hostTensor
 	for i, spec := range []struct {
 		dtype opdef.DType
 		dims  []int64
-	}{{opdef.Float, []int64{g.C}}, {opdef.Float, []int64{g.C}}, {opdef.Int64, []int64{}}} {
+	}{{opdef.Float, in[2].dims}, {opdef.Float, in[2].dims}, {opdef.Int64, scalarDims}} { // mean's dims: [C], as checked
 		if out[i], err = allocate(i, spec.dtype, spec.dims); err != nil {
 			return err
 		}
@@ -29,11 +29,11 @@ func (k *kernel) gradReduce(in []hostTensor, allocate allocator) error {
 	d := kernels.Dims{N: g.N, C: g.C, S: g.S, Layout: layout(g)}
 	switch k.dtype {
 	case opdef.Float:
-		gradReduce[float32](d, in, out)
+		gradReduce[float32](d, in, out[:])
 	case opdef.Half:
-		gradReduce[kernels.Half](d, in, out)
+		gradReduce[kernels.Half](d, in, out[:])
 	case opdef.BFloat16:
-		gradReduce[kernels.BFloat16](d, in, out)
+		gradReduce[kernels.BFloat16](d, in, out[:])
 	default:
 		return &opdef.ArgumentError{Msg: fmt.Sprintf("%s: T=%s is not supported", k.op.Name, k.dtype)}
 	}

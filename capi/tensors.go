@@ -5,6 +5,7 @@ package main
 import "C"
 
 import (
+	"runtime"
 	"sync"
 	"unsafe"
 
@@ -13,22 +14,32 @@ import (
 
 // call is one run of a kernel's compute: it owns every TF_Tensor it hands out
 // and frees them all in release. Calls are pooled, and their arrays back the
-// descriptions and dims of a call's tensors, so that a call allocates little.
-// The arrays C reads or writes are allocations of their own, free of Go
-// pointers: cgo checks the whole allocation a pointer passed to C points into.
+// descriptions and dims of a call's tensors, so that a call allocates
+// nothing. The arrays C reads or writes are allocations of their own: held
+// and descs, whose types hold pointers, in C's memory, where cgo's pointer
+// checks stop at once (in Go's they scanned the whole array on every call,
+// more time than a small kernel's arithmetic); dimsBuf, free of pointers, in
+// Go's.
 type call struct {
 	ctx     *C.TF_OpKernelContext
 	status  *C.TF_Status
 	tensors []*C.TF_Tensor
-	held    *[16]*C.TF_Tensor  // tensors' first backing array
-	descs   *[10]C.gobn_tensor // what C fills in
+	held    *[16]*C.TF_Tensor  // tensors' first backing array (C memory)
+	descs   *[10]C.gobn_tensor // what C fills in (C memory)
 	in      [10]hostTensor     // inputs' first backing array
 	dims    []int64            // what hold has not used of dimsBuf
 	dimsBuf *[96]int64
 }
 
 var callPool = sync.Pool{New: func() any {
-	return &call{held: new([16]*C.TF_Tensor), descs: new([10]C.gobn_tensor), dimsBuf: new([96]int64)}
+	held := C.malloc(C.size_t(unsafe.Sizeof([16]*C.TF_Tensor{}))) // cgo's malloc never returns nil
+	descs := C.malloc(C.size_t(unsafe.Sizeof([10]C.gobn_tensor{})))
+	c := &call{held: (*[16]*C.TF_Tensor)(held), descs: (*[10]C.gobn_tensor)(descs), dimsBuf: new([96]int64)}
+	clear(c.held[:])
+	clear(c.descs[:])
+	// The pool drops calls when Go collects; their C arrays go with them.
+	runtime.AddCleanup(c, func(p [2]unsafe.Pointer) { C.free(p[0]); C.free(p[1]) }, [2]unsafe.Pointer{held, descs})
+	return c
 }}
 
 func newCall(ctx *C.TF_OpKernelContext) *call {

@@ -73,9 +73,9 @@ func geometry(name string, shape []int64, channelsLast bool) (Geometry, error) {
 	for _, d := range shape {
 		empty = empty || d == 0
 	}
-	total := g.N
-	for _, d := range append(append([]int64{}, spatial...), g.C) {
-		if !empty && d != 0 && total > (1<<63-1)/d {
+	total := int64(1)
+	for _, d := range shape { // N, C and the spatial dims, in any order
+		if !empty && total > (1<<63-1)/d {
 			return Geometry{}, invalid("%s has more than 2^63-1 elements: shape %s", name, ShapeString(shape))
 		}
 		total *= d

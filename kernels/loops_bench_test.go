@@ -28,7 +28,7 @@ func BenchmarkLoops(b *testing.B) {
 				t.A[c], t.B[c], t.MeanDy[c] = 1, 2, 3
 			}
 			t = t.withFloat32(sc)
-			blk := blockFor(d)
+			blk := blockFor(d, blockLen)
 			b.Run(fmt.Sprintf("sums/%s/n=%d", lay.name, n), func(b *testing.B) {
 				b.SetBytes(int64(8 * n))
 				for b.Loop() {

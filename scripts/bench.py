@@ -9,15 +9,21 @@ STREAM-style triad bandwidth measured in the same run (internal/cmd/triad).
 The main process runs stock with TF_ENABLE_ONEDNN_OPTS=0 (TensorFlow's Eigen
 kernel); a child process repeats the float32 suite with oneDNN on.
 
-Both sides allocate their outputs through TensorFlow's CPU allocator, which is
-glibc's malloc. By default glibc maps every buffer above its mmap threshold
-afresh and unmaps it when freed, so each call of a large case pays page faults
-and the kernel zeroing its output pages (about 2,000 faults and 1 to 5 ms per
-call of a 25 MB output on the reference machine), which says nothing about
-either kernel. The bench therefore re-runs itself with glibc's malloc keeping
-freed memory (MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_, the settings
-TensorFlow's own performance guide reaches for with tcmalloc), and reports the
-large cases under the default allocator too.
+Both sides allocate their outputs through TensorFlow's CPU allocator, by
+default glibc's malloc. glibc maps large buffers afresh and unmaps them when
+freed, so a call of a large case pays thousands of page faults and the kernel
+zeroing its output, which says nothing about either kernel; and how often it
+does varies from call to call (glibc's per-thread heaps are unmapped when they
+empty whatever its trim settings: with them set to keep freed memory, one
+gobn case still took 3.9 to 46 ms from call to call, perf showing its dx
+stores faulting). The bench therefore runs TensorFlow with its BFC allocator
+on the CPU (TF_CPU_ALLOCATOR_USE_BFC=true), which keeps the memory it has
+mapped and hands it out again, as TensorFlow's GPU allocator does; and it
+reports the large cases under the default allocator too, in a child process.
+
+A lone call of a small case is mostly the ~0.1 ms of calling a tf.function
+from Python, alike on both sides; the float32 cases of at most SMALL elements
+are also timed as chains of CHAIN calls inside one tf.function, per call.
 
 Outputs: a markdown table on stdout, bench/results.json and bench/ratios.png.
 """
@@ -83,8 +89,8 @@ def make_inputs(tf, np, dtype, fmt, is_training, shape, seed=0):
         is_training=is_training)
 
 
-# glibc malloc settings under which freed buffers stay mapped (see above).
-KEEP_FREED = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 40)}
+# TensorFlow's BFC allocator on the CPU, which keeps what it maps (see above).
+BFC = {"TF_CPU_ALLOCATOR_USE_BFC": "true"}
 
 # Cheap cases get more repetitions, up to this many seconds of timing each.
 CASE_SECONDS = 0.5
@@ -132,6 +138,40 @@ def run_suite(onednn, only_float32, reps, only_large=False):
         rows.append(dict(label=label, dtype=dtype, data_format=fmt, is_training=is_training,
                          shape=list(shape), elements=n, stock_ms=ts * 1e3, gobn_ms=tg * 1e3,
                          ratio=ts / tg))
+    return rows
+
+
+# Cases up to this many elements are also timed as a chain of CHAIN calls
+# inside one tf.function (each call's x_backprop the next one's y_backprop):
+# a lone call of them is mostly the ~0.1 ms of calling a tf.function from
+# Python, the same on both sides, which hides what the op itself costs in a
+# graph, where a model runs it.
+SMALL = 1 << 16
+CHAIN = 100
+
+
+def run_chained(reps):
+    """Per-call ms of stock and gobn in chains of CHAIN calls, for the small
+    float32 training cases."""
+    import numpy as np
+    tf, lib = load_tf(False)
+    rows = []
+    for label, _, dtype, fmt, is_training, shape in suite():
+        n = math.prod(shape)
+        if dtype != "float32" or not is_training or n > SMALL:
+            continue
+        args = make_inputs(tf, np, dtype, fmt, is_training, shape)
+
+        def chain(op):
+            def f():
+                a = dict(args)
+                for _ in range(CHAIN):
+                    a["y_backprop"] = op(**a)[0]
+                return a["y_backprop"]
+            return tf.function(f)
+        ts, tg = time_pair(tf, chain(tf.raw_ops.FusedBatchNormGradV3), chain(lib.gobn_fused_batch_norm_grad_v3), reps)
+        rows.append(dict(label=label, dtype=dtype, data_format=fmt, shape=list(shape), elements=n,
+                         stock_ms=ts * 1e3 / CHAIN, gobn_ms=tg * 1e3 / CHAIN, ratio=ts / tg))
     return rows
 
 
@@ -222,10 +262,7 @@ def main():
     if args.child_default_malloc:
         json.dump(run_suite(False, True, args.reps, only_large=True), sys.stdout)
         return
-    if any(os.environ.get(k) != v for k, v in KEEP_FREED.items()):
-        # glibc reads these when the process starts: run again with them.
-        env = dict(os.environ, **KEEP_FREED)
-        os.execve(sys.executable, [sys.executable, os.path.abspath(__file__)] + sys.argv[1:], env)
+    os.environ.update(BFC)  # before TensorFlow loads, here and in the children below
     if args.child_onednn:
         json.dump(run_suite(True, True, args.reps), sys.stdout)
         return
@@ -236,12 +273,13 @@ def main():
     bw_before = triad()
     rows = run_suite(False, False, args.reps)
     bw_after = triad()
+    chained = run_chained(args.reps)
     bw = max(bw_before, bw_after)
     child = subprocess.run([sys.executable, __file__, "--child-onednn", "--reps", str(args.reps)],
                            check=True, capture_output=True, text=True).stdout
     onednn = {(r["data_format"], r["is_training"], tuple(r["shape"])): r for r in json.loads(child)}
     sizes = threshold(args.reps)
-    plain_env = {k: v for k, v in os.environ.items() if k not in KEEP_FREED}
+    plain_env = {k: v for k, v in os.environ.items() if k not in BFC}
     child = subprocess.run([sys.executable, __file__, "--child-default-malloc", "--reps", str(args.reps)],
                            env=plain_env, check=True, capture_output=True, text=True).stdout
     default_malloc = json.loads(child)
@@ -255,7 +293,7 @@ def main():
             r["ratio_onednn"] = o["stock_ms"] / o["gobn_ms"]
 
     import tensorflow as tf
-    machine = dict(cpu=cpu_model(), cores=core_count(), l3_mib=l3 >> 20, malloc_env=KEEP_FREED,
+    machine = dict(cpu=cpu_model(), cores=core_count(), l3_mib=l3 >> 20, allocator_env=BFC,
                    triad_gbs=bw, tensorflow=tf.__version__, go_simd=os.environ.get("GOEXPERIMENT", ""))
     f32 = [r for r in rows if r["dtype"] == "float32" and r["is_training"]]
     geo = math.exp(statistics.mean(math.log(r["ratio"]) for r in f32))
@@ -263,11 +301,12 @@ def main():
     large = [r["pct_bandwidth"] for r in f32 if r["larger_than_l3"]]
     summary = dict(geomean_ratio_eigen_f32_training=geo, geomean_ratio_onednn_f32_training=geo_onednn,
                    min_ratio_eigen=min(r["ratio"] for r in rows),
+                   min_ratio_eigen_chained=min(r["ratio"] for r in chained),
                    mean_pct_bandwidth_larger_than_l3=statistics.mean(large) if large else None)
 
     print(f"CPU: {machine['cpu']}, {machine['cores']} cores, L3 {machine['l3_mib']} MiB; "
           f"triad bandwidth {bw:.1f} GB/s (all cores); TensorFlow {machine['tensorflow']}; "
-          f"glibc malloc keeps freed memory ({', '.join(f'{k}={v}' for k, v in KEEP_FREED.items())})\n")
+          f"TensorFlow's BFC allocator on the CPU ({', '.join(f'{k}={v}' for k, v in BFC.items())})\n")
     print("| case | dtype | format | mode | shape | stock Eigen ms | gobn ms | ratio | ratio vs oneDNN | gobn GB/s @20B | % of triad |")
     print("| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
@@ -278,7 +317,15 @@ def main():
           f"slowest case {summary['min_ratio_eigen']:.2f}x; "
           f"mean {summary['mean_pct_bandwidth_larger_than_l3'] or 0:.0f}% of triad bandwidth on shapes larger than L3")
 
-    print("\nThe same float32 cases larger than L3 under glibc's default malloc, which maps "
+    print(f"\nThe float32 cases of at most {SMALL} elements, timed as chains of {CHAIN} calls "
+          "inside one tf.function (each call's x_backprop the next one's y_backprop), per call:\n")
+    print("| case | format | shape | stock Eigen us | gobn us | ratio |")
+    print("| --- | --- | --- | ---: | ---: | ---: |")
+    for r in chained:
+        print(f"| {r['label']} | {r['data_format']} | {'x'.join(map(str, r['shape']))} | "
+              f"{1e3 * r['stock_ms']:.2f} | {1e3 * r['gobn_ms']:.2f} | {r['ratio']:.2f} |")
+
+    print("\nThe same float32 cases larger than L3 under TensorFlow's default CPU allocator, glibc's malloc, which maps "
           "and zeroes every large output afresh on each call:\n")
     print("| format | shape | stock Eigen ms | gobn ms | ratio | gobn GB/s @20B | % of triad |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
@@ -299,7 +346,7 @@ def main():
 
     os.makedirs(os.path.join(ROOT, "bench"), exist_ok=True)
     with open(os.path.join(ROOT, "bench", "results.json"), "w") as f:
-        json.dump(dict(machine=machine, summary=summary, rows=rows, threshold=sizes,
+        json.dump(dict(machine=machine, summary=summary, rows=rows, chained_rows=chained, threshold=sizes,
                        default_malloc_rows=default_malloc), f, indent=1)
     chart(rows, os.path.join(ROOT, "bench", "ratios.png"))
     print("wrote bench/results.json and bench/ratios.png")

@@ -25,27 +25,21 @@ func (s *scratch) release() {
 	scratchPool.Put(s)
 }
 
-// float64s returns n zeroed float64s. When the buffer is full a larger one
-// replaces it; what was carved before keeps the old one.
-func (s *scratch) float64s(n int) []float64 {
-	if len(s.f64)+n > cap(s.f64) {
-		s.f64 = make([]float64, 0, max(2*cap(s.f64), n, 1024))
-	}
-	l := len(s.f64)
-	s.f64 = s.f64[:l+n]
-	out := s.f64[l : l+n : l+n]
-	clear(out)
-	return out
-}
+// float64s returns n zeroed float64s.
+func (s *scratch) float64s(n int) []float64 { return carve(&s.f64, n) }
 
-// float32s returns n zeroed float32s, as float64s does.
-func (s *scratch) float32s(n int) []float32 {
-	if len(s.f32)+n > cap(s.f32) {
-		s.f32 = make([]float32, 0, max(2*cap(s.f32), n, 1024))
+// float32s returns n zeroed float32s.
+func (s *scratch) float32s(n int) []float32 { return carve(&s.f32, n) }
+
+// carve returns the next n elements of *buf, zeroed. When the buffer is full
+// a larger one replaces it; what was carved before keeps the old one.
+func carve[F native](buf *[]F, n int) []F {
+	if len(*buf)+n > cap(*buf) {
+		*buf = make([]F, 0, max(2*cap(*buf), n, 1024))
 	}
-	l := len(s.f32)
-	s.f32 = s.f32[:l+n]
-	out := s.f32[l : l+n : l+n]
+	l := len(*buf)
+	*buf = (*buf)[:l+n]
+	out := (*buf)[l : l+n : l+n]
 	clear(out)
 	return out
 }

@@ -323,8 +323,9 @@ func sweep[T Element](s *scratch, d Dims, dy, x, dx []T, mean []float64, t *affi
 	// One range without a period sums straight into the result; otherwise
 	// each range has its partial sums, folded in range order below.
 	ranges := rangesFor[T](n)
+	partial := ranges > 1 || L != C
 	parts := sums
-	if ranges > 1 || L != C {
+	if partial {
 		parts = s.float64s(2 * L * ranges)
 	}
 	if ranges == 1 {
@@ -337,7 +338,7 @@ func sweep[T Element](s *scratch, d Dims, dy, x, dx []T, mean []float64, t *affi
 			shared.run(lo, hi, parts[2*L*r:2*L*r+L:2*L*r+L], parts[2*L*r+L:2*L*(r+1):2*L*(r+1)])
 		})
 	}
-	if ranges > 1 || L != C {
+	if partial {
 		for r := 0; r < len(parts); r += 2 * L {
 			fold(sumDy, parts[r:r+L])
 			fold(sumDyXc, parts[r+L:r+2*L])

@@ -14,13 +14,15 @@ import (
 // row: go test -bench 'InferenceGrad/float32' -cpu 1, two runs of each,
 // ChannelsLast 8x28x28x512 1.76-1.86 -> 1.33-1.41 ms, 8x112x112x64
 // 2.69-2.95 -> 2.23-2.25 ms, ChannelsFirst 8x512x28x28 1.08-1.22 ->
-// 0.80-0.82 ms; 8x14x14x1024 ran 0.72-0.89 ms either way. Channels-last
-// blocks are whole rows of the period instead, as many as fit in the block
-// length and at least one, unless a row exceeds maxBlockLen.
+// 0.80-0.82 ms (rows of 512 channels and more now take two passes, see
+// sweep). Channels-last blocks are whole rows of the period instead, as many
+// as fit in the block length and at least one, unless a row exceeds
+// maxBlockLen.
 const (
 	blockLen      = 2048
 	fusedBlockLen = 1024
 	maxBlockLen   = 16384
+	splitRowC     = 512
 )
 
 // blockFor returns the length of the blocks of at most limit elements (or
@@ -302,8 +304,19 @@ func reduce[T Element](s *scratch, d Dims, dy, x []T, mean []float64) (sumDy, su
 
 // sweep is reduce, and when t is not nil it also writes dx by t block by
 // block in the same pass, while each block is in L1. Only a t that does not
-// depend on the sums (inference) can be applied so.
+// depend on the sums (inference) can be applied so. Channels-last rows of
+// splitRowC channels or more take two passes instead, reduce then applyAll,
+// which measured faster although it reads dy twice (probably because their
+// float64 sums and means, 24 bytes a channel, crowd L1 when dx streams
+// through it too). Go-only, one core, min of 15 (fused / two passes): NHWC
+// 8x14x14x1024 0.75 / 0.57 ms, 8x28x28x512 (more than L3) 1.28 / 1.10 ms;
+// with 256 channels 0.37 / 0.40 ms, and fused stays.
 func sweep[T Element](s *scratch, d Dims, dy, x, dx []T, mean []float64, t *affine) (sumDy, sumDyXc []float64) {
+	if t != nil && d.Layout == ChannelsLast && d.C >= splitRowC {
+		sumDy, sumDyXc = reduce(s, d, dy, x, mean)
+		applyAll(s, d, *t, dy, x, dx)
+		return sumDy, sumDyXc
+	}
 	C := int(d.C)
 	sums := s.float64s(2 * C)
 	sumDy, sumDyXc = sums[:C:C], sums[C:]

@@ -435,6 +435,7 @@ var shapeCases = []shapeCase{
 	{"parallel N=4 C=37 S=1000", 4, 37, 1000},
 	{"parallel odd split", 1, 37, 4001},
 	{"parallel C=64", 2, 64, 1100},
+	{"parallel C=1024", 1, 1024, 150}, // inference in two passes (channels last)
 }
 
 var layouts = []struct {

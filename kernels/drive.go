@@ -22,7 +22,7 @@ const (
 	blockLen      = 2048
 	fusedBlockLen = 1024
 	maxBlockLen   = 16384
-	splitRowC     = 512
+	splitRowC     = 512 // channels-last rows this wide sweep in two passes
 )
 
 // blockFor returns the length of the blocks of at most limit elements (or

@@ -105,7 +105,7 @@ func InferenceGrad[T Element](g FusedGradArgs[T]) {
 		inv[c] = invStd(g.ReserveSpace2[c], g.Epsilon)
 		t.A[c] = float64(g.Scale[c]) * inv[c]
 	}
-	// x_backprop does not depend on the sums: one pass does both.
+	// x_backprop does not depend on the sums: one pass can do both (sweep).
 	sumDy, sumDyXc := sweep(s, g.Dims, g.YBackprop, g.X, g.XBackprop, mean, &t)
 	for c := range mean {
 		g.OffsetBackprop[c] = float32(sumDy[c])
@@ -160,7 +160,7 @@ func GlobalNormalizationGrad[T Element](g GlobalNormalizationArgs[T]) {
 			t.A[c] *= gamma[c]
 		}
 	}
-	// dx does not depend on the sums: one pass does both.
+	// dx does not depend on the sums: one pass can do both (sweep).
 	sumDy, sumDyXc := sweep(sc, g.Dims, g.Backprop, g.T, g.DX, mean, &t)
 	dm, dv, dg := sc.float64s(C), sc.float64s(C), sc.float64s(C)
 	for c := range C {

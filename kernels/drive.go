@@ -119,6 +119,20 @@ func parallel(n, ranges, align int, reverse bool, fn func(r, lo, hi int)) {
 			work()
 		}()
 	}
+	if helpers > 0 {
+		// Go puts the goroutine a go statement starts in its P's one-slot
+		// "run next" place, and another thread that takes a goroutine from
+		// there first sleeps 3 us (50 us or more once Linux's timer slack
+		// stretches it), lest the P run it itself. An empty goroutine
+		// started last takes that place and moves the helpers to the P's
+		// queue, which other threads take from at once. Inside TensorFlow
+		// on 2 cores, the median time from the go statement to a helper's
+		// first range fell from ~155 to ~85 us (the least from 80-120 to
+		// 26-54 us); calls alternating with and without it, 300 us apart
+		// on a locked thread, made the median 8x56x56x64 training gradient
+		// 3-10% faster in 5 runs of 6 (12% slower in the sixth).
+		go func() {}()
+	}
 	// The calling goroutine works too: a thread that calls in from C holds
 	// its goroutine locked, and parking it would leave the work to wait for
 	// another thread.

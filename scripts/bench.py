@@ -25,6 +25,15 @@ A lone call of a small case is mostly the ~0.1 ms of calling a tf.function
 from Python, alike on both sides; the float32 cases of at most SMALL elements
 are also timed as chains of CHAIN calls inside one tf.function, per call.
 
+A lone call of a case larger than L3 carries ~0.5 ms of that calling too: a
+kernel that streams 100 MB through the caches leaves TensorFlow's and
+Python's own code and data to come back from memory, and the call before and
+after the op slows from ~0.2 ms to ~0.5-0.6 ms (measured with a build that
+stamps the op's start and end: after a 1 ms busy wait it was 0.15-0.25 ms,
+after a real 3-4 ms gradient 0.5-0.75 ms). So the float32 training cases
+larger than L3 are also timed as chains of CHAIN_LARGE calls in one
+tf.function, per call, and their bandwidth is reported both ways.
+
 Outputs: a markdown table on stdout, bench/results.json and bench/ratios.png.
 """
 
@@ -145,34 +154,45 @@ def run_suite(onednn, only_float32, reps, only_large=False):
 # inside one tf.function (each call's x_backprop the next one's y_backprop):
 # a lone call of them is mostly the ~0.1 ms of calling a tf.function from
 # Python, the same on both sides, which hides what the op itself costs in a
-# graph, where a model runs it.
+# graph, where a model runs it. The float32 training cases larger than L3 are
+# chained too, CHAIN_LARGE calls long (see the module's doc).
 SMALL = 1 << 16
 CHAIN = 100
+CHAIN_LARGE = 8
 
 
-def run_chained(reps):
-    """Per-call ms of stock and gobn in chains of CHAIN calls, for the small
-    float32 training cases."""
+def run_chained(reps, large=False):
+    """Per-call ms of stock and gobn in chains of calls inside one
+    tf.function: the small float32 training cases, CHAIN calls a chain, or
+    with large the float32 training cases larger than L3, CHAIN_LARGE."""
     import numpy as np
     tf, lib = load_tf(False)
+    length = CHAIN_LARGE if large else CHAIN
     rows = []
     for label, _, dtype, fmt, is_training, shape in suite():
         n = math.prod(shape)
-        if dtype != "float32" or not is_training or n > SMALL:
+        keep = larger_than_l3(dtype, n) if large else n <= SMALL
+        if dtype != "float32" or not is_training or not keep:
             continue
         args = make_inputs(tf, np, dtype, fmt, is_training, shape)
 
         def chain(op):
             def f():
                 a = dict(args)
-                for _ in range(CHAIN):
+                for _ in range(length):
                     a["y_backprop"] = op(**a)[0]
                 return a["y_backprop"]
             return tf.function(f)
         ts, tg = time_pair(tf, chain(tf.raw_ops.FusedBatchNormGradV3), chain(lib.gobn_fused_batch_norm_grad_v3), reps)
         rows.append(dict(label=label, dtype=dtype, data_format=fmt, shape=list(shape), elements=n,
-                         stock_ms=ts * 1e3 / CHAIN, gobn_ms=tg * 1e3 / CHAIN, ratio=ts / tg))
+                         chain=length, stock_ms=ts * 1e3 / length, gobn_ms=tg * 1e3 / length, ratio=ts / tg))
     return rows
+
+
+def add_bandwidth(r, bw):
+    """Adds gobn's GB/s at 20 bytes per element and its % of triad bw."""
+    r["gobn_gbs_20B"] = 20 * r["elements"] / (r["gobn_ms"] * 1e-3) / 1e9
+    r["pct_bandwidth"] = 100 * r["gobn_gbs_20B"] / bw
 
 
 THRESHOLD_ROWS = [64, 1024, 2048, 4096, 8192, 16384, 32768, 65536]
@@ -274,6 +294,7 @@ def main():
     rows = run_suite(False, False, args.reps)
     bw_after = triad()
     chained = run_chained(args.reps)
+    chained_large = run_chained(args.reps, large=True)
     bw = max(bw_before, bw_after)
     child = subprocess.run([sys.executable, __file__, "--child-onednn", "--reps", str(args.reps)],
                            check=True, capture_output=True, text=True).stdout
@@ -284,9 +305,9 @@ def main():
                            env=plain_env, check=True, capture_output=True, text=True).stdout
     default_malloc = json.loads(child)
     l3 = l3_bytes()
+    for r in rows + chained_large:
+        add_bandwidth(r, bw)
     for r in rows:
-        r["gobn_gbs_20B"] = 20 * r["elements"] / (r["gobn_ms"] * 1e-3) / 1e9
-        r["pct_bandwidth"] = 100 * r["gobn_gbs_20B"] / bw
         r["larger_than_l3"] = larger_than_l3(r["dtype"], r["elements"])
         o = onednn.get((r["data_format"], r["is_training"], tuple(r["shape"])))
         if o is not None and r["dtype"] == "float32":
@@ -302,7 +323,9 @@ def main():
     summary = dict(geomean_ratio_eigen_f32_training=geo, geomean_ratio_onednn_f32_training=geo_onednn,
                    min_ratio_eigen=min(r["ratio"] for r in rows),
                    min_ratio_eigen_chained=min(r["ratio"] for r in chained),
-                   mean_pct_bandwidth_larger_than_l3=statistics.mean(large) if large else None)
+                   mean_pct_bandwidth_larger_than_l3=statistics.mean(large) if large else None,
+                   mean_pct_bandwidth_larger_than_l3_in_graph=(
+                       statistics.mean(r["pct_bandwidth"] for r in chained_large) if chained_large else None))
 
     print(f"CPU: {machine['cpu']}, {machine['cores']} cores, L3 {machine['l3_mib']} MiB; "
           f"triad bandwidth {bw:.1f} GB/s (all cores); TensorFlow {machine['tensorflow']}; "
@@ -315,7 +338,16 @@ def main():
               f"{r.get('ratio_onednn', float('nan')):.2f} | {r['gobn_gbs_20B']:.1f} | {r['pct_bandwidth']:.0f}% |")
     print(f"\nfloat32 training: geometric-mean ratio {geo:.2f}x vs Eigen, {geo_onednn:.2f}x vs oneDNN; "
           f"slowest case {summary['min_ratio_eigen']:.2f}x; "
-          f"mean {summary['mean_pct_bandwidth_larger_than_l3'] or 0:.0f}% of triad bandwidth on shapes larger than L3")
+          f"mean {summary['mean_pct_bandwidth_larger_than_l3'] or 0:.0f}% of triad bandwidth on shapes larger than L3 "
+          f"a lone call, {summary['mean_pct_bandwidth_larger_than_l3_in_graph'] or 0:.0f}% in a graph (below)")
+
+    print(f"\nThe float32 training cases larger than L3, timed as chains of {CHAIN_LARGE} calls inside one "
+          "tf.function (each call's x_backprop the next one's y_backprop), per call:\n")
+    print("| format | shape | stock Eigen ms | gobn ms | ratio | gobn GB/s @20B | % of triad |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    for r in chained_large:
+        print(f"| {r['data_format']} | {'x'.join(map(str, r['shape']))} | {r['stock_ms']:.3f} | "
+              f"{r['gobn_ms']:.3f} | {r['ratio']:.2f} | {r['gobn_gbs_20B']:.1f} | {r['pct_bandwidth']:.0f}% |")
 
     print(f"\nThe float32 cases of at most {SMALL} elements, timed as chains of {CHAIN} calls "
           "inside one tf.function (each call's x_backprop the next one's y_backprop), per call:\n")
@@ -330,8 +362,7 @@ def main():
     print("| format | shape | stock Eigen ms | gobn ms | ratio | gobn GB/s @20B | % of triad |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
     for r in default_malloc:
-        r["gobn_gbs_20B"] = 20 * r["elements"] / (r["gobn_ms"] * 1e-3) / 1e9
-        r["pct_bandwidth"] = 100 * r["gobn_gbs_20B"] / bw
+        add_bandwidth(r, bw)
         print(f"| {r['data_format']} | {'x'.join(map(str, r['shape']))} | {r['stock_ms']:.3f} | "
               f"{r['gobn_ms']:.3f} | {r['ratio']:.2f} | {r['gobn_gbs_20B']:.1f} | {r['pct_bandwidth']:.0f}% |")
 
@@ -346,7 +377,8 @@ def main():
 
     os.makedirs(os.path.join(ROOT, "bench"), exist_ok=True)
     with open(os.path.join(ROOT, "bench", "results.json"), "w") as f:
-        json.dump(dict(machine=machine, summary=summary, rows=rows, chained_rows=chained, threshold=sizes,
+        json.dump(dict(machine=machine, summary=summary, rows=rows, chained_rows=chained,
+                       chained_large_rows=chained_large, threshold=sizes,
                        default_malloc_rows=default_malloc), f, indent=1)
     chart(rows, os.path.join(ROOT, "bench", "ratios.png"))
     print("wrote bench/results.json and bench/ratios.png")

@@ -404,7 +404,9 @@ func (j *sweepJob[T]) run(lo, hi int, a, b []float64) {
 
 // applyAll writes dx = A[c]·(dy − MeanDy[c]) + B[c]·(x − Mean[c]) over the
 // whole tensor, last range first: the sums pass before it read that range
-// last, so it may still be in cache.
+// last, so it may still be in cache. (On this project's 2-core VM, whose L3
+// other tenants share, a 6.4M-element pass measured level with walking the
+// ranges in order, ~39 GB/s either way, and the same after a cache flush.)
 func applyAll[T Element](s *scratch, d Dims, t affine, dy, x, dx []T) {
 	n := d.Len()
 	if n == 0 {

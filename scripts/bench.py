@@ -28,7 +28,7 @@ are also timed as chains of CHAIN calls inside one tf.function, per call.
 A lone call of a case larger than L3 carries ~0.5 ms of that calling too: a
 kernel that streams 100 MB through the caches leaves TensorFlow's and
 Python's own code and data to come back from memory, and the call before and
-after the op slows from ~0.2 ms to ~0.5-0.6 ms (measured with a build that
+after the op slows from ~0.2 ms to ~0.5-0.75 ms (measured with a build that
 stamps the op's start and end: after a 1 ms busy wait it was 0.15-0.25 ms,
 after a real 3-4 ms gradient 0.5-0.75 ms). So the float32 training cases
 larger than L3 are also timed as chains of CHAIN_LARGE calls in one
@@ -105,7 +105,8 @@ BFC = {"TF_CPU_ALLOCATOR_USE_BFC": "true"}
 CASE_SECONDS = 0.5
 # A lone call of the tiny case is ~0.15 ms, nearly all of it TensorFlow's and
 # Python's, and its median over 300 pairs moved from 0.84 to 1.06 of stock's
-# from run to run; 1500 pairs in a row of one process came out 0.99-1.01.
+# from run to run; four blocks of 1500 interleaved calls of each, in one
+# process, came out 0.99-1.01.
 MAX_REPS_FACTOR = 100
 
 

@@ -74,7 +74,15 @@ TF_Code gobn_inputs(TF_OpKernelContext* ctx, gobn_tensor* out, int cap, int* tot
 TF_Code gobn_allocate(TF_OpKernelContext* ctx, int i, TF_DataType dtype, const int64_t* dims, int ndims,
                       size_t bytes, gobn_tensor* out, TF_Status* status);
 
-// gobn_delete_tensors deletes the n tensors of ts.
+// gobn_forward_or_allocate is gobn_allocate, except that output i takes over
+// the buffer of one of the inputs in the bit set candidates (the lowest
+// first) where TensorFlow finds nothing else references it. inputs are the
+// kernel's references from gobn_inputs; those of the candidates are deleted
+// and set to NULL first, since TensorFlow would count them.
+TF_Code gobn_forward_or_allocate(TF_OpKernelContext* ctx, int i, TF_Tensor** inputs, unsigned candidates,
+                                 const int64_t* dims, int ndims, gobn_tensor* out, TF_Status* status);
+
+// gobn_delete_tensors deletes the n tensors of ts, skipping NULLs.
 void gobn_delete_tensors(TF_Tensor* const* ts, int n);
 
 // The first registration failure, or "" when all went well.

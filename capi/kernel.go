@@ -34,8 +34,24 @@ func view[E any](t hostTensor) []E {
 	return unsafe.Slice((*E)(t.data), n)
 }
 
-// allocator allocates output i of the running op.
-type allocator func(i int, dtype opdef.DType, dims []int64) (hostTensor, error)
+// allocator allocates output i of the running op, or gives it the buffer of
+// one of the inputs in reuse.
+type allocator func(i int, dtype opdef.DType, dims []int64, reuse inputSet) (hostTensor, error)
+
+// inputSet is a set of inputs, by index: bit k is input k. An output
+// allocated with a set may take over the buffer of one of its inputs (the
+// lowest first) when TensorFlow finds that nothing else references it, as
+// its own kernels do for outputs computed element by element: the kernels
+// read an element of y_backprop and x before they write that element of
+// x_backprop, and the pass that writes x_backprop then finds that
+// y_backprop's cache lines already hold the output, instead of fetching
+// fresh ones from memory.
+type inputSet uint32
+
+const (
+	dyOrX       inputSet = 1<<0 | 1<<1 // y_backprop, x: FusedBatchNormGrad*, BatchNormGradApply
+	backpropOrT inputSet = 1<<0 | 1<<4 // t, backprop: BatchNormWithGlobalNormalizationGrad
+)
 
 // A kernel call allocates nothing on Go's heap when it succeeds (each
 // allocation of a small op's call made the collector run more often, and its
@@ -108,14 +124,14 @@ func (k *kernel) fusedGrad(in []hostTensor, allocate allocator) error {
 	var buf [maxOutputs]hostTensor
 	out := buf[:len(k.op.Outputs)]
 	for i := range out {
-		dtype, dims := opdef.Float, in[2].dims // scale's: [C], as checked
+		dtype, dims, reuse := opdef.Float, in[2].dims, inputSet(0) // scale's: [C], as checked
 		switch {
 		case i == 0:
-			dtype, dims = k.dtype, in[1].dims
+			dtype, dims, reuse = k.dtype, in[1].dims, dyOrX
 		case k.op.Outputs[i].Shape.Empty:
 			dims = emptyVectorDims
 		}
-		if out[i], err = allocate(i, dtype, dims); err != nil {
+		if out[i], err = allocate(i, dtype, dims, reuse); err != nil {
 			return err
 		}
 	}
@@ -163,11 +179,11 @@ func (k *kernel) globalNormalizationGrad(in []hostTensor, allocate allocator) er
 	var buf [maxOutputs]hostTensor
 	out := buf[:len(k.op.Outputs)]
 	for i := range out {
-		dims := in[1].dims // m's: [C], as checked
+		dims, reuse := in[1].dims, inputSet(0) // m's: [C], as checked
 		if i == 0 {
-			dims = in[0].dims
+			dims, reuse = in[0].dims, backpropOrT
 		}
-		if out[i], err = allocate(i, k.dtype, dims); err != nil {
+		if out[i], err = allocate(i, k.dtype, dims, reuse); err != nil {
 			return err
 		}
 	}

@@ -92,14 +92,28 @@ func bytesOf(t hostTensor) []byte {
 // ResourceExhausted would be.
 var errTooLarge = errors.New("test allocator: output too large")
 
-// recordingAllocator allocates outputs from Go memory and records them.
+// recordingAllocator allocates outputs from Go memory and records them, and
+// the input sets they were offered. With forward set, it hands an output that
+// is offered that input the input itself, as TensorFlow does when nothing
+// else references the input's buffer.
 type recordingAllocator struct {
 	outputs map[int]hostTensor
+	offered map[int]inputSet
+	forward int // an input index, or -1
+	inputs  []hostTensor
 }
 
-func (a *recordingAllocator) allocate(i int, dtype opdef.DType, dims []int64) (hostTensor, error) {
+func (a *recordingAllocator) allocate(i int, dtype opdef.DType, dims []int64, reuse inputSet) (hostTensor, error) {
 	if _, dup := a.outputs[i]; dup {
 		return hostTensor{}, fmt.Errorf("output %d allocated twice", i)
+	}
+	a.offered[i] = reuse
+	if a.forward >= 0 && reuse&(1<<a.forward) != 0 {
+		in := a.inputs[a.forward]
+		if in.dtype == dtype && opdef.ShapeString(in.dims) == opdef.ShapeString(dims) {
+			a.outputs[i] = in
+			return in, nil
+		}
 	}
 	n := int64(1)
 	for _, d := range dims {
@@ -114,7 +128,7 @@ func (a *recordingAllocator) allocate(i int, dtype opdef.DType, dims []int64) (h
 }
 
 func newRecordingAllocator() *recordingAllocator {
-	return &recordingAllocator{outputs: map[int]hostTensor{}}
+	return &recordingAllocator{outputs: map[int]hostTensor{}, offered: map[int]inputSet{}, forward: -1}
 }
 
 // inputDType is the dtype TensorFlow's type constraints give input in of a
@@ -448,7 +462,7 @@ func TestComputeAllocatesNothing(t *testing.T) {
 		for i := range outputs {
 			outputs[i] = rec.outputs[i]
 		}
-		allocate := func(i int, _ opdef.DType, _ []int64) (hostTensor, error) { return outputs[i], nil }
+		allocate := func(i int, _ opdef.DType, _ []int64, _ inputSet) (hostTensor, error) { return outputs[i], nil }
 		var err error
 		if n := testing.AllocsPerRun(50, func() { err = c.k.compute(c.inputs, allocate) }); n != 0 || err != nil {
 			t.Errorf("%s: %v allocations a call (error %v), want 0", c.name, n, err)
@@ -458,4 +472,51 @@ func TestComputeAllocatesNothing(t *testing.T) {
 	if checked < 20 {
 		t.Fatalf("only %d cases checked", checked)
 	}
+}
+
+// TestComputeInPlace runs every accepted call of TestComputeConcurrent's
+// cases again with the allocator handing x_backprop (dx) each input it is
+// offered in turn, over a copy of the inputs, and requires every output to
+// equal, bit for bit, the one computed with fresh outputs. The fused ops must
+// offer y_backprop and x, the global op t and backprop, and nothing else.
+func TestComputeInPlace(t *testing.T) {
+	want := map[opdef.Kind]inputSet{opdef.FusedBatchNormGrad: 1<<0 | 1<<1, opdef.GlobalNormalizationGrad: 1<<0 | 1<<4}
+	checked := 0
+	for _, c := range concurrencyCases(rand.New(rand.NewPCG(5, 6))) {
+		fresh := newRecordingAllocator()
+		if err := c.k.compute(c.inputs, fresh.allocate); err != nil {
+			continue
+		}
+		for i := range c.k.op.Outputs {
+			if i == 0 && fresh.offered[i] != want[c.k.op.Kind] || i > 0 && fresh.offered[i] != 0 {
+				t.Errorf("%s: output %d offered inputs %b", c.name, i, fresh.offered[i])
+			}
+		}
+		for k := range c.inputs {
+			if fresh.offered[0]&(1<<k) == 0 {
+				continue
+			}
+			a := newRecordingAllocator()
+			a.forward = k
+			a.inputs = append([]hostTensor(nil), c.inputs...)
+			a.inputs[k] = newGoTensor(c.inputs[k].dtype, c.inputs[k].dims, nil)
+			copy(unsafe.Slice((*byte)(a.inputs[k].data), a.inputs[k].bytes), bytesOf(c.inputs[k]))
+			if err := c.k.compute(a.inputs, a.allocate); err != nil {
+				t.Fatalf("%s over input %d: %v", c.name, k, err)
+			}
+			if a.outputs[0].data != a.inputs[k].data {
+				t.Fatalf("%s: output 0 did not take input %d", c.name, k)
+			}
+			for i := range c.k.op.Outputs {
+				if string(bytesOf(a.outputs[i])) != string(bytesOf(fresh.outputs[i])) {
+					t.Errorf("%s over input %d: output %d differs from the one computed with fresh outputs", c.name, k, i)
+				}
+			}
+			checked++
+		}
+	}
+	if checked < 50 {
+		t.Fatalf("only %d calls checked", checked)
+	}
+	t.Logf("%d calls in place", checked)
 }

@@ -21,7 +21,7 @@ func (k *kernel) gradReduce(in []hostTensor, allocate allocator) error {
 		dtype opdef.DType
 		dims  []int64
 	}{{opdef.Float, in[2].dims}, {opdef.Float, in[2].dims}, {opdef.Int64, scalarDims}} { // mean's dims: [C], as checked
-		if out[i], err = allocate(i, spec.dtype, spec.dims); err != nil {
+		if out[i], err = allocate(i, spec.dtype, spec.dims, 0); err != nil {
 			return err
 		}
 	}
@@ -64,7 +64,7 @@ func (k *kernel) gradApply(in []hostTensor, allocate allocator) error {
 	if err := opdef.CheckCount(count, g); err != nil {
 		return err
 	}
-	out, err := allocate(0, k.dtype, in[1].dims)
+	out, err := allocate(0, k.dtype, in[1].dims, dyOrX)
 	if err != nil {
 		return err
 	}

@@ -53,8 +53,39 @@ TF_Code gobn_allocate(TF_OpKernelContext* ctx, int i, TF_DataType dtype, const i
   return TF_OK;
 }
 
+TF_Code gobn_forward_or_allocate(TF_OpKernelContext* ctx, int i, TF_Tensor** inputs, unsigned candidates,
+                                 const int64_t* dims, int ndims, gobn_tensor* out, TF_Status* status) {
+  out->tensor = NULL;
+  // TensorFlow forwards only a buffer that nothing else references: the
+  // kernel's own references to the candidates go first. The inputs stay
+  // alive, held by the kernel's context until the kernel returns.
+  int list[32];
+  int n = 0;
+  for (int k = 0; k < 32; k++) {
+    if ((candidates >> k) & 1u) {
+      list[n++] = k;
+      if (inputs[k] != NULL) {
+        TF_DeleteTensor(inputs[k]);
+        inputs[k] = NULL;
+      }
+    }
+  }
+  TF_Tensor* t = TF_ForwardInputOrAllocateOutput(ctx, list, n, i, dims, ndims, NULL, status);
+  TF_Code code = TF_GetCode(status);
+  if (code != TF_OK) {
+    if (t != NULL) {
+      TF_DeleteTensor(t);
+    }
+    return code;
+  }
+  describe(t, out);
+  return TF_OK;
+}
+
 void gobn_delete_tensors(TF_Tensor* const* ts, int n) {
   for (int i = 0; i < n; i++) {
-    TF_DeleteTensor(ts[i]);
+    if (ts[i] != NULL) {  // NULL: an input given up by gobn_forward_or_allocate
+      TF_DeleteTensor(ts[i]);
+    }
   }
 }

@@ -5,6 +5,8 @@ package main
 import "C"
 
 import (
+	"fmt"
+	"math/bits"
 	"runtime"
 	"sync"
 	"unsafe"
@@ -101,8 +103,10 @@ func (c *call) inputs(want int) (in []hostTensor, total int, err error) {
 	return in, int(n), nil
 }
 
-// allocate allocates output i with the given dtype and dims.
-func (c *call) allocate(i int, dtype opdef.DType, dims []int64) (hostTensor, error) {
+// allocate allocates output i with the given dtype and dims, or hands it the
+// buffer of one of the inputs in reuse (see inputSet) when TensorFlow finds
+// that nothing else references it.
+func (c *call) allocate(i int, dtype opdef.DType, dims []int64, reuse inputSet) (hostTensor, error) {
 	n := int64(1)
 	for _, d := range dims {
 		n *= d
@@ -112,11 +116,25 @@ func (c *call) allocate(i int, dtype opdef.DType, dims []int64) (hostTensor, err
 		dimsPtr = (*C.int64_t)(unsafe.Pointer(&dims[0]))
 	}
 	d := &c.descs[0] // free again: the inputs' descriptions are copied out
-	if C.gobn_allocate(c.ctx, C.int(i), C.TF_DataType(dtype), dimsPtr, C.int(len(dims)),
-		C.size_t(n*int64(dtype.Size())), d, c.status) != C.TF_OK {
+	var code C.TF_Code
+	if reuse != 0 {
+		if bits.Len32(uint32(reuse)) > len(c.tensors) {
+			return hostTensor{}, internalError(fmt.Sprintf("gobn: output %d offered inputs %b of %d", i, reuse, len(c.tensors)))
+		}
+		code = C.gobn_forward_or_allocate(c.ctx, C.int(i), &c.tensors[0], C.unsigned(reuse), dimsPtr, C.int(len(dims)), d, c.status)
+	} else {
+		code = C.gobn_allocate(c.ctx, C.int(i), C.TF_DataType(dtype), dimsPtr, C.int(len(dims)),
+			C.size_t(n*int64(dtype.Size())), d, c.status)
+	}
+	if code != C.TF_OK {
 		return hostTensor{}, statusError(c.status)
 	}
-	return c.hold(d), nil
+	t := c.hold(d)
+	if t.dtype != dtype || int64(t.bytes) != n*int64(dtype.Size()) {
+		return hostTensor{}, internalError(fmt.Sprintf("gobn: output %d is %s of %d bytes, want %s of %d",
+			i, t.dtype, t.bytes, dtype, n*int64(dtype.Size())))
+	}
+	return t, nil
 }
 
 // constructionAttrs reads the attrs of a kernel being constructed.

@@ -13,7 +13,10 @@
 //     float64, and only the activation-shaped output is rounded back to the
 //     element type.
 //   - Inputs are never written. Outputs are named as in TensorFlow
-//     (XBackprop, ScaleBackprop, ...) and are fully overwritten.
+//     (XBackprop, ScaleBackprop, ...) and are fully overwritten. The
+//     activation output may be one of the activation inputs itself (the same
+//     slice, in place: each element of the inputs is read before that
+//     element of the output is written); no other output overlaps an input.
 //   - Sizes and indices are int64-safe: Go's int is 64 bits on every platform
 //     gobn builds for.
 //   - Kernels trust their arguments: the caller (capi) validates shapes. A

@@ -6,7 +6,8 @@ import (
 )
 
 // FusedGradArgs are the arguments of the FusedBatchNormGrad family (V1, V2,
-// V3). Inputs are read only; outputs are fully overwritten.
+// V3). Inputs are read only; outputs are fully overwritten. XBackprop may be
+// YBackprop or X itself (see the package doc).
 type FusedGradArgs[T Element] struct {
 	Dims Dims
 	// YBackprop and X have Dims.Len() elements in Dims.Layout.
@@ -123,7 +124,8 @@ type GlobalNormalizationArgs[T Element] struct {
 	M, V, Gamma             []T
 	VarianceEpsilon         float32
 	ScaleAfterNormalization bool
-	// DX has Dims.Len() elements; DM, DV, DB and DG have Dims.C.
+	// DX has Dims.Len() elements, and may be T or Backprop itself (see the
+	// package doc); DM, DV, DB and DG have Dims.C.
 	DX, DM, DV, DB, DG []T
 }
 

@@ -54,7 +54,8 @@ type GradApplyArgs[T Element] struct {
 	// Count is R over every replica: positive when the tensor is not empty.
 	Count   int64
 	Epsilon float32
-	// XBackprop has Dims.Len() elements.
+	// XBackprop has Dims.Len() elements, and may be YBackprop or X itself
+	// (see the package doc).
 	XBackprop []T
 }
 

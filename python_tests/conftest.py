@@ -90,6 +90,35 @@ def mirrored_strategy():
 
 
 # ---------------------------------------------------------------------------
+# Running an op in a graph
+
+
+def run_in_function(fn, inputs, attrs, fresh=()):
+    """Runs fn inside a tf.function with fully known input shapes; returns the
+    outputs and their static shapes in the traced graph.
+
+    The inputs named in fresh are multiplied by one (a function argument, so
+    that no graph rewrite removes the product) inside the function: a fresh
+    tensor that only the op reads, whose buffer TensorFlow lets the op's
+    output take over. gobn writes x_backprop (dx) over it then.
+    """
+    names = list(inputs)
+    signature = [tf.TensorSpec(inputs[k].shape, inputs[k].dtype) for k in names]
+    signature.append(tf.TensorSpec([], tf.float64))
+
+    @tf.function(input_signature=signature)
+    def traced(*args):
+        values = dict(zip(names, args[:-1]))
+        for k in fresh:
+            values[k] = values[k] * tf.cast(args[-1], values[k].dtype)
+        return fn(**values, **attrs)
+
+    concrete = traced.get_concrete_function()
+    static_shapes = [t.shape for t in tf.nest.flatten(concrete.structured_outputs)]
+    return list(concrete(*[inputs[k] for k in names], tf.constant(1.0, tf.float64))), static_shapes
+
+
+# ---------------------------------------------------------------------------
 # Comparisons
 
 

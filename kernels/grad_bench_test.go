@@ -32,6 +32,13 @@ var benchShapes = []struct {
 // traffic: read x and dy, write dx, three elements of T per element (12 bytes
 // for float32, 6 for Half).
 func benchFusedGrad[T kernels.Element](b *testing.B, training bool, layout kernels.Layout, N, C, S int64) {
+	benchFusedGradInto[T](b, training, false, layout, N, C, S)
+}
+
+// benchFusedGradInto is benchFusedGrad, writing dx over dy when inPlace is
+// set (as capi does where TensorFlow forwards y_backprop). dy then holds dx
+// after the first call, which changes the values but not the work.
+func benchFusedGradInto[T kernels.Element](b *testing.B, training, inPlace bool, layout kernels.Layout, N, C, S int64) {
 	d := kernels.Dims{N: N, C: C, S: S, Layout: layout}
 	n := d.Len()
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -49,6 +56,9 @@ func benchFusedGrad[T kernels.Element](b *testing.B, training bool, layout kerne
 		Dims: d, YBackprop: dy, X: x,
 		Scale: scale, ReserveSpace1: mean, ReserveSpace2: variance, Epsilon: 1e-3,
 		XBackprop: dx, ScaleBackprop: scaleBackprop, OffsetBackprop: offsetBackprop,
+	}
+	if inPlace {
+		args.XBackprop = dy
 	}
 	var z T
 	b.SetBytes(3 * int64(n) * int64(unsafe.Sizeof(z)))
@@ -74,6 +84,21 @@ func BenchmarkTrainingGrad(b *testing.B) {
 			b.Run("BFloat16/"+l.name+"/"+s.name, func(b *testing.B) {
 				benchFusedGrad[kernels.BFloat16](b, true, l.layout, s.N, s.C, s.S)
 			})
+		}
+	}
+}
+
+// BenchmarkTrainingGradInPlace times float32 training gradients with dx
+// written over dy and, beside each, into a buffer of its own.
+func BenchmarkTrainingGradInPlace(b *testing.B) {
+	for _, s := range benchShapes {
+		for _, l := range layouts {
+			for _, inPlace := range []bool{false, true} {
+				name := map[bool]string{false: "fresh", true: "inPlace"}[inPlace]
+				b.Run(l.name+"/"+s.name+"/"+name, func(b *testing.B) {
+					benchFusedGradInto[float32](b, true, inPlace, l.layout, s.N, s.C, s.S)
+				})
+			}
 		}
 	}
 }

@@ -32,7 +32,10 @@ after the op slows from ~0.2 ms to ~0.5-0.75 ms (measured with a build that
 stamps the op's start and end: after a 1 ms busy wait it was 0.15-0.25 ms,
 after a real 3-4 ms gradient 0.5-0.75 ms). So the float32 training cases
 larger than L3 are also timed as chains of CHAIN_LARGE calls in one
-tf.function, per call, and their bandwidth is reported both ways.
+tf.function, per call, and their bandwidth is reported both ways. In a chain
+nothing but the next call reads a call's x_backprop, so TensorFlow lets gobn
+write the next x_backprop over it (capi offers y_backprop's buffer); stock
+allocates. A lone call's y_backprop is held by Python, and is not reused.
 
 Outputs: a markdown table on stdout, bench/results.json and bench/ratios.png.
 """
@@ -344,10 +347,11 @@ def main():
     print(f"\nfloat32 training: geometric-mean ratio {geo:.2f}x vs Eigen, {geo_onednn:.2f}x vs oneDNN; "
           f"slowest case {summary['min_ratio_eigen']:.2f}x; "
           f"mean {summary['mean_pct_bandwidth_larger_than_l3'] or 0:.0f}% of triad bandwidth on shapes larger than L3 "
-          f"a lone call, {summary['mean_pct_bandwidth_larger_than_l3_in_graph'] or 0:.0f}% in a graph (below)")
+          f"as a lone call, {summary['mean_pct_bandwidth_larger_than_l3_in_graph'] or 0:.0f}% in a graph (below)")
 
     print(f"\nThe float32 training cases larger than L3, timed as chains of {CHAIN_LARGE} calls inside one "
-          "tf.function (each call's x_backprop the next one's y_backprop), per call:\n")
+          "tf.function (each call's x_backprop the next one's y_backprop, which gobn writes over where "
+          "TensorFlow allows), per call:\n")
     print("| format | shape | stock Eigen ms | gobn ms | ratio | gobn GB/s @20B | % of triad |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
     for r in chained_large:

@@ -38,10 +38,9 @@ TF_Code gobn_inputs(TF_OpKernelContext* ctx, gobn_tensor* out, int cap, int* tot
   return TF_OK;
 }
 
-TF_Code gobn_allocate(TF_OpKernelContext* ctx, int i, TF_DataType dtype, const int64_t* dims, int ndims,
-                      size_t bytes, gobn_tensor* out, TF_Status* status) {
-  out->tensor = NULL;
-  TF_Tensor* t = TF_AllocateOutput(ctx, i, dtype, dims, ndims, bytes, status);
+// take_output describes the output t just allocated into *out, or deletes it
+// if status reports a failure, and returns the status code.
+static TF_Code take_output(TF_Tensor* t, gobn_tensor* out, TF_Status* status) {
   TF_Code code = TF_GetCode(status);
   if (code != TF_OK) {
     if (t != NULL) {
@@ -51,6 +50,12 @@ TF_Code gobn_allocate(TF_OpKernelContext* ctx, int i, TF_DataType dtype, const i
   }
   describe(t, out);
   return TF_OK;
+}
+
+TF_Code gobn_allocate(TF_OpKernelContext* ctx, int i, TF_DataType dtype, const int64_t* dims, int ndims,
+                      size_t bytes, gobn_tensor* out, TF_Status* status) {
+  out->tensor = NULL;
+  return take_output(TF_AllocateOutput(ctx, i, dtype, dims, ndims, bytes, status), out, status);
 }
 
 TF_Code gobn_forward_or_allocate(TF_OpKernelContext* ctx, int i, TF_Tensor** inputs, unsigned candidates,
@@ -70,16 +75,7 @@ TF_Code gobn_forward_or_allocate(TF_OpKernelContext* ctx, int i, TF_Tensor** inp
       }
     }
   }
-  TF_Tensor* t = TF_ForwardInputOrAllocateOutput(ctx, list, n, i, dims, ndims, NULL, status);
-  TF_Code code = TF_GetCode(status);
-  if (code != TF_OK) {
-    if (t != NULL) {
-      TF_DeleteTensor(t);
-    }
-    return code;
-  }
-  describe(t, out);
-  return TF_OK;
+  return take_output(TF_ForwardInputOrAllocateOutput(ctx, list, n, i, dims, ndims, NULL, status), out, status);
 }
 
 void gobn_delete_tensors(TF_Tensor* const* ts, int n) {

@@ -17,8 +17,12 @@ import (
 // references; the outputs out of place come from runFused, runGlobal and
 // runGradApply, which also check that the kernel left its inputs unchanged.
 
-// inPlaceOver returns a copy of in, which the kernel then overwrites.
-func inPlaceOver[T kernels.Element](in []T) []T { return append([]T(nil), in...) }
+// writeOver replaces the input *in with a copy of it and makes the output
+// *out that copy, which the kernel then overwrites.
+func writeOver[T kernels.Element](in, out *[]T) {
+	*in = append([]T(nil), *in...)
+	*out = *in
+}
 
 func testFusedGradInPlace[T kernels.Element](t *testing.T, training bool) {
 	rng := rand.New(rand.NewPCG(31, uint64(len(typeName[T]()))))
@@ -34,11 +38,9 @@ func testFusedGradInPlace[T kernels.Element](t *testing.T, training bool) {
 						ScaleBackprop: make([]float32, sc.C), OffsetBackprop: make([]float32, sc.C),
 					}
 					if over == "x" {
-						args.X = inPlaceOver(in.x)
-						args.XBackprop = args.X
+						writeOver(&args.X, &args.XBackprop)
 					} else {
-						args.YBackprop = inPlaceOver(in.dy)
-						args.XBackprop = args.YBackprop
+						writeOver(&args.YBackprop, &args.XBackprop)
 					}
 					if training {
 						kernels.TrainingGrad(args)
@@ -80,11 +82,9 @@ func testGlobalGradInPlace[T kernels.Element](t *testing.T) {
 					DM: make([]T, C), DV: make([]T, C), DB: make([]T, C), DG: make([]T, C),
 				}
 				if over == "t" {
-					args.T = inPlaceOver(in.t)
-					args.DX = args.T
+					writeOver(&args.T, &args.DX)
 				} else {
-					args.Backprop = inPlaceOver(in.backprop)
-					args.DX = args.Backprop
+					writeOver(&args.Backprop, &args.DX)
 				}
 				kernels.GlobalNormalizationGrad(args)
 				requireUnchanged(t, "dx in place", args.DX, want.dx)
@@ -120,11 +120,9 @@ func testGradApplyInPlace[T kernels.Element](t *testing.T) {
 					}
 					want := runGradApply(t, args)
 					if over == "x" {
-						args.X = inPlaceOver(in.x)
-						args.XBackprop = args.X
+						writeOver(&args.X, &args.XBackprop)
 					} else {
-						args.YBackprop = inPlaceOver(in.dy)
-						args.XBackprop = args.YBackprop
+						writeOver(&args.YBackprop, &args.XBackprop)
 					}
 					kernels.GradApply(args)
 					requireUnchanged(t, "x_backprop in place", args.XBackprop, want)

@@ -43,9 +43,8 @@ type allocator func(i int, dtype opdef.DType, dims []int64, reuse inputSet) (hos
 // lowest first) when TensorFlow finds that nothing else references it, as
 // its own kernels do for outputs computed element by element: the kernels
 // read an element of y_backprop and x before they write that element of
-// x_backprop, and the pass that writes x_backprop then finds that
-// y_backprop's cache lines already hold the output, instead of fetching
-// fresh ones from memory.
+// x_backprop, and the pass that writes x_backprop then writes into lines it
+// has just read, instead of fetching fresh ones from memory.
 type inputSet uint32
 
 const (

@@ -43,7 +43,7 @@ export CGO_ENABLED := 1
 export CGO_CFLAGS := -I$(TF_INCLUDE) -O2
 export CGO_LDFLAGS := -L$(TF_LIBDIR) -l:libtensorflow_framework.so.2 -Wl,-rpath,$(TF_LIBDIR) -L$(CURDIR)/$(TFLIBDIR)
 
-GO_SOURCES := $(shell find opdef kernels capi -name '*.go' -o -name '*.c' -o -name '*.h') go.mod go.sum
+GO_SOURCES := $(shell find opdef kernels capi -name '*.go' -o -name '*.c' -o -name '*.h' -o -name '*.s') go.mod go.sum
 
 $(LIB): $(GO_SOURCES) build/tf.mk
 	GOEXPERIMENT=simd go build -buildmode=c-shared -o $@ ./capi

@@ -19,3 +19,10 @@ func AVX512Available() bool { return canAVX512() }
 // SelectAVX512 selects the AVX-512 forms of the float32 loops, or the AVX2
 // ones.
 func SelectAVX512(on bool) { selectLoops(on) }
+
+// Streams reports whether TrainingGrad, with the current threshold
+// (SetMinStreamElements), writes dx with non-temporal stores.
+func Streams[T Element](d Dims, dy, x, dx []T) bool {
+	pd, _ := d.periodic()
+	return streams(pd, dy, x, dx)
+}

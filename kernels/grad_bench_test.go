@@ -103,6 +103,28 @@ func BenchmarkTrainingGradInPlace(b *testing.B) {
 	}
 }
 
+// BenchmarkTrainingGradStream times the float32 training gradient with
+// x_backprop in a buffer of its own, written with ordinary stores (the
+// streaming threshold raised past the shape) and with non-temporal ones
+// (threshold 1), where the build has them (GOEXPERIMENT=simd on amd64).
+func BenchmarkTrainingGradStream(b *testing.B) {
+	for _, s := range benchShapes {
+		for _, l := range layouts {
+			for _, stream := range []bool{false, true} {
+				name := map[bool]string{false: "stores", true: "stream"}[stream]
+				b.Run(l.name+"/"+s.name+"/"+name, func(b *testing.B) {
+					min := math.MaxInt
+					if stream {
+						min = 1
+					}
+					defer kernels.SetMinStreamElements(kernels.SetMinStreamElements(min))
+					benchFusedGrad[float32](b, true, l.layout, s.N, s.C, s.S)
+				})
+			}
+		}
+	}
+}
+
 func BenchmarkInferenceGrad(b *testing.B) {
 	for _, s := range benchShapes {
 		for _, l := range layouts {

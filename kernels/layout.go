@@ -1,5 +1,7 @@
 package kernels
 
+import "unsafe"
+
 // Layout says where the channel axis of an activation tensor lies.
 type Layout int
 
@@ -167,6 +169,9 @@ type affine struct {
 type affine32 struct {
 	A, B, MeanDy, Mean []float32
 	ScaleOnly          bool
+	// Stream has the training loops write dx with non-temporal stores where
+	// its rows or runs are aligned for them (applyAll decides).
+	Stream bool
 }
 
 // The AVX2+FMA loops for float32 (simd_amd64.go), or nil where the build or
@@ -178,7 +183,16 @@ var (
 	simdNarrowBFloat16 func(dst []BFloat16, src []float32)
 	simdWidenHalf      func(dst []float32, src []Half)
 	simdNarrowHalf     func(dst []Half, src []float32)
+	// simdFence orders the calling thread's non-temporal stores (Stream)
+	// before its later stores.
+	simdFence func()
 )
+
+// aligned32 reports whether s is not empty and starts on a 32-byte boundary,
+// as the non-temporal stores need.
+func aligned32(s []float32) bool {
+	return len(s) > 0 && uintptr(unsafe.Pointer(unsafe.SliceData(s)))%32 == 0
+}
 
 // SIMD reports whether the float32 loops use AVX2 and FMA: gobn built with
 // GOEXPERIMENT=simd, running on a CPU that has them.

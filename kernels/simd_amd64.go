@@ -66,6 +66,7 @@ func init() {
 			applyChannelsFirst32(int(d.C), int(d.S), off, t, dy, x, dx)
 		}
 	}
+	simdFence = streamFence
 	simdWidenBFloat16 = widenBFloat16
 	simdNarrowBFloat16 = narrowBFloat16
 	if hasF16C() {
@@ -271,6 +272,13 @@ func applyRows(W, rows int, t *affine32, c0 int, dy, x, dx []float32) {
 	pa, pb, pd, pm := ptr32(a), ptr32(b), ptr32(mdy), ptr32(mu)
 	Wv := W / l.applyStep * l.applyStep
 	o := 0
+	if t.Stream && W == Wv && !t.ScaleOnly && aligned32(dx) {
+		// Every row starts 32-byte aligned, W being a multiple of 8.
+		for ; o < W*rows; o += W {
+			streamApplyRow(W, unsafe.Pointer(&dy[o]), unsafe.Pointer(&x[o]), unsafe.Pointer(&dx[o]), pa, pb, pd, pm)
+		}
+		return
+	}
 	if W == Wv && !t.ScaleOnly && W < twoRowMax {
 		for ; o+2*W <= W*rows; o += 2 * W {
 			l.apply2(Wv, unsafe.Pointer(&dy[o]), unsafe.Pointer(&x[o]), unsafe.Pointer(&dx[o]), W, pa, pb, pd, pm)
@@ -333,7 +341,11 @@ func applyChannelsFirst32(C, S, off int, t *affine32, dy, x, dx []float32) {
 	for i, n := 0, len(x); i < n; {
 		m := min(S-pos, n-i)
 		c := plane % C
-		runApply(t.ScaleOnly, t.A[c], t.B[c], t.MeanDy[c], t.Mean[c], dy[i:i+m], x[i:i+m], dx[i:i+m])
+		if t.Stream && !t.ScaleOnly && aligned32(dx[i:]) {
+			streamRun(t.A[c], t.B[c], t.MeanDy[c], t.Mean[c], dy[i:i+m], x[i:i+m], dx[i:i+m])
+		} else {
+			runApply(t.ScaleOnly, t.A[c], t.B[c], t.MeanDy[c], t.Mean[c], dy[i:i+m], x[i:i+m], dx[i:i+m])
+		}
 		i += m
 		pos = 0
 		plane++
@@ -363,6 +375,22 @@ func applyRun32(scaleOnly bool, a, b, mdy, mu float32, dy, x, dx []float32) {
 		dx[j] = a*(dy[j]-mdy) + b*(x[j]-mu)
 	}
 }
+
+// streamRun is applyRun32's training form with non-temporal stores
+// (stream_amd64.s) up to the last whole vector, and the same scalar tail; dx
+// must start 32-byte aligned.
+func streamRun(a, b, mdy, mu float32, dy, x, dx []float32) {
+	m := len(dy)
+	needLen(m, x, dx)
+	v := m &^ 7
+	streamApplyRun(v, ptr32(dy), ptr32(x), ptr32(dx), a, b, mdy, mu)
+	applyRun32(false, a, b, mdy, mu, dy[v:], x[v:], dx[v:])
+}
+
+// The non-temporal loops and the fence (stream_amd64.s).
+func streamApplyRow(n int, dy, x, dx, a, b, mdy, mu unsafe.Pointer)
+func streamApplyRun(n int, dy, x, dx unsafe.Pointer, a, b, mdy, mu float32)
+func streamFence()
 
 // widenBFloat16 converts bfloat16 bits to float32, eight at a time.
 func widenBFloat16(dst []float32, src []BFloat16) {

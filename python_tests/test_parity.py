@@ -142,8 +142,25 @@ IN_PLACE = {"eager": (), "function": (), "over_y_backprop": ("y_backprop",), "ov
 @pytest.mark.parametrize("mode", list(IN_PLACE))
 @pytest.mark.parametrize("op_key, dtype, data_format, is_training, shape", list(_cases()))
 def test_fused_batch_norm_grad_parity(gobn, op_key, dtype, data_format, is_training, shape, mode, request):
-    op = OPS[op_key]
     seed = zlib.crc32(request.node.callspec.id.rsplit("-", 1)[0].encode())
+    check_fused_parity(gobn, op_key, dtype, data_format, is_training, shape, mode, seed)
+
+
+# A float32 training gradient of at least 2^21 elements whose x_backprop has a
+# buffer of its own is written with non-temporal stores (kernels'
+# minStreamElements) when its channels-last rows or channels-first planes are
+# whole vectors, as here: C = 256, H·W = 2048. In place (over_y_backprop) it
+# is not. The Go tests check which calls stream; these check the outcome
+# through TensorFlow, where the buffers are TensorFlow's.
+@pytest.mark.parametrize("mode", ["eager", "function", "over_y_backprop"])
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+def test_streamed_x_backprop_parity(gobn, data_format, mode):
+    check_fused_parity(gobn, "v3", tf.float32, data_format, True, (4, 32, 64, 256), mode, seed=53)
+
+
+def check_fused_parity(gobn, op_key, dtype, data_format, is_training, shape, mode, seed):
+    """Runs gobn's op in mode and checks its outputs against stock and the float64 reference."""
+    op = OPS[op_key]
     inputs = make_inputs(op, dtype, data_format, is_training, shape, seed)
     attrs = {"epsilon": EPSILON, "data_format": data_format, "is_training": is_training}
     gobn_op = getattr(gobn, op.gobn_name)

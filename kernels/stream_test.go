@@ -21,15 +21,26 @@ import (
 
 // alignedFloat32s returns n float32s starting on a 64-byte boundary (as
 // TensorFlow aligns its buffers), set to NaN so that an element the kernel
-// skips shows.
-func alignedFloat32s(n int) []float32 {
-	buf := make([]float32, n+16)
-	skip := (64 - int(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))%64)) % 64 / 4
+// skips shows, and a check that the guard values around them are unchanged.
+func alignedFloat32s(n int) ([]float32, func(t *testing.T)) {
+	buf := make([]float32, n+32)
+	skip := 16 + (64-int(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))%64))%64/4
+	guard := math.Float32frombits(0x7fc0dead)
+	for i := range buf {
+		buf[i] = guard
+	}
 	out := buf[skip : skip+n : skip+n]
 	for i := range out {
 		out[i] = float32(math.NaN())
 	}
-	return out
+	return out, func(t *testing.T) {
+		t.Helper()
+		for i, v := range buf {
+			if (i < skip || i >= skip+n) && math.Float32bits(v) != 0x7fc0dead {
+				t.Fatalf("guard at %d overwritten: %v", i-skip, v)
+			}
+		}
+	}
 }
 
 // streamCases add, to shapeCases, channels-first runs that are whole
@@ -59,10 +70,11 @@ func TestTrainingGradStream(t *testing.T) {
 				wantDx, wantScale, wantOffset := runFused(t, true, in)
 				kernels.SetMinStreamElements(prev)
 
+				dx, checkGuards := alignedFloat32s(len(in.x))
 				args := kernels.FusedGradArgs[float32]{
 					Dims: in.dims, YBackprop: in.dy, X: in.x,
 					Scale: in.scale, ReserveSpace1: in.mean, ReserveSpace2: in.variance, Epsilon: in.epsilon,
-					XBackprop:     alignedFloat32s(len(in.x)),
+					XBackprop:     dx,
 					ScaleBackprop: make([]float32, sc.C), OffsetBackprop: make([]float32, sc.C),
 				}
 				streams := kernels.Streams(in.dims, args.YBackprop, args.X, args.XBackprop)
@@ -77,6 +89,7 @@ func TestTrainingGradStream(t *testing.T) {
 					streamed++
 				}
 				kernels.TrainingGrad(args)
+				checkGuards(t)
 				requireUnchanged(t, "x_backprop streamed", args.XBackprop, wantDx)
 				requireUnchanged(t, "scale_backprop", args.ScaleBackprop, wantScale)
 				requireUnchanged(t, "offset_backprop", args.OffsetBackprop, wantOffset)
@@ -98,7 +111,9 @@ func TestStreamsOnlyWhere(t *testing.T) {
 	defer kernels.SetMinStreamElements(kernels.SetMinStreamElements(1))
 	d := kernels.Dims{N: 2, C: 64, S: 9, Layout: kernels.ChannelsLast}
 	n := d.Len()
-	dy, x, dx := alignedFloat32s(n), alignedFloat32s(n), alignedFloat32s(n+1)
+	dy, _ := alignedFloat32s(n)
+	x, _ := alignedFloat32s(n)
+	dx, _ := alignedFloat32s(n + 1)
 	require.True(t, kernels.Streams(d, dy, x, dx[:n]))
 	for _, c := range []struct {
 		name string

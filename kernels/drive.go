@@ -521,7 +521,7 @@ func (j *applyJob[T]) run(lo, hi int) {
 // minStreamElements is the least number of elements of a float32 gradient
 // whose x_backprop, when it has a buffer of its own, the training pass writes
 // with non-temporal stores (applyAll). The default, 2^21 (8 MiB a tensor, 24
-// for x, dy and dx), is set from go test -bench TrainingGradStream -cpu 2 on
+// for x, dy and dx), is set from go test -bench TrainingGradOutput -cpu 2 on
 // this project's 2-core VM with 32 MiB of L3: 3.2M and 6.4M elements ran
 // 1.17-1.28x faster streamed (3.3M, 1.05-1.11x), 2.1M level, while at 1.6M
 // elements, where x_backprop still fits in cache for whatever reads it

@@ -88,37 +88,22 @@ func BenchmarkTrainingGrad(b *testing.B) {
 	}
 }
 
-// BenchmarkTrainingGradInPlace times float32 training gradients with dx
-// written over dy and, beside each, into a buffer of its own.
-func BenchmarkTrainingGradInPlace(b *testing.B) {
+// BenchmarkTrainingGradOutput times float32 training gradients by where
+// and how dx is written: into a buffer of its own with ordinary stores
+// (fresh; the streaming threshold raised past the shape), the same with
+// non-temporal stores where the build has them (stream; GOEXPERIMENT=simd on
+// amd64, threshold 1), and over dy (inPlace, which never streams).
+func BenchmarkTrainingGradOutput(b *testing.B) {
 	for _, s := range benchShapes {
 		for _, l := range layouts {
-			for _, inPlace := range []bool{false, true} {
-				name := map[bool]string{false: "fresh", true: "inPlace"}[inPlace]
-				b.Run(l.name+"/"+s.name+"/"+name, func(b *testing.B) {
-					benchFusedGradInto[float32](b, true, inPlace, l.layout, s.N, s.C, s.S)
-				})
-			}
-		}
-	}
-}
-
-// BenchmarkTrainingGradStream times the float32 training gradient with
-// x_backprop in a buffer of its own, written with ordinary stores (the
-// streaming threshold raised past the shape) and with non-temporal ones
-// (threshold 1), where the build has them (GOEXPERIMENT=simd on amd64).
-func BenchmarkTrainingGradStream(b *testing.B) {
-	for _, s := range benchShapes {
-		for _, l := range layouts {
-			for _, stream := range []bool{false, true} {
-				name := map[bool]string{false: "stores", true: "stream"}[stream]
-				b.Run(l.name+"/"+s.name+"/"+name, func(b *testing.B) {
+			for _, way := range []string{"fresh", "stream", "inPlace"} {
+				b.Run(l.name+"/"+s.name+"/"+way, func(b *testing.B) {
 					min := math.MaxInt
-					if stream {
+					if way == "stream" {
 						min = 1
 					}
 					defer kernels.SetMinStreamElements(kernels.SetMinStreamElements(min))
-					benchFusedGrad[float32](b, true, l.layout, s.N, s.C, s.S)
+					benchFusedGradInto[float32](b, true, way == "inPlace", l.layout, s.N, s.C, s.S)
 				})
 			}
 		}

@@ -484,8 +484,8 @@ func applyAll[T Element](s *scratch, d Dims, t affine, dy, x, dx []T) {
 	}
 	pd, L := d.periodic()
 	job := applyJob[T]{pd: pd, blk: blockFor(pd, blockLen), dy: dy, x: x, dx: dx, t: t.repeated(s, L).withFloat32(s)}
-	if streams(pd, dy, x, dx) {
-		job.t.f32.Stream = true
+	if !t.ScaleOnly && streams(pd, dy, x, dx) {
+		job.t.f32.Stream = true // the scale-only loops have no streaming form
 	}
 	ranges := rangesFor[T](n)
 	if ranges == 1 {

@@ -56,9 +56,6 @@ func blockFor(pd Dims, limit int) int {
 // and TensorFlow's idle threads spin on the other for a while after each op.
 var minElementsPerWorker atomic.Int64
 
-// defaultMinStreamElements: see minStreamElements.
-const defaultMinStreamElements = 1 << 21
-
 // maxRanges bounds the ranges of one pass.
 const maxRanges = 16
 
@@ -528,7 +525,7 @@ func (j *applyJob[T]) run(lo, hi int) {
 // next, streaming was level or slower.
 var minStreamElements atomic.Int64
 
-func init() { minStreamElements.Store(defaultMinStreamElements) }
+func init() { minStreamElements.Store(1 << 21) }
 
 // SetMinStreamElements sets minStreamElements and returns the previous
 // value. It is for tests and tuning; the kernels read it on every call.

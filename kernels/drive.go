@@ -70,12 +70,17 @@ func SetMinElementsPerWorker(n int) int {
 
 // rangesFor returns how many ranges to cut n elements of T into.
 func rangesFor[T Element](n int) int {
+	return max(1, min(maxRanges, n/perRange[T]()))
+}
+
+// perRange returns the least number of elements of T per range.
+func perRange[T Element]() int {
 	per := int(minElementsPerWorker.Load())
 	switch any(*new(T)).(type) {
 	case Half, BFloat16:
 		per = max(1, per/2)
 	}
-	return max(1, min(maxRanges, n/per))
+	return per
 }
 
 // workersFor returns how many goroutines may work on ranges ranges: one per

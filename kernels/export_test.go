@@ -26,3 +26,6 @@ func Streams[T Element](d Dims, dy, x, dx []T) bool {
 	pd, _ := d.periodic()
 	return streams(pd, dy, x, dx)
 }
+
+// ByChannel reports whether TrainingGrad runs d by channel units.
+func ByChannel[T Element](d Dims) bool { return byChannel[T](d) }

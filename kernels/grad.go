@@ -66,10 +66,21 @@ func TrainingGrad[T Element](g FusedGradArgs[T]) {
 	s := getScratch()
 	defer s.release()
 	mean := toFloat64(s, g.ReserveSpace1)
-	sumDy, sumDyXc := reduce(s, g.Dims, g.YBackprop, g.X, mean)
-	R := float64(g.Dims.PerChannel())
 	t := newAffine(s, mean)
-	for c := range mean {
+	if byChannel[T](g.Dims) {
+		trainingByChannel(s, g, t)
+		return
+	}
+	sumDy, sumDyXc := reduce(s, g.Dims, g.YBackprop, g.X, mean)
+	g.coefficients(t, sumDy, sumDyXc, 0, len(mean))
+	applyAll(s, g.Dims, t, g.YBackprop, g.X, g.XBackprop)
+}
+
+// coefficients writes the 1-D outputs of channels [c0, c1) from their sums,
+// and their x_backprop coefficients into t.
+func (g FusedGradArgs[T]) coefficients(t affine, sumDy, sumDyXc []float64, c0, c1 int) {
+	R := float64(g.Dims.PerChannel())
+	for c := c0; c < c1; c++ {
 		inv := invStd(g.ReserveSpace2[c], g.Epsilon)
 		g.OffsetBackprop[c] = float32(sumDy[c])
 		g.ScaleBackprop[c] = float32(sumDyXc[c] * inv)
@@ -78,7 +89,6 @@ func TrainingGrad[T Element](g FusedGradArgs[T]) {
 		t.B[c] = -k * inv * inv * sumDyXc[c] / R
 		t.MeanDy[c] = sumDy[c] / R
 	}
-	applyAll(s, g.Dims, t, g.YBackprop, g.X, g.XBackprop)
 }
 
 // InferenceGrad computes the gradient of inference-mode batch normalization,

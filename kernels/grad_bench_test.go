@@ -199,3 +199,17 @@ func BenchmarkPasses(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkTrainingGradByChannel times float32 channels-first training
+// gradients computed in two passes over the whole tensor (twoPass) and by
+// channel units (byChannel), dx in a buffer of its own.
+func BenchmarkTrainingGradByChannel(b *testing.B) {
+	for _, s := range benchShapes {
+		for _, way := range []string{"twoPass", "byChannel"} {
+			b.Run(s.name+"/"+way, func(b *testing.B) {
+				defer kernels.SetByChannel(kernels.SetByChannel(way == "byChannel"))
+				benchFusedGrad[float32](b, true, kernels.ChannelsFirst, s.N, s.C, s.S)
+			})
+		}
+	}
+}

@@ -664,13 +664,18 @@ func TestFusedGradWorkerSplits(t *testing.T) {
 
 // TestFusedGradIndependentOfWorkers checks that the outputs are bit-equal
 // whatever the number of goroutines: the partial sums of the ranges are added
-// in range order, whichever goroutine formed them.
+// in range order, whichever goroutine formed them, and by channel units each
+// channel's sums are one goroutine's.
 func TestFusedGradIndependentOfWorkers(t *testing.T) {
 	rng := rand.New(rand.NewPCG(41, 42))
 	sc := shapeCase{"", 3, 64, 2011} // 6 ranges of 2^16 elements
 	for _, l := range layouts {
-		for _, training := range []bool{true, false} {
-			t.Run(fmt.Sprintf("%s/training=%v", l.name, training), func(t *testing.T) {
+		for _, form := range []struct {
+			training, byChannel bool
+		}{{true, true}, {true, false}, {false, false}} {
+			training := form.training
+			t.Run(fmt.Sprintf("%s/training=%v/byChannel=%v", l.name, training, form.byChannel), func(t *testing.T) {
+				defer kernels.SetByChannel(kernels.SetByChannel(form.byChannel))
 				in := newFusedInputs[float32](rng, training, l.layout, sc)
 				var first [3][]float32
 				for i, procs := range []int{1, 2, 3, 8} {

@@ -214,11 +214,20 @@ func (t affine) withFloat32(s *scratch) affine {
 	buf := s.float32s(4 * L)
 	f := &s.a32
 	*f = affine32{A: buf[:L:L], B: buf[L : 2*L : 2*L], MeanDy: buf[2*L : 3*L : 3*L], Mean: buf[3*L:], ScaleOnly: t.ScaleOnly}
-	for i := range L {
+	t.f32 = f
+	t.round32(0, L)
+	return t
+}
+
+// round32 refreshes channels [c0, c1) of t's float32 copy, if it has one.
+func (t affine) round32(c0, c1 int) {
+	f := t.f32
+	if f == nil {
+		return
+	}
+	for i := c0; i < c1; i++ {
 		f.A[i], f.B[i], f.MeanDy[i], f.Mean[i] = float32(t.A[i]), float32(t.B[i]), float32(t.MeanDy[i]), float32(t.Mean[i])
 	}
-	t.f32 = f
-	return t
 }
 
 // applyAffine writes dx for the elements at flat indices [off, off+len(x)),

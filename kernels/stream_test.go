@@ -62,9 +62,17 @@ func TestTrainingGradStream(t *testing.T) {
 	rng := rand.New(rand.NewPCG(41, 43))
 	streamed := 0
 	for _, sc := range streamCases {
-		for _, l := range layouts {
-			name := l.name + "/" + sc.name
-			t.Run(name, func(t *testing.T) {
+		for i, l := range []struct {
+			name      string
+			layout    kernels.Layout
+			byChannel bool
+		}{{"ChannelsLast", kernels.ChannelsLast, true}, {"ChannelsFirst", kernels.ChannelsFirst, true}, {"ChannelsFirst", kernels.ChannelsFirst, false}} {
+			name, suffix := l.name+"/"+sc.name, ""
+			if i == 2 {
+				suffix = "/twoPass" // a large channels-first gradient's other form (kernels.SetByChannel)
+			}
+			t.Run(name+suffix, func(t *testing.T) {
+				defer kernels.SetByChannel(kernels.SetByChannel(l.byChannel))
 				in := newFusedInputs[float32](rng, true, l.layout, sc)
 				prev := kernels.SetMinStreamElements(math.MaxInt)
 				wantDx, wantScale, wantOffset := runFused(t, true, in)

@@ -1,0 +1,77 @@
+package kernels_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gobn/gobn/kernels"
+)
+
+// Channels-first training gradients that the kernels cut into ranges run by
+// units of whole channels (see kernels.SetByChannel). These tests run each
+// such case both ways against the float64 reference, and check where the
+// by-channel form applies.
+
+// byChannelCases are channels-first cases of more than two ranges (the
+// tests' 2^16 elements a range, export_test.go): units of one channel, of
+// several with a shorter last one, runs with a scalar tail, and runs that
+// are whole vectors.
+var byChannelCases = []shapeCase{
+	{"C=1", 3, 1, 50000},
+	{"C=5 odd runs", 7, 5, 5003},
+	{"C=37 last unit short", 4, 37, 1000},
+	{"C=64 runs of 4112", 2, 64, 4112},
+	{"C=1024", 1, 1024, 150},
+}
+
+func testTrainingGradByChannel[T kernels.Element](t *testing.T) {
+	rng := rand.New(rand.NewPCG(53, uint64(len(typeName[T]()))))
+	for _, sc := range byChannelCases {
+		for _, on := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/byChannel=%v", sc.name, on), func(t *testing.T) {
+				defer kernels.SetByChannel(kernels.SetByChannel(on))
+				in := newFusedInputs[T](rng, true, kernels.ChannelsFirst, sc)
+				require.Equal(t, on, kernels.ByChannel[T](in.dims))
+				dx, scaleBp, offsetBp := runFused(t, true, in)
+				want := in.reference(true)
+				assertActivation(t, "x_backprop", dx, want.xBackprop, want.xBackpropMagnitude)
+				assertClose(t, "scale_backprop", widen32(scaleBp), want.scaleBackprop, 1e-5)
+				assertClose(t, "offset_backprop", widen32(offsetBp), want.offsetBackprop, 1e-5)
+			})
+		}
+	}
+}
+
+func TestTrainingGradByChannel(t *testing.T) {
+	t.Run("float32", func(t *testing.T) { testTrainingGradByChannel[float32](t) })
+	t.Run("float64", func(t *testing.T) { testTrainingGradByChannel[float64](t) })
+	t.Run("Half", func(t *testing.T) { testTrainingGradByChannel[kernels.Half](t) })
+	t.Run("BFloat16", func(t *testing.T) { testTrainingGradByChannel[kernels.BFloat16](t) })
+}
+
+// TestByChannelOnlyWhere checks the gradients that keep the two passes over
+// the whole tensor: channels last, one range, and units whose runs are
+// short.
+func TestByChannelOnlyWhere(t *testing.T) {
+	first := func(N, C, S int64) kernels.Dims {
+		return kernels.Dims{N: N, C: C, S: S, Layout: kernels.ChannelsFirst}
+	}
+	require.True(t, kernels.ByChannel[float32](first(2, 64, 4112)))
+	require.True(t, kernels.ByChannel[kernels.Half](first(1, 64, 1100)), "half: ranges of half as many elements")
+	for _, c := range []struct {
+		name string
+		ok   bool
+	}{
+		{"channels last", kernels.ByChannel[float32](kernels.Dims{N: 2, C: 64, S: 4112, Layout: kernels.ChannelsLast})},
+		{"one range", kernels.ByChannel[float32](first(1, 64, 2047))},
+		{"float32 of a half's range count", kernels.ByChannel[float32](first(1, 64, 1100))},
+		// 256000 elements, 4 units of 10 channels: runs of 1000.
+		{"runs of 1000", kernels.ByChannel[float32](first(64, 40, 100))},
+		{"empty", kernels.ByChannel[float32](first(0, 64, 4112))},
+	} {
+		require.False(t, c.ok, fmt.Sprintf("%s runs by channel", c.name))
+	}
+}

@@ -35,11 +35,7 @@ func testTrainingGradByChannel[T kernels.Element](t *testing.T) {
 				defer kernels.SetByChannel(kernels.SetByChannel(on))
 				in := newFusedInputs[T](rng, true, kernels.ChannelsFirst, sc)
 				require.Equal(t, on, kernels.ByChannel[T](in.dims))
-				dx, scaleBp, offsetBp := runFused(t, true, in)
-				want := in.reference(true)
-				assertActivation(t, "x_backprop", dx, want.xBackprop, want.xBackpropMagnitude)
-				assertClose(t, "scale_backprop", widen32(scaleBp), want.scaleBackprop, 1e-5)
-				assertClose(t, "offset_backprop", widen32(offsetBp), want.offsetBackprop, 1e-5)
+				checkFused(t, true, in, 1e-5)
 			})
 		}
 	}

@@ -568,6 +568,19 @@ func (in fusedInputs[T]) reference(training bool) fusedReference {
 		widenAll(in.dy), widenAll(in.x), widen32(in.scale), widen32(in.mean), widen32(in.variance), float64(in.epsilon))
 }
 
+// checkFused runs in through runFused and checks the outputs against the
+// float64 reference: x_backprop within assertActivation's bounds, the 1-D
+// outputs within rel. It returns the 1-D outputs.
+func checkFused[T kernels.Element](t *testing.T, training bool, in fusedInputs[T], rel float64) (scaleBackprop, offsetBackprop []float32) {
+	t.Helper()
+	dx, scaleBp, offsetBp := runFused(t, training, in)
+	want := in.reference(training)
+	assertActivation(t, "x_backprop", dx, want.xBackprop, want.xBackpropMagnitude)
+	assertClose(t, "scale_backprop", widen32(scaleBp), want.scaleBackprop, rel)
+	assertClose(t, "offset_backprop", widen32(offsetBp), want.offsetBackprop, rel)
+	return scaleBp, offsetBp
+}
+
 func testFusedGrad[T kernels.Element](t *testing.T, training bool) {
 	rng := rand.New(rand.NewPCG(20240601, uint64(len(typeName[T]()))))
 	for _, sc := range shapeCases {
@@ -576,12 +589,7 @@ func testFusedGrad[T kernels.Element](t *testing.T, training bool) {
 				if isParallel(sc) {
 					t.Logf("N·C·S = %d with GOMAXPROCS = %d", sc.N*sc.C*sc.S, runtime.GOMAXPROCS(0))
 				}
-				in := newFusedInputs[T](rng, training, l.layout, sc)
-				dx, scaleBp, offsetBp := runFused(t, training, in)
-				want := in.reference(training)
-				assertActivation(t, "x_backprop", dx, want.xBackprop, want.xBackpropMagnitude)
-				assertClose(t, "scale_backprop", widen32(scaleBp), want.scaleBackprop, 1e-5)
-				assertClose(t, "offset_backprop", widen32(offsetBp), want.offsetBackprop, 1e-5)
+				scaleBp, offsetBp := checkFused(t, training, newFusedInputs[T](rng, training, l.layout, sc), 1e-5)
 				if sc.N*sc.S == 0 {
 					for c := range sc.C {
 						assert.Zero(t, scaleBp[c], "scale_backprop[%d] of an empty batch", c)
@@ -606,12 +614,7 @@ func TestTrainingGradArbitraryStatistics(t *testing.T) {
 	rng := rand.New(rand.NewPCG(31, 32))
 	for _, l := range layouts {
 		t.Run(l.name, func(t *testing.T) {
-			in := newFusedInputs[float64](rng, false, l.layout, shapeCase{"", 3, 13, 21})
-			dx, scaleBp, offsetBp := runFused(t, true, in)
-			want := in.reference(true)
-			assertActivation(t, "x_backprop", dx, want.xBackprop, want.xBackpropMagnitude)
-			assertClose(t, "scale_backprop", widen32(scaleBp), want.scaleBackprop, 1e-6)
-			assertClose(t, "offset_backprop", widen32(offsetBp), want.offsetBackprop, 1e-6)
+			checkFused(t, true, newFusedInputs[float64](rng, false, l.layout, shapeCase{"", 3, 13, 21}), 1e-6)
 		})
 	}
 }
@@ -640,21 +643,10 @@ func TestFusedGradWorkerSplits(t *testing.T) {
 			for _, l := range layouts {
 				for _, training := range []bool{true, false} {
 					t.Run(fmt.Sprintf("%s/training=%v", l.name, training), func(t *testing.T) {
-						in32 := newFusedInputs[float32](rng, training, l.layout, sc)
-						dx, scaleBp, offsetBp := runFused(t, training, in32)
-						want := in32.reference(training)
-						assertActivation(t, "x_backprop", dx, want.xBackprop, want.xBackpropMagnitude)
-						assertClose(t, "scale_backprop", widen32(scaleBp), want.scaleBackprop, 1e-5)
-						assertClose(t, "offset_backprop", widen32(offsetBp), want.offsetBackprop, 1e-5)
-						if !training {
-							return
+						checkFused(t, training, newFusedInputs[float32](rng, training, l.layout, sc), 1e-5)
+						if training {
+							checkFused(t, training, newFusedInputs[kernels.Half](rng, training, l.layout, sc), 1e-5)
 						}
-						inHalf := newFusedInputs[kernels.Half](rng, training, l.layout, sc)
-						dxHalf, scaleBp, offsetBp := runFused(t, training, inHalf)
-						want = inHalf.reference(training)
-						assertActivation(t, "x_backprop", dxHalf, want.xBackprop, want.xBackpropMagnitude)
-						assertClose(t, "scale_backprop", widen32(scaleBp), want.scaleBackprop, 1e-5)
-						assertClose(t, "offset_backprop", widen32(offsetBp), want.offsetBackprop, 1e-5)
 					})
 				}
 			}

@@ -62,16 +62,18 @@ func TestTrainingGradStream(t *testing.T) {
 	rng := rand.New(rand.NewPCG(41, 43))
 	streamed := 0
 	for _, sc := range streamCases {
-		for i, l := range []struct {
-			name      string
-			layout    kernels.Layout
-			byChannel bool
-		}{{"ChannelsLast", kernels.ChannelsLast, true}, {"ChannelsFirst", kernels.ChannelsFirst, true}, {"ChannelsFirst", kernels.ChannelsFirst, false}} {
-			name, suffix := l.name+"/"+sc.name, ""
-			if i == 2 {
-				suffix = "/twoPass" // a large channels-first gradient's other form (kernels.SetByChannel)
-			}
-			t.Run(name+suffix, func(t *testing.T) {
+		// A large channels-first gradient also in its other form (kernels.SetByChannel).
+		for _, l := range []struct {
+			name, suffix string
+			layout       kernels.Layout
+			byChannel    bool
+		}{
+			{"ChannelsLast", "", kernels.ChannelsLast, true},
+			{"ChannelsFirst", "", kernels.ChannelsFirst, true},
+			{"ChannelsFirst", "/twoPass", kernels.ChannelsFirst, false},
+		} {
+			name := l.name + "/" + sc.name
+			t.Run(name+l.suffix, func(t *testing.T) {
 				defer kernels.SetByChannel(kernels.SetByChannel(l.byChannel))
 				in := newFusedInputs[float32](rng, true, l.layout, sc)
 				prev := kernels.SetMinStreamElements(math.MaxInt)

@@ -71,6 +71,10 @@ func TrainingGrad[T Element](g FusedGradArgs[T]) {
 		trainingByChannel(s, g, t)
 		return
 	}
+	if rangesFor[T](g.Dims.Len()) > 1 {
+		trainingPasses(s, g, mean, t)
+		return
+	}
 	sumDy, sumDyXc := reduce(s, g.Dims, g.YBackprop, g.X, mean)
 	g.coefficients(t, sumDy, sumDyXc, 0, len(mean))
 	applyAll(s, g.Dims, t, g.YBackprop, g.X, g.XBackprop)

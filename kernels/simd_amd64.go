@@ -67,6 +67,7 @@ func init() {
 		}
 	}
 	simdFence = streamFence
+	invStdsInVectors = true
 	simdWidenBFloat16 = widenBFloat16
 	simdNarrowBFloat16 = narrowBFloat16
 	if hasF16C() {
@@ -114,6 +115,27 @@ func needLen[F native](n int, s ...[]F) {
 			panic("kernels: slice shorter than the loop")
 		}
 	}
+}
+
+// invStdsInVectors has invStdsVector run, where the CPU has AVX2.
+var invStdsInVectors bool
+
+// invStdsVector writes 1/sqrt(variance+epsilon) in float64 four at a time
+// over the leading multiple of 4 of dst, and returns its length (0 where
+// the CPU lacks AVX2). A function rather than a hook like simdSums, so that
+// dst may stay on the caller's stack.
+func invStdsVector(dst []float64, variance []float32, epsilon float32) int {
+	if !invStdsInVectors {
+		return 0
+	}
+	n := len(dst) / 4 * 4
+	needLen(n, variance)
+	pd, pv := ptr64(dst), ptr32(variance)
+	eps, one := archsimd.BroadcastFloat64x4(float64(epsilon)), archsimd.BroadcastFloat64x4(1)
+	for i := 0; i < n; i += 4 {
+		store4d(one.Div(widen4(pv, i).Add(eps).Sqrt()), pd, i)
+	}
+	return n
 }
 
 // rowSpans splits the n elements at flat offset off of a tensor with rows

@@ -134,9 +134,9 @@ func parallelPasses(first pass, between func(), second pass) {
 	helpers := workersFor(ranges) - 1
 	c1 := newClaims(first, helpers)
 	var c2 *claims
-	g := &gate{open: make(chan struct{})}
+	var g *gate // only a second pass has helpers wait
 	if second.ranges > 0 {
-		c2 = newClaims(second, helpers)
+		c2, g = newClaims(second, helpers), &gate{open: make(chan struct{})}
 		// Whatever stops the caller before the second pass, its helpers
 		// find the gate open and no range to claim.
 		defer g.release(c2)

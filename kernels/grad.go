@@ -121,8 +121,8 @@ func InferenceGrad[T Element](g FusedGradArgs[T]) {
 	t := newAffine(s, mean)
 	t.ScaleOnly = true // x_backprop does not involve x
 	inv := s.float64s(len(mean))
+	invStds(inv, g.ReserveSpace2, g.Epsilon)
 	for c := range mean {
-		inv[c] = invStd(g.ReserveSpace2[c], g.Epsilon)
 		t.A[c] = float64(g.Scale[c]) * inv[c]
 	}
 	// x_backprop does not depend on the sums: one pass can do both (sweep).

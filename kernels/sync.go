@@ -81,8 +81,9 @@ func GradApply[T Element](g GradApplyArgs[T]) {
 	s := getScratch()
 	defer s.release()
 	t := newAffine(s, toFloat64(s, g.Mean))
+	invStds(t.A, g.Variance, g.Epsilon) // each c's 1/sqrt(σ²+ε), until A[c] is set below
 	for c := range C {
-		inv := invStd(g.Variance[c], g.Epsilon)
+		inv := t.A[c]
 		k := float64(g.Scale[c]) * inv
 		t.A[c] = k
 		t.B[c] = -k * inv * inv * float64(g.SumDyXmu[c]) / R

@@ -47,6 +47,7 @@ func sumsRow2x512(n int, dy0, x0 unsafe.Pointer, W int, mean, a, b unsafe.Pointe
 		store8d(load8d(a, j).Add(g0.Add(g1)), a, j)
 		store8d(g1.MulAdd(xc1, g0.MulAdd(xc0, load8d(b, j))), b, j)
 	}
+	archsimd.ClearAVXUpperBits()
 }
 
 // sumsRow512 is sumsRow32 eight channels at a time.
@@ -57,6 +58,7 @@ func sumsRow512(n int, dy, x unsafe.Pointer, _ int, mean, a, b unsafe.Pointer) {
 		store8d(load8d(a, j).Add(g), a, j)
 		store8d(g.MulAdd(xc, load8d(b, j)), b, j)
 	}
+	archsimd.ClearAVXUpperBits()
 }
 
 // runSums512 is runSums32 sixteen elements at a time.
@@ -78,6 +80,7 @@ func runSums512(dy, x []float32, mu float64) (sumDy, sumDyXc float64) {
 		var la, lb [4]float64
 		a.GetLo().Add(a.GetHi()).Store(&la)
 		b.GetLo().Add(b.GetHi()).Store(&lb)
+		archsimd.ClearAVXUpperBits()
 		sumDy = (la[0] + la[1]) + (la[2] + la[3])
 		sumDyXc = (lb[0] + lb[1]) + (lb[2] + lb[3])
 	}
@@ -91,6 +94,7 @@ func applyRow512(n int, dy, x, dx unsafe.Pointer, _ int, a, b, mdy, mu unsafe.Po
 		r := load16(x, j).Sub(load16(mu, j)).Mul(load16(b, j))
 		store16(load16(dy, j).Sub(load16(mdy, j)).MulAdd(load16(a, j), r), dx, j)
 	}
+	archsimd.ClearAVXUpperBits()
 }
 
 // applyRow2x512 is applyRow2x32 sixteen channels at a time.
@@ -101,6 +105,7 @@ func applyRow2x512(n int, dy, x, dx unsafe.Pointer, W int, a, b, mdy, mu unsafe.
 		store16(load16(dy, j).Sub(dv).MulAdd(av, load16(x, j).Sub(mv).Mul(bv)), dx, j)
 		store16(load16(dy1, j).Sub(dv).MulAdd(av, load16(x1, j).Sub(mv).Mul(bv)), dx1, j)
 	}
+	archsimd.ClearAVXUpperBits()
 }
 
 // scaleRow512 is scaleRow32 sixteen channels at a time.
@@ -108,6 +113,7 @@ func scaleRow512(n int, dy, dx, a unsafe.Pointer) {
 	for j := 0; j < n; j += 16 {
 		store16(load16(dy, j).Mul(load16(a, j)), dx, j)
 	}
+	archsimd.ClearAVXUpperBits()
 }
 
 // applyRun512 is applyRun32 sixteen elements at a time.
@@ -128,5 +134,6 @@ func applyRun512(scaleOnly bool, a, b, mdy, mu float32, dy, x, dx []float32) {
 			store16(load16(pdy, j).Sub(mdy16).MulAdd(a16, r), pdx, j)
 		}
 	}
+	archsimd.ClearAVXUpperBits()
 	applyRun32(scaleOnly, a, b, mdy, mu, dy[j:], x[j:], dx[j:])
 }

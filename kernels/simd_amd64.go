@@ -12,6 +12,15 @@ import (
 // formed in float64 exactly as there; x_backprop is formed in float32 with
 // FMA (the portable loop uses float64), which stays within a few float32 ulps.
 
+// Every vector loop ends with archsimd.ClearAVXUpperBits (VZEROUPPER) before
+// scalar code runs: Go compiles float32 and float64 arithmetic to legacy-SSE
+// instructions, and on Intel CPUs each one that runs while the upper half of
+// a vector register is dirty waits on an AVX/SSE state transition. C
+// compilers emit the instruction at every such exit; Go 1.26 leaves it to
+// the program. Without it, channels-first runs of 49 elements (a vector body,
+// then a scalar tail) ran 2.7x (8x1024x14x14) to 7x (1x64x7x7) slower on a
+// Xeon with AVX-512 (go test -bench 'TrainingGrad$/float32/ChannelsFirst').
+
 // rowLoops are the inner loops over one or two channels-last rows, for one
 // vector width: the sums take sumStep channels a step, the others applyStep,
 // up to the last whole step of a row (sumsRows and applyRows do the tails).
@@ -135,6 +144,7 @@ func invStdsVector(dst []float64, variance []float32, epsilon float32) int {
 	for i := 0; i < n; i += 4 {
 		store4d(one.Div(widen4(pv, i).Add(eps).Sqrt()), pd, i)
 	}
+	archsimd.ClearAVXUpperBits()
 	return n
 }
 
@@ -206,6 +216,7 @@ func sumsRow2x32(n int, dy, x unsafe.Pointer, W int, mean, a, b unsafe.Pointer) 
 		store4d(load4d(a, j).Add(g0.Add(g1)), a, j)
 		store4d(g1.MulAdd(xc1, g0.MulAdd(xc0, load4d(b, j))), b, j)
 	}
+	archsimd.ClearAVXUpperBits()
 }
 
 // sumsRow32 adds the first n (a multiple of 4) channels of one row (W, the
@@ -218,6 +229,7 @@ func sumsRow32(n int, dy, x unsafe.Pointer, _ int, mean, a, b unsafe.Pointer) {
 		store4d(load4d(a, j).Add(g), a, j)
 		store4d(g.MulAdd(xc, load4d(b, j)), b, j)
 	}
+	archsimd.ClearAVXUpperBits()
 }
 
 // sumsTail adds channels [from, W) of the row at dy, x into a and b.
@@ -264,6 +276,7 @@ func runSums32(dy, x []float32, mu float64) (sumDy, sumDyXc float64) {
 		var la, lb [4]float64
 		a0.Add(a1).Store(&la)
 		b0.Add(b1).Store(&lb)
+		archsimd.ClearAVXUpperBits()
 		sumDy = (la[0] + la[1]) + (la[2] + la[3])
 		sumDyXc = (lb[0] + lb[1]) + (lb[2] + lb[3])
 	}
@@ -324,6 +337,7 @@ func applyRow32(n int, dy, x, dx unsafe.Pointer, _ int, a, b, mdy, mu unsafe.Poi
 		r := load8(x, j).Sub(load8(mu, j)).Mul(load8(b, j))
 		store8(load8(dy, j).Sub(load8(mdy, j)).MulAdd(load8(a, j), r), dx, j)
 	}
+	archsimd.ClearAVXUpperBits()
 }
 
 // applyRow2x32 is applyRow32 over two adjacent rows, W apart, with the
@@ -335,6 +349,7 @@ func applyRow2x32(n int, dy, x, dx unsafe.Pointer, W int, a, b, mdy, mu unsafe.P
 		store8(load8(dy, j).Sub(dv).MulAdd(av, load8(x, j).Sub(mv).Mul(bv)), dx, j)
 		store8(load8(dy1, j).Sub(dv).MulAdd(av, load8(x1, j).Sub(mv).Mul(bv)), dx1, j)
 	}
+	archsimd.ClearAVXUpperBits()
 }
 
 // scaleRow32 writes dx = a·dy for the first n (a multiple of 8) channels of
@@ -343,6 +358,7 @@ func scaleRow32(n int, dy, dx, a unsafe.Pointer) {
 	for j := 0; j < n; j += 8 {
 		store8(load8(dy, j).Mul(load8(a, j)), dx, j)
 	}
+	archsimd.ClearAVXUpperBits()
 }
 
 // applyTail writes dx for channels [from, W) of the row at dy, x, dx.
@@ -384,6 +400,7 @@ func applyRun32(scaleOnly bool, a, b, mdy, mu float32, dy, x, dx []float32) {
 		for ; j+8 <= m; j += 8 {
 			store8(load8(pdy, j).Mul(a8), pdx, j)
 		}
+		archsimd.ClearAVXUpperBits()
 		for ; j < m; j++ {
 			dx[j] = a * dy[j]
 		}
@@ -393,6 +410,7 @@ func applyRun32(scaleOnly bool, a, b, mdy, mu float32, dy, x, dx []float32) {
 	for ; j+8 <= m; j += 8 {
 		store8(load8(pdy, j).Sub(mdy8).MulAdd(a8, load8(px, j).Sub(mu8).Mul(b8)), pdx, j)
 	}
+	archsimd.ClearAVXUpperBits()
 	for ; j < m; j++ {
 		dx[j] = a*(dy[j]-mdy) + b*(x[j]-mu)
 	}
@@ -424,6 +442,7 @@ func widenBFloat16(dst []float32, src []BFloat16) {
 		u := archsimd.LoadUint16x8((*[8]uint16)(unsafe.Add(ps, 2*j)))
 		store8(u.ExtendToUint32().ShiftAllLeft(16).AsFloat32x8(), pd, j)
 	}
+	archsimd.ClearAVXUpperBits()
 	for ; j < n; j++ {
 		dst[j] = src[j].Float32()
 	}
@@ -438,14 +457,21 @@ func narrowBFloat16(dst []BFloat16, src []float32) {
 	ps, pd := ptr32(src), unsafe.Pointer(unsafe.SliceData(dst))
 	absMask, inf := archsimd.BroadcastUint32x8(0x7fffffff), archsimd.BroadcastInt32x8(0x7f800000)
 	bias, one, quiet := archsimd.BroadcastUint32x8(0x7fff), archsimd.BroadcastUint32x8(1), archsimd.BroadcastUint32x8(0x40)
+	// The shifts take their count from a vector (VPSRLVD): ShiftAllRight
+	// with a constant count loads it with a legacy-SSE MOVQ on every pass,
+	// which stalls for the AVX/SSE transition on Intel CPUs (the loop ran
+	// 20x slower there, go test -bench 'TrainingGrad$/BFloat16').
+	by16 := archsimd.BroadcastUint32x8(16)
 	j := 0
 	for ; j+8 <= n; j += 8 {
 		u := load8(ps, j).AsUint32x8()
 		isNaN := u.And(absMask).AsInt32x8().Greater(inf)
-		rounded := u.Add(bias).Add(u.ShiftAllRight(16).And(one)).ShiftAllRight(16)
-		o := u.ShiftAllRight(16).Or(quiet).Merge(rounded, isNaN).AsInt32x8()
+		hi := u.ShiftRight(by16)
+		rounded := u.Add(bias).Add(hi.And(one)).ShiftRight(by16)
+		o := hi.Or(quiet).Merge(rounded, isNaN).AsInt32x8()
 		o.GetLo().SaturateToUint16Concat(o.GetHi()).Store((*[8]uint16)(unsafe.Add(pd, 2*j)))
 	}
+	archsimd.ClearAVXUpperBits()
 	for ; j < n; j++ {
 		dst[j] = BFloat16FromFloat32(src[j])
 	}

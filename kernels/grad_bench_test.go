@@ -93,6 +93,29 @@ func BenchmarkTrainingGrad(b *testing.B) {
 // (fresh; the streaming threshold raised past the shape), the same with
 // non-temporal stores where the build has them (stream; GOEXPERIMENT=simd on
 // amd64, threshold 1), and over dy (inPlace, which never streams).
+// BenchmarkTrainingGradVectorWidth times float32 training gradients with
+// the AVX2 loops and with their AVX-512 forms, which the kernels take where
+// the CPU has AVX-512; it is skipped elsewhere.
+func BenchmarkTrainingGradVectorWidth(b *testing.B) {
+	if !kernels.AVX512Available() {
+		b.Skip("no AVX-512 loops on this CPU or build")
+	}
+	defer kernels.SelectAVX512(true)
+	for _, s := range benchShapes {
+		for _, l := range layouts {
+			for _, w := range []struct {
+				name string
+				wide bool
+			}{{"AVX2", false}, {"AVX512", true}} {
+				b.Run(l.name+"/"+s.name+"/"+w.name, func(b *testing.B) {
+					kernels.SelectAVX512(w.wide)
+					benchFusedGrad[float32](b, true, l.layout, s.N, s.C, s.S)
+				})
+			}
+		}
+	}
+}
+
 func BenchmarkTrainingGradOutput(b *testing.B) {
 	for _, s := range benchShapes {
 		for _, l := range layouts {

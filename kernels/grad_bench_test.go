@@ -88,11 +88,6 @@ func BenchmarkTrainingGrad(b *testing.B) {
 	}
 }
 
-// BenchmarkTrainingGradOutput times float32 training gradients by where
-// and how dx is written: into a buffer of its own with ordinary stores
-// (fresh; the streaming threshold raised past the shape), the same with
-// non-temporal stores where the build has them (stream; GOEXPERIMENT=simd on
-// amd64, threshold 1), and over dy (inPlace, which never streams).
 // BenchmarkTrainingGradVectorWidth times float32 training gradients with
 // the AVX2 loops and with their AVX-512 forms, which the kernels take where
 // the CPU has AVX-512; it is skipped elsewhere.
@@ -116,6 +111,11 @@ func BenchmarkTrainingGradVectorWidth(b *testing.B) {
 	}
 }
 
+// BenchmarkTrainingGradOutput times float32 training gradients by where
+// and how dx is written: into a buffer of its own with ordinary stores
+// (fresh; the streaming threshold raised past the shape), the same with
+// non-temporal stores where the build has them (stream; GOEXPERIMENT=simd on
+// amd64, threshold 1), and over dy (inPlace, which never streams).
 func BenchmarkTrainingGradOutput(b *testing.B) {
 	for _, s := range benchShapes {
 		for _, l := range layouts {

@@ -1,0 +1,139 @@
+//go:build goexperiment.simd && amd64
+
+package kernels
+
+import (
+	"runtime"
+	"simd/archsimd"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Every vector loop must leave the upper halves of the vector registers
+// clear (VZEROUPPER) before scalar code runs: on Intel CPUs each legacy-SSE
+// instruction Go emits for scalar float arithmetic otherwise waits on a state
+// transition (see simd_amd64.go). The XINUSE bits that XGETBV reports say
+// whether they are clear, so this checks it without timing anything.
+
+// requireUpperClear fails the test if the upper halves are in use after what
+// ran.
+func requireUpperClear(t *testing.T, what string) {
+	t.Helper()
+	inUse, _ := upperInUse()
+	require.False(t, inUse, "%s left the upper halves of the vector registers in use", what)
+}
+
+func TestVectorLoopsClearUpperHalves(t *testing.T) {
+	if !SIMD() {
+		t.Skip("no vector loops on this CPU")
+	}
+	// The state is the thread's: the goroutine must not move between a loop
+	// and its check.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if _, ok := upperInUse(); !ok {
+		t.Skip("this CPU does not report XINUSE (XGETBV with ECX = 1)")
+	}
+	// The probe must see both states, or the checks below prove nothing.
+	dirtyUpper()
+	inUse, _ := upperInUse()
+	archsimd.ClearAVXUpperBits()
+	cleared, _ := upperInUse()
+	if !inUse || cleared {
+		t.Skipf("XINUSE does not follow the AVX state here (after VPCMPEQD Y1: %v; after VZEROUPPER: %v)", inUse, cleared)
+	}
+
+	const n = 1024 // a multiple of every vector step, 32-byte aligned below
+	f32 := func() []float32 {
+		s := make([]float32, n+8)
+		for i := range s {
+			s[i] = float32(i%13) - 6
+		}
+		off := 0
+		for !aligned32(s[off:]) {
+			off++
+		}
+		return s[off : off+n]
+	}
+	f64 := func() []float64 { return make([]float64, n) }
+	dy, x, dx, a, b, mdy, mu := f32(), f32(), f32(), f32(), f32(), f32(), f32()
+	mean, sa, sb := f64(), f64(), f64()
+	p32 := func(s []float32) unsafe.Pointer { return unsafe.Pointer(&s[0]) }
+	p64 := func(s []float64) unsafe.Pointer { return unsafe.Pointer(&s[0]) }
+
+	defer selectLoops(canAVX512())
+	for _, wide := range []bool{false, true} {
+		if wide && !canAVX512() {
+			continue
+		}
+		selectLoops(wide)
+		name := map[bool]string{false: "AVX2", true: "AVX-512"}[wide]
+		l := rowLoopsInUse
+		l.sums(n/2, p32(dy), p32(x), n/2, p64(mean), p64(sa), p64(sb))
+		requireUpperClear(t, name+" sums")
+		l.sums2(n/2, p32(dy), p32(x), n/2, p64(mean), p64(sa), p64(sb))
+		requireUpperClear(t, name+" sums2")
+		l.apply(n/2, p32(dy), p32(x), p32(dx), n/2, p32(a), p32(b), p32(mdy), p32(mu))
+		requireUpperClear(t, name+" apply")
+		l.apply2(n/2, p32(dy), p32(x), p32(dx), n/2, p32(a), p32(b), p32(mdy), p32(mu))
+		requireUpperClear(t, name+" apply2")
+		l.scale(n, p32(dy), p32(dx), p32(a))
+		requireUpperClear(t, name+" scale")
+		for _, m := range []int{n, n - 1, 7} { // with and without a scalar tail
+			runSums(dy[:m], x[:m], 0.5)
+			requireUpperClear(t, name+" runSums")
+			for _, scaleOnly := range []bool{false, true} {
+				runApply(scaleOnly, 1, 2, 3, 4, dy[:m], x[:m], dx[:m])
+				requireUpperClear(t, name+" runApply")
+			}
+		}
+	}
+	invStdsVector(mean, a, 1e-3)
+	requireUpperClear(t, "invStdsVector")
+	streamRun(1, 2, 3, 4, dy[:n-1], x[:n-1], dx[:n-1])
+	requireUpperClear(t, "streamRun")
+	streamApplyRow(n, p32(dy), p32(x), p32(dx), p32(a), p32(b), p32(mdy), p32(mu))
+	requireUpperClear(t, "streamApplyRow")
+	bf, h := make([]BFloat16, n-1), make([]Half, n-1)
+	widenBFloat16(dx[:n-1], bf)
+	requireUpperClear(t, "widenBFloat16")
+	narrowBFloat16(bf, dy[:n-1])
+	requireUpperClear(t, "narrowBFloat16")
+	if hasF16C() {
+		widenHalf(dx[:n-1], h)
+		requireUpperClear(t, "widenHalf")
+		narrowHalf(h, dy[:n-1])
+		requireUpperClear(t, "narrowHalf")
+	}
+	for _, layout := range []Layout{ChannelsLast, ChannelsFirst} {
+		d := Dims{N: 2, C: 24, S: 37, Layout: layout} // a channel count and runs with tails
+		gradsLeaveUpperClear[float32](t, d)
+		gradsLeaveUpperClear[Half](t, d)
+		gradsLeaveUpperClear[BFloat16](t, d)
+	}
+}
+
+// gradsLeaveUpperClear runs the training and inference gradients of a
+// tensor small enough for the calling goroutine alone, and checks the upper
+// halves after each.
+func gradsLeaveUpperClear[T Element](t *testing.T, d Dims) {
+	n, c := int(d.Len()), int(d.C)
+	per := func() []float32 {
+		s := make([]float32, c)
+		for i := range s {
+			s[i] = 1 + float32(i)/8
+		}
+		return s
+	}
+	g := FusedGradArgs[T]{
+		Dims: d, YBackprop: make([]T, n), X: make([]T, n),
+		Scale: per(), ReserveSpace1: per(), ReserveSpace2: per(), Epsilon: 1e-3,
+		XBackprop: make([]T, n), ScaleBackprop: make([]float32, c), OffsetBackprop: make([]float32, c),
+	}
+	TrainingGrad(g)
+	requireUpperClear(t, "TrainingGrad")
+	InferenceGrad(g)
+	requireUpperClear(t, "InferenceGrad")
+}

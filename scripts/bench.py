@@ -391,7 +391,7 @@ def main():
              f"as a lone call, {summary['mean_pct_bandwidth_larger_than_l3_in_graph']:.0f}% in a graph (below). "
              if large else "no shape larger than L3 within an eighth of this machine's memory, so no bandwidth "
              "figure for them. ") +
-          f"Slowest of all the cases above: {summary['min_ratio_eigen']:.2f}x ({case_name(slowest)})")
+          f"Slowest of all the cases above{aside}: {summary['min_ratio_eigen']:.2f}x ({case_name(slowest)})")
 
     print(f"\nThe float32 training cases larger than L3, timed as chains of {CHAIN_LARGE} calls inside one "
           "tf.function (each call's x_backprop the next one's y_backprop, which gobn writes over where "

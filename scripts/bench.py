@@ -361,12 +361,13 @@ def main():
                    triad_gbs=bw, tensorflow=tf.__version__, go_simd=os.environ.get("GOEXPERIMENT", ""))
     # The ratios are summed up over the suite; the case added beyond
     # L3 counts only towards the bandwidth.
+    suite_rows = [r for r in rows if r["label"] != BEYOND]
     train32 = [r for r in rows if r["dtype"] == "float32" and r["is_training"]]
     f32 = [r for r in train32 if r["label"] != BEYOND]
     geo = math.exp(statistics.mean(math.log(r["ratio"]) for r in f32))
     geo_onednn = math.exp(statistics.mean(math.log(r["ratio_onednn"]) for r in f32 if "ratio_onednn" in r))
     large = [r["pct_bandwidth"] for r in train32 if r["larger_than_l3"]]
-    slowest, slowest_f32 = (min(rs, key=lambda r: r["ratio"]) for rs in ([r for r in rows if r["label"] != BEYOND], f32))
+    slowest, slowest_f32 = (min(rs, key=lambda r: r["ratio"]) for rs in (suite_rows, f32))
     summary = dict(geomean_ratio_eigen_f32_training=geo, geomean_ratio_onednn_f32_training=geo_onednn,
                    min_ratio_eigen=slowest["ratio"],
                    min_ratio_eigen_f32_training=slowest_f32["ratio"],

@@ -18,7 +18,7 @@ LIB := build/libgobn.so
 TFLIBDIR := build/tflib
 TFLIB := $(TFLIBDIR)/libtensorflow.so
 
-.PHONY: all bench demo test gotest pytest vet generate env golden clean
+.PHONY: all bench demo test gotest pytest vet generate env golden clean FORCE
 all: $(LIB)
 
 # The virtual environment with the pinned TensorFlow (see requirements.txt).
@@ -45,8 +45,23 @@ export CGO_LDFLAGS := -L$(TF_LIBDIR) -l:libtensorflow_framework.so.2 -Wl,-rpath,
 
 GO_SOURCES := $(shell find opdef kernels capi -name '*.go' -o -name '*.c' -o -name '*.h' -o -name '*.s') go.mod go.sum
 
-$(LIB): $(GO_SOURCES) build/tf.mk
-	GOEXPERIMENT=simd go build -buildmode=c-shared -o $@ ./capi
+# Go's runtime in the library carries one scheduling rule, golang/go#60693:
+# sysmon preempts a goroutine that has held its P for 10 ms only when no P is
+# idle (internal/cmd/sysmonrule says why). The rule reaches the build as an
+# overlay of the installed Go's runtime/proc.go; a Go whose source lacks the
+# line it changes gets a warning and the stock runtime. GO_RUNTIME=stock
+# builds with the stock runtime: make GO_RUNTIME=stock. The overlay's files
+# are rewritten only when they change, so this costs a rebuild only then.
+GO_RUNTIME ?= rule
+OVERLAY := build/goruntime/overlay.json
+$(OVERLAY): FORCE
+	go run ./internal/cmd/sysmonrule -goroot "$$(go env GOROOT)" -out build/goruntime \
+		$(if $(filter stock,$(GO_RUNTIME)),-off)
+FORCE:
+
+$(LIB): $(GO_SOURCES) build/tf.mk $(OVERLAY)
+	GOEXPERIMENT=simd go build -overlay $(OVERLAY) \
+		-ldflags "-X main.goRuntimeRule=$$(cat build/goruntime/rule)" -buildmode=c-shared -o $@ ./capi
 	rm -f build/libgobn.h
 	# beside the Python package too (python/gobn), for `pip install ./python`;
 	# renamed into place, so a process that has the old copy loaded keeps it
@@ -80,6 +95,8 @@ gotest: $(LIB) $(TFLIB)
 	# the vector loops of kernels (GOEXPERIMENT=simd: AVX-512, then AVX2)
 	# beside the portable ones above
 	GOEXPERIMENT=simd go test ./kernels
+	# the capi layer with the Go runtime and vector loops the library ships
+	GOEXPERIMENT=simd go test -overlay $(OVERLAY) ./capi
 
 pytest: $(LIB)
 	$(VPY) -m pytest -q python_tests

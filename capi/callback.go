@@ -6,6 +6,7 @@ import "C"
 import (
 	"fmt"
 	"runtime/cgo"
+	"sync"
 
 	"github.com/gobn/gobn/opdef"
 )
@@ -71,6 +72,16 @@ func gobnShape(ctx *C.TF_ShapeInferenceContext, op C.int, status *C.TF_Status) {
 		setStatus(status, err)
 	}
 }
+
+// goRuntimeC is goRuntime() as a C string, made once and never freed.
+var goRuntimeC = sync.OnceValue(func() *C.char { return C.CString(goRuntime()) })
+
+// gobnGoRuntime says which Go runtime the library was built with, for
+// scripts/bench.py and the tests (through ctypes): the Go version, and the
+// scheduling rule it carries or "none" (see runtime.go).
+//
+//export gobnGoRuntime
+func gobnGoRuntime() *C.char { return goRuntimeC() }
 
 func compute(k *kernel, c *call) error {
 	inputs, total, err := c.inputs(len(k.op.Inputs))

@@ -106,12 +106,24 @@ def case_reps(shape, reps):
     return max(5, reps // 3) if math.prod(shape) > 1 << 25 else reps
 
 
+def library_path():
+    return os.environ.get("GOBN_LIBRARY", os.path.join(ROOT, "build", "libgobn.so"))
+
+
 def load_tf(onednn):
     os.environ["TF_ENABLE_ONEDNN_OPTS"] = "1" if onednn else "0"
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
-    path = os.environ.get("GOBN_LIBRARY", os.path.join(ROOT, "build", "libgobn.so"))
-    return tf, tf.load_op_library(path)
+    return tf, tf.load_op_library(library_path())
+
+
+def go_runtime():
+    """The Go version and scheduling rule libgobn.so was built with (capi's
+    gobnGoRuntime), e.g. "go1.26.8-X:simd sysmon-rule=golang/go#60693"."""
+    import ctypes
+    f = ctypes.CDLL(library_path()).gobnGoRuntime
+    f.restype = ctypes.c_char_p
+    return f().decode()
 
 
 def make_inputs(tf, np, dtype, fmt, is_training, shape, seed=0):
@@ -358,7 +370,7 @@ def main():
 
     import tensorflow as tf
     machine = dict(cpu=cpu_model(), cores=core_count(), l3_mib=l3 >> 20, allocator_env=BFC,
-                   triad_gbs=bw, tensorflow=tf.__version__, go_simd=os.environ.get("GOEXPERIMENT", ""))
+                   triad_gbs=bw, tensorflow=tf.__version__, go_runtime=go_runtime())
     # The ratios are summed up over the issue's suite; the case added beyond
     # L3 counts only towards the bandwidth.
     suite_rows = [r for r in rows if r["label"] != BEYOND]
@@ -378,6 +390,7 @@ def main():
 
     print(f"CPU: {machine['cpu']}, {machine['cores']} cores, L3 {machine['l3_mib']} MiB; "
           f"triad bandwidth {bw:.1f} GB/s (all cores); TensorFlow {machine['tensorflow']}; "
+          f"gobn's Go runtime {machine['go_runtime']}; "
           f"TensorFlow's BFC allocator on the CPU ({', '.join(f'{k}={v}' for k, v in BFC.items())})\n")
     print("| case | dtype | format | mode | shape | stock Eigen ms | gobn ms | ratio | ratio vs oneDNN | gobn GB/s @20B | % of triad |")
     print("| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |")

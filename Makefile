@@ -55,8 +55,7 @@ GO_SOURCES := $(shell find opdef kernels capi -name '*.go' -o -name '*.c' -o -na
 GO_RUNTIME ?= rule
 OVERLAY := build/goruntime/overlay.json
 $(OVERLAY): FORCE
-	go run ./internal/cmd/sysmonrule -goroot "$$(go env GOROOT)" -out build/goruntime \
-		$(if $(filter stock,$(GO_RUNTIME)),-off)
+	go run ./internal/cmd/sysmonrule -goroot "$$(go env GOROOT)" -out build/goruntime$(if $(filter stock,$(GO_RUNTIME)), -off)
 FORCE:
 
 $(LIB): $(GO_SOURCES) build/tf.mk $(OVERLAY)

@@ -78,10 +78,18 @@ var goRuntimeC = sync.OnceValue(func() *C.char { return C.CString(goRuntime()) }
 
 // gobnGoRuntime says which Go runtime the library was built with, for
 // scripts/bench.py and the tests (through ctypes): the Go version, and the
-// scheduling rule it carries or "none" (see runtime.go).
+// scheduling rule it carries or "none" (see runtime.go). It returns NULL if
+// that cannot be said.
 //
 //export gobnGoRuntime
-func gobnGoRuntime() *C.char { return goRuntimeC() }
+func gobnGoRuntime() (s *C.char) {
+	defer func() {
+		if recover() != nil {
+			s = nil
+		}
+	}()
+	return goRuntimeC()
+}
 
 func compute(k *kernel, c *call) error {
 	inputs, total, err := c.inputs(len(k.op.Inputs))

@@ -8,6 +8,10 @@
 #   make golden   stock TensorFlow golden files into build/golden, then check gobn on them
 #   make bench    benchmark against stock TensorFlow (bench/results.json, bench/ratios.png)
 #   make clean    remove build outputs
+#
+# GOBN_CUDA=1 (the default) builds the CUDA path too: kernels/cuda compiled
+# with NVRTC from the pinned wheels into kernels/cuda/gobn.fatbin, and the
+# library built with -tags cuda. make GOBN_CUDA=0 builds and tests without it.
 
 PYTHON ?= python3
 VENV := .venv
@@ -18,7 +22,7 @@ LIB := build/libgobn.so
 TFLIBDIR := build/tflib
 TFLIB := $(TFLIBDIR)/libtensorflow.so
 
-.PHONY: all bench demo test gotest pytest vet generate env golden clean FORCE
+.PHONY: all bench demo test gotest pytest vet generate env golden clean FORCE gpu-bundle
 all: $(LIB)
 
 # The virtual environment with the pinned TensorFlow (see requirements.txt).
@@ -45,6 +49,39 @@ export CGO_LDFLAGS := -L$(TF_LIBDIR) -l:libtensorflow_framework.so.2 -Wl,-rpath,
 
 GO_SOURCES := $(shell find opdef kernels capi -name '*.go' -o -name '*.c' -o -name '*.h' -o -name '*.s') go.mod go.sum
 
+# The CUDA path. scripts/cuda_fatbin.py compiles kernels/cuda/batchnorm.cu
+# (with the headers beside it) with NVRTC for every GPU architecture
+# TensorFlow's GPU build supports into kernels/cuda/gobn.fatbin, which the Go
+# package embeds, and writes build/cuda/manifest.json and build/cuda/ptxas.txt
+# for python_tests/test_cuda_build.py. GO_TAGS is the build tags of the
+# library, for every go command that should see what it ships.
+GOBN_CUDA ?= 1
+CUDA_DIR := kernels/cuda
+CUDA_FATBIN := $(CUDA_DIR)/gobn.fatbin
+ifeq ($(GOBN_CUDA),1)
+GO_TAGS := cuda
+CUDA_DEPS := $(CUDA_FATBIN)
+else ifeq ($(GOBN_CUDA),0)
+GO_TAGS :=
+CUDA_DEPS :=
+else
+$(error GOBN_CUDA is 1 or 0, not '$(GOBN_CUDA)')
+endif
+GO_TAGFLAGS := $(if $(GO_TAGS),-tags $(GO_TAGS))
+export GO_TAGS GOBN_CUDA
+
+$(CUDA_FATBIN): $(wildcard $(CUDA_DIR)/*.cu $(CUDA_DIR)/*.cuh $(CUDA_DIR)/*.h) scripts/cuda_fatbin.py $(VENV)/.installed
+	$(VPY) scripts/cuda_fatbin.py $(CUDA_DIR)/batchnorm.cu
+
+# The library's build mode, rewritten only when it changes, so that switching
+# GOBN_CUDA rebuilds the library.
+BUILD_MODE := build/gobn-mode
+$(BUILD_MODE): FORCE
+	@mkdir -p build
+	@echo 'GOBN_CUDA=$(GOBN_CUDA) GO_TAGS=$(GO_TAGS)' | cmp -s - $@ || echo 'GOBN_CUDA=$(GOBN_CUDA) GO_TAGS=$(GO_TAGS)' > $@
+.PHONY: FORCE
+FORCE:
+
 # Go's runtime in the library carries one scheduling rule, golang/go#60693:
 # sysmon preempts a goroutine that has held its P for 10 ms only when no P is
 # idle (internal/cmd/sysmonrule says why). The rule reaches the build as an
@@ -58,8 +95,8 @@ $(OVERLAY): FORCE
 	go run ./internal/cmd/sysmonrule -goroot "$$(go env GOROOT)" -out build/goruntime$(if $(filter stock,$(GO_RUNTIME)), -off)
 FORCE:
 
-$(LIB): $(GO_SOURCES) build/tf.mk $(OVERLAY)
-	GOEXPERIMENT=simd go build -overlay $(OVERLAY) \
+$(LIB): $(GO_SOURCES) build/tf.mk $(OVERLAY) $(CUDA_DEPS) $(BUILD_MODE)
+	GOEXPERIMENT=simd go build $(GO_TAGFLAGS) -overlay $(OVERLAY) \
 		-ldflags "-X main.goRuntimeRule=$$(cat build/goruntime/rule)" -buildmode=c-shared -o $@ ./capi
 	rm -f build/libgobn.h
 	# beside the Python package too (python/gobn), for `pip install ./python`;
@@ -86,8 +123,9 @@ generate:
 demo: $(LIB)
 	$(VPY) scripts/demo.py
 
-vet: build/tf.mk
+vet: build/tf.mk $(CUDA_DEPS)
 	go vet ./...
+	$(if $(GO_TAGS),go vet $(GO_TAGFLAGS) ./kernels/cuda/... ./capi)
 
 gotest: $(LIB) $(TFLIB)
 	go test ./...
@@ -96,6 +134,8 @@ gotest: $(LIB) $(TFLIB)
 	GOEXPERIMENT=simd go test ./kernels
 	# the capi layer with the Go runtime and vector loops the library ships
 	GOEXPERIMENT=simd go test -overlay $(OVERLAY) ./capi
+	# the CUDA path the library ships (GOBN_CUDA=1)
+	$(if $(GO_TAGS),GOEXPERIMENT=simd go test $(GO_TAGFLAGS) ./kernels/cuda/... ./capi)
 
 pytest: $(LIB)
 	$(VPY) -m pytest -q python_tests
@@ -107,6 +147,7 @@ test: vet gotest race fuzz-short pytest
 race: $(LIB)
 	go test -race -short ./kernels ./capi
 	GOEXPERIMENT=simd go test -race -short ./kernels
+	$(if $(GO_TAGS),go test -race -short $(GO_TAGFLAGS) ./kernels/cuda/... ./capi)
 
 # Go fuzz targets, package:Target:execs; go test -fuzz takes one at a time.
 # Seed corpora are in <package>/testdata/fuzz/<Target>/. The budgets are
@@ -147,4 +188,28 @@ bench: $(LIB)
 
 clean:
 	rm -rf build
-	rm -f python/gobn/libgobn.so
+	rm -f python/gobn/libgobn.so $(CUDA_FATBIN)
+
+# ---------------------------------------------------------------------------
+# The GPU check bundle: make gpu-bundle fills build/gpu with what a machine
+# with an NVIDIA GPU and PyTorch (no Go, no TensorFlow) needs to check gobn's
+# CUDA path: libgobncheck.so (internal/cmd/gpucheck: gobn's Go CPU kernels
+# and its CUDA kernels behind a ctypes ABI, linking no TensorFlow) and the
+# scripts of scripts/gpucheck. There: bash build/gpu/run.sh (correctness
+# against the CPU kernels and a float64 reference, compute-sanitizer, speed
+# beside PyTorch's and cuDNN's backward; results in $OUT or build/gpu/results).
+# The library is always built with -tags cuda; GPUCHECK_LDFLAGS is for any
+# link flags that needs (TensorFlow's, exported above, are left out).
+GPU_BUNDLE := build/gpu
+GPUCHECK_LDFLAGS ?=
+GPUCHECK_SCRIPTS := $(wildcard scripts/gpucheck/*.py) scripts/gpucheck/run.sh
+
+$(GPU_BUNDLE)/libgobncheck.so: kernels/cuda/gobn.fatbin $(GO_SOURCES) $(wildcard internal/cmd/gpucheck/*.go)
+	@mkdir -p $(GPU_BUNDLE)
+	CGO_LDFLAGS="$(GPUCHECK_LDFLAGS)" GOEXPERIMENT=simd go build -tags cuda -buildmode=c-shared \
+		-o $@ ./internal/cmd/gpucheck
+	rm -f $(GPU_BUNDLE)/libgobncheck.h
+
+gpu-bundle: $(GPU_BUNDLE)/libgobncheck.so $(GPUCHECK_SCRIPTS)
+	cp $(GPUCHECK_SCRIPTS) $(GPU_BUNDLE)/
+	@du -sh $(GPU_BUNDLE) | sed 's/^/gpu-bundle: /'

@@ -16,7 +16,7 @@ import (
 // Internal error, never a crash of the host process.
 
 //export gobnCreate
-func gobnCreate(ctx *C.TF_OpKernelConstruction, op C.int) (handle C.uintptr_t) {
+func gobnCreate(ctx *C.TF_OpKernelConstruction, op, onGPU C.int) (handle C.uintptr_t) {
 	status := C.TF_NewStatus()
 	defer C.TF_DeleteStatus(status)
 	defer func() {
@@ -26,7 +26,7 @@ func gobnCreate(ctx *C.TF_OpKernelConstruction, op C.int) (handle C.uintptr_t) {
 			handle = 0
 		}
 	}()
-	k, err := newKernel(opdef.All[op], constructionAttrs{ctx: ctx, status: status})
+	k, err := newKernel(opdef.All[op], onGPU != 0, constructionAttrs{ctx: ctx, status: status})
 	if err != nil {
 		setStatus(status, err)
 		C.TF_OpKernelConstruction_Failure(ctx, status)
@@ -99,12 +99,12 @@ func compute(k *kernel, c *call) error {
 	if total != len(k.op.Inputs) {
 		return fmt.Errorf("%s: got %d inputs, want %d", k.op.Name, total, len(k.op.Inputs))
 	}
-	return k.compute(inputs, c.allocate)
+	return k.compute(inputs, c.allocate, c.temp)
 }
 
 // newKernel reads the attrs the op declares.
-func newKernel(op opdef.Op, attrs constructionAttrs) (*kernel, error) {
-	k := &kernel{op: op}
+func newKernel(op opdef.Op, onGPU bool, attrs constructionAttrs) (*kernel, error) {
+	k := &kernel{op: op, onGPU: onGPU}
 	var err error
 	for _, a := range op.Attrs {
 		switch a.Name {

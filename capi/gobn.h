@@ -37,8 +37,13 @@ typedef struct {
   int num_attrs;
   const char* const* attrs;
   int num_kernels;
-  const gobn_binding* kernels;
-  void* (*create)(TF_OpKernelConstruction*);
+  const gobn_binding* kernels;  // CPU kernels
+  int num_gpu_kernels;
+  const gobn_binding* gpu_kernels;
+  int num_host_memory;
+  const char* const* host_memory;  // args a GPU kernel keeps in host memory
+  void* (*create)(TF_OpKernelConstruction*);      // a CPU kernel
+  void* (*create_gpu)(TF_OpKernelConstruction*);  // a GPU kernel, or NULL
   void (*shape)(TF_ShapeInferenceContext*, TF_Status*);
 } gobn_op_spec;
 
@@ -46,7 +51,7 @@ extern const gobn_op_spec gobn_ops[];
 extern const int gobn_num_ops;
 
 // C trampolines into the exported Go callbacks (register.c).
-void* gobn_create(TF_OpKernelConstruction* ctx, int op);
+void* gobn_create(TF_OpKernelConstruction* ctx, int op, int on_gpu);
 void gobn_shape(TF_ShapeInferenceContext* ctx, int op, TF_Status* status);
 
 // A tensor of a running kernel as Go sees it, filled in by one C call
@@ -81,6 +86,11 @@ TF_Code gobn_allocate(TF_OpKernelContext* ctx, int i, TF_DataType dtype, const i
 // and set to NULL first, since TensorFlow would count them.
 TF_Code gobn_forward_or_allocate(TF_OpKernelContext* ctx, int i, TF_Tensor** inputs, unsigned candidates,
                                  const int64_t* dims, int ndims, gobn_tensor* out, TF_Status* status);
+
+// gobn_allocate_temp allocates a temporary of bytes bytes in the kernel's
+// device memory and describes it into *out (out->tensor is NULL on failure).
+// It returns the status code.
+TF_Code gobn_allocate_temp(TF_OpKernelContext* ctx, int64_t bytes, gobn_tensor* out, TF_Status* status);
 
 // gobn_delete_tensors deletes the n tensors of ts, skipping NULLs.
 void gobn_delete_tensors(TF_Tensor* const* ts, int n);

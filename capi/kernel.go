@@ -8,8 +8,10 @@ import (
 	"github.com/gobn/gobn/opdef"
 )
 
-// hostTensor is a TensorFlow tensor in host memory, seen from Go.
-type hostTensor struct {
+// tensor is a TensorFlow tensor of a running kernel, seen from Go: its data
+// is in host memory for a CPU kernel, and in device memory for a GPU kernel
+// (but for the args the op keeps in host memory, opdef.Op.HostMemory).
+type tensor struct {
 	dtype opdef.DType
 	dims  []int64
 	data  unsafe.Pointer
@@ -18,7 +20,7 @@ type hostTensor struct {
 
 // view returns t's elements as a []E. It panics if t's byte size does not
 // match its dims and E, which would make the slice run past the buffer.
-func view[E any](t hostTensor) []E {
+func view[E any](t tensor) []E {
 	n := 1
 	for _, d := range t.dims {
 		n *= int(d)
@@ -36,7 +38,7 @@ func view[E any](t hostTensor) []E {
 
 // allocator allocates output i of the running op, or gives it the buffer of
 // one of the inputs in reuse.
-type allocator func(i int, dtype opdef.DType, dims []int64, reuse inputSet) (hostTensor, error)
+type allocator func(i int, dtype opdef.DType, dims []int64, reuse inputSet) (tensor, error)
 
 // inputSet is a set of inputs, by index: bit k is input k. An output
 // allocated with a set may take over the buffer of one of its inputs (the
@@ -64,9 +66,11 @@ var (
 	scalarDims      = []int64{}
 )
 
-// kernel is one instantiated gobn op: its spec and its attrs.
+// kernel is one instantiated gobn op: its spec, its attrs, and whether it
+// runs the GPU kernels (TensorFlow placed it on a GPU) or the CPU ones.
 type kernel struct {
 	op                      opdef.Op
+	onGPU                   bool
 	dtype                   opdef.DType // attr T
 	dataFormat              string
 	isTraining              bool
@@ -75,8 +79,9 @@ type kernel struct {
 }
 
 // compute validates the inputs with stock's rules, allocates the outputs and
-// runs the kernel.
-func (k *kernel) compute(inputs []hostTensor, allocate allocator) error {
+// runs the kernel. temp allocates a GPU kernel's workspace; a CPU kernel
+// takes none (nil).
+func (k *kernel) compute(inputs []tensor, allocate allocator, temp tempAllocator) error {
 	if len(inputs) != len(k.op.Inputs) {
 		return fmt.Errorf("%s: got %d inputs, want %d", k.op.Name, len(inputs), len(k.op.Inputs))
 	}
@@ -85,18 +90,18 @@ func (k *kernel) compute(inputs []hostTensor, allocate allocator) error {
 	}
 	switch k.op.Kind {
 	case opdef.GradReduce:
-		return k.gradReduce(inputs, allocate)
+		return k.gradReduce(inputs, allocate, temp)
 	case opdef.GradApply:
-		return k.gradApply(inputs, allocate)
+		return k.gradApply(inputs, allocate, temp)
 	}
 	if k.op.Kind == opdef.GlobalNormalizationGrad {
-		return k.globalNormalizationGrad(inputs, allocate)
+		return k.globalNormalizationGrad(inputs, allocate, temp)
 	}
-	return k.fusedGrad(inputs, allocate)
+	return k.fusedGrad(inputs, allocate, temp)
 }
 
 // checkDTypes confirms what TensorFlow's type constraints already promise.
-func (k *kernel) checkDTypes(inputs []hostTensor) error {
+func (k *kernel) checkDTypes(inputs []tensor) error {
 	for i, in := range k.op.Inputs {
 		want := k.dtype
 		if in.Type == "float" || in.Type == "U" {
@@ -112,7 +117,7 @@ func (k *kernel) checkDTypes(inputs []hostTensor) error {
 	return nil
 }
 
-func (k *kernel) fusedGrad(in []hostTensor, allocate allocator) error {
+func (k *kernel) fusedGrad(in []tensor, allocate allocator, temp tempAllocator) error {
 	g, err := opdef.CheckFusedGrad(k.dataFormat, opdef.FusedGradInputs{
 		YBackprop: in[0].dims, X: in[1].dims, Scale: in[2].dims,
 		ReserveSpace1: in[3].dims, ReserveSpace2: in[4].dims,
@@ -120,7 +125,7 @@ func (k *kernel) fusedGrad(in []hostTensor, allocate allocator) error {
 	if err != nil {
 		return err
 	}
-	var buf [maxOutputs]hostTensor
+	var buf [maxOutputs]tensor
 	out := buf[:len(k.op.Outputs)]
 	for i := range out {
 		dtype, dims, reuse := opdef.Float, in[2].dims, inputSet(0) // scale's: [C], as checked
@@ -135,6 +140,31 @@ func (k *kernel) fusedGrad(in []hostTensor, allocate allocator) error {
 		}
 	}
 	d := kernels.Dims{N: g.N, C: g.C, S: g.S, Layout: layout(g)}
+	if k.onGPU {
+		return gpu{}.fusedGrad(k, d, in, out, temp)
+	}
+	return cpu{}.fusedGrad(k, d, in, out, temp)
+}
+
+// The device types, cpu and gpu, run their kernels on tensors that compute
+// has validated and allocated, each with the same four methods. They are
+// called directly, not through an interface, so that the tensors' arrays
+// stay on the stack (a CPU call allocates nothing).
+
+// tempAllocator allocates bytes of scratch memory on the running kernel's
+// device, freed when the call ends, and returns its address.
+type tempAllocator func(bytes int64) (uintptr, error)
+
+// cpu runs the Go kernels of package kernels.
+type cpu struct{}
+
+// unsupported is the error for a dtype the device has no kernel for, which
+// TensorFlow's type constraints already rule out.
+func unsupported(k *kernel) error {
+	return &opdef.ArgumentError{Msg: fmt.Sprintf("%s: T=%s is not supported", k.op.Name, k.dtype)}
+}
+
+func (cpu) fusedGrad(k *kernel, d kernels.Dims, in, out []tensor, _ tempAllocator) error {
 	switch k.dtype {
 	case opdef.Float:
 		fusedGrad[float32](k.isTraining, k.epsilon, d, in, out)
@@ -143,12 +173,12 @@ func (k *kernel) fusedGrad(in []hostTensor, allocate allocator) error {
 	case opdef.BFloat16:
 		fusedGrad[kernels.BFloat16](k.isTraining, k.epsilon, d, in, out)
 	default:
-		return &opdef.ArgumentError{Msg: fmt.Sprintf("%s: T=%s is not supported", k.op.Name, k.dtype)}
+		return unsupported(k)
 	}
 	return nil
 }
 
-func fusedGrad[T kernels.Element](isTraining bool, epsilon float32, d kernels.Dims, in, out []hostTensor) {
+func fusedGrad[T kernels.Element](isTraining bool, epsilon float32, d kernels.Dims, in, out []tensor) {
 	args := kernels.FusedGradArgs[T]{
 		Dims:           d,
 		YBackprop:      view[T](in[0]),
@@ -168,14 +198,14 @@ func fusedGrad[T kernels.Element](isTraining bool, epsilon float32, d kernels.Di
 	}
 }
 
-func (k *kernel) globalNormalizationGrad(in []hostTensor, allocate allocator) error {
+func (k *kernel) globalNormalizationGrad(in []tensor, allocate allocator, temp tempAllocator) error {
 	g, err := opdef.CheckGlobalNormalizationGrad(opdef.GlobalNormalizationGradInputs{
 		T: in[0].dims, M: in[1].dims, V: in[2].dims, Gamma: in[3].dims, Backprop: in[4].dims,
 	})
 	if err != nil {
 		return err
 	}
-	var buf [maxOutputs]hostTensor
+	var buf [maxOutputs]tensor
 	out := buf[:len(k.op.Outputs)]
 	for i := range out {
 		dims, reuse := in[1].dims, inputSet(0) // m's: [C], as checked
@@ -187,6 +217,13 @@ func (k *kernel) globalNormalizationGrad(in []hostTensor, allocate allocator) er
 		}
 	}
 	d := kernels.Dims{N: g.N, C: g.C, S: g.S, Layout: kernels.ChannelsLast}
+	if k.onGPU {
+		return gpu{}.globalNormalizationGrad(k, d, in, out, temp)
+	}
+	return cpu{}.globalNormalizationGrad(k, d, in, out, temp)
+}
+
+func (cpu) globalNormalizationGrad(k *kernel, d kernels.Dims, in, out []tensor, _ tempAllocator) error {
 	switch k.dtype {
 	case opdef.Float:
 		globalNormalizationGrad[float32](k, d, in, out)
@@ -195,12 +232,12 @@ func (k *kernel) globalNormalizationGrad(in []hostTensor, allocate allocator) er
 	case opdef.Half:
 		globalNormalizationGrad[kernels.Half](k, d, in, out)
 	default:
-		return &opdef.ArgumentError{Msg: fmt.Sprintf("%s: T=%s is not supported", k.op.Name, k.dtype)}
+		return unsupported(k)
 	}
 	return nil
 }
 
-func globalNormalizationGrad[T kernels.Element](k *kernel, d kernels.Dims, in, out []hostTensor) {
+func globalNormalizationGrad[T kernels.Element](k *kernel, d kernels.Dims, in, out []tensor) {
 	kernels.GlobalNormalizationGrad(kernels.GlobalNormalizationArgs[T]{
 		Dims:                    d,
 		T:                       view[T](in[0]),

@@ -39,14 +39,14 @@ func elementSize(dtype opdef.DType) int {
 
 // newGoTensor returns a tensor of dtype and dims over fresh Go memory
 // (8-byte aligned), filled by fill(i) converted to dtype.
-func newGoTensor(dtype opdef.DType, dims []int64, fill func(i int) float64) hostTensor {
+func newGoTensor(dtype opdef.DType, dims []int64, fill func(i int) float64) tensor {
 	n := 1
 	for _, d := range dims {
 		n *= int(d)
 	}
 	bytes := n * elementSize(dtype)
 	words := make([]uint64, (bytes+7)/8+1)
-	t := hostTensor{dtype: dtype, dims: append([]int64(nil), dims...), data: unsafe.Pointer(&words[0]), bytes: bytes}
+	t := tensor{dtype: dtype, dims: append([]int64(nil), dims...), data: unsafe.Pointer(&words[0]), bytes: bytes}
 	if fill == nil || n == 0 {
 		return t
 	}
@@ -81,7 +81,7 @@ func newGoTensor(dtype opdef.DType, dims []int64, fill func(i int) float64) host
 }
 
 // bytesOf returns a copy of t's bytes.
-func bytesOf(t hostTensor) []byte {
+func bytesOf(t tensor) []byte {
 	if t.bytes == 0 {
 		return nil
 	}
@@ -97,15 +97,15 @@ var errTooLarge = errors.New("test allocator: output too large")
 // is offered that input the input itself, as TensorFlow does when nothing
 // else references the input's buffer.
 type recordingAllocator struct {
-	outputs map[int]hostTensor
+	outputs map[int]tensor
 	offered map[int]inputSet
 	forward int // an input index, or -1
-	inputs  []hostTensor
+	inputs  []tensor
 }
 
-func (a *recordingAllocator) allocate(i int, dtype opdef.DType, dims []int64, reuse inputSet) (hostTensor, error) {
+func (a *recordingAllocator) allocate(i int, dtype opdef.DType, dims []int64, reuse inputSet) (tensor, error) {
 	if _, dup := a.outputs[i]; dup {
-		return hostTensor{}, fmt.Errorf("output %d allocated twice", i)
+		return tensor{}, fmt.Errorf("output %d allocated twice", i)
 	}
 	a.offered[i] = reuse
 	if a.forward >= 0 && reuse&(1<<a.forward) != 0 {
@@ -118,7 +118,7 @@ func (a *recordingAllocator) allocate(i int, dtype opdef.DType, dims []int64, re
 	n := int64(1)
 	for _, d := range dims {
 		if d < 0 || d != 0 && n > (1<<26)/d {
-			return hostTensor{}, errTooLarge
+			return tensor{}, errTooLarge
 		}
 		n *= d
 	}
@@ -128,7 +128,7 @@ func (a *recordingAllocator) allocate(i int, dtype opdef.DType, dims []int64, re
 }
 
 func newRecordingAllocator() *recordingAllocator {
-	return &recordingAllocator{outputs: map[int]hostTensor{}, offered: map[int]inputSet{}, forward: -1}
+	return &recordingAllocator{outputs: map[int]tensor{}, offered: map[int]inputSet{}, forward: -1}
 }
 
 // inputDType is the dtype TensorFlow's type constraints give input in of a
@@ -158,14 +158,14 @@ func allowsFormat(op opdef.Op, format string) bool {
 type computeCase struct {
 	name    string
 	k       *kernel
-	inputs  []hostTensor
+	inputs  []tensor
 	outputs [][]byte
 	err     string
 }
 
 func (c *computeCase) run() ([][]byte, string) {
 	a := newRecordingAllocator()
-	if err := c.k.compute(c.inputs, a.allocate); err != nil {
+	if err := c.k.compute(c.inputs, a.allocate, nil); err != nil {
 		return nil, err.Error()
 	}
 	out := make([][]byte, len(c.k.op.Outputs))
@@ -211,7 +211,7 @@ func concurrencyCases(rng *rand.Rand) []*computeCase {
 					for _, valid := range []bool{true, false} {
 						k := &kernel{op: op, dtype: dtype, dataFormat: format, isTraining: training,
 							epsilon: 1e-3, scaleAfterNormalization: training}
-						inputs := make([]hostTensor, len(op.Inputs))
+						inputs := make([]tensor, len(op.Inputs))
 						for i, in := range op.Inputs {
 							dims := []int64{sh.c}
 							if len(in.Ranks) > 0 && in.Ranks[0] == 4 {
@@ -374,7 +374,7 @@ func FuzzCompute(f *testing.F) {
 		if k.dataFormat == opdef.NCHW || k.dataFormat == opdef.NCDHW {
 			channels = activation[1]
 		}
-		inputs := make([]hostTensor, len(op.Inputs))
+		inputs := make([]tensor, len(op.Inputs))
 		for i, in := range op.Inputs {
 			var dims []int64
 			switch {
@@ -400,7 +400,7 @@ func FuzzCompute(f *testing.F) {
 			inputs[i] = newGoTensor(dtype, dims, func(j int) float64 { return float64(int(r.byte())-128) / 16 })
 		}
 		a := newRecordingAllocator()
-		err := k.compute(inputs, a.allocate)
+		err := k.compute(inputs, a.allocate, nil)
 		if errors.Is(err, errTooLarge) {
 			return
 		}
@@ -455,16 +455,16 @@ func TestComputeAllocatesNothing(t *testing.T) {
 	checked := 0
 	for _, c := range concurrencyCases(rand.New(rand.NewPCG(1, 2))) {
 		rec := newRecordingAllocator()
-		if err := c.k.compute(c.inputs, rec.allocate); err != nil || c.inputs[0].bytes > 1<<16 {
+		if err := c.k.compute(c.inputs, rec.allocate, nil); err != nil || c.inputs[0].bytes > 1<<16 {
 			continue // rejected, or parallel
 		}
-		outputs := make([]hostTensor, len(c.k.op.Outputs))
+		outputs := make([]tensor, len(c.k.op.Outputs))
 		for i := range outputs {
 			outputs[i] = rec.outputs[i]
 		}
-		allocate := func(i int, _ opdef.DType, _ []int64, _ inputSet) (hostTensor, error) { return outputs[i], nil }
+		allocate := func(i int, _ opdef.DType, _ []int64, _ inputSet) (tensor, error) { return outputs[i], nil }
 		var err error
-		if n := testing.AllocsPerRun(50, func() { err = c.k.compute(c.inputs, allocate) }); n != 0 || err != nil {
+		if n := testing.AllocsPerRun(50, func() { err = c.k.compute(c.inputs, allocate, nil) }); n != 0 || err != nil {
 			t.Errorf("%s: %v allocations a call (error %v), want 0", c.name, n, err)
 		}
 		checked++
@@ -484,7 +484,7 @@ func TestComputeInPlace(t *testing.T) {
 	checked := 0
 	for _, c := range concurrencyCases(rand.New(rand.NewPCG(5, 6))) {
 		fresh := newRecordingAllocator()
-		if err := c.k.compute(c.inputs, fresh.allocate); err != nil {
+		if err := c.k.compute(c.inputs, fresh.allocate, nil); err != nil {
 			continue
 		}
 		for i := range c.k.op.Outputs {
@@ -498,10 +498,10 @@ func TestComputeInPlace(t *testing.T) {
 			}
 			a := newRecordingAllocator()
 			a.forward = k
-			a.inputs = append([]hostTensor(nil), c.inputs...)
+			a.inputs = append([]tensor(nil), c.inputs...)
 			a.inputs[k] = newGoTensor(c.inputs[k].dtype, c.inputs[k].dims, nil)
 			copy(unsafe.Slice((*byte)(a.inputs[k].data), a.inputs[k].bytes), bytesOf(c.inputs[k]))
-			if err := c.k.compute(a.inputs, a.allocate); err != nil {
+			if err := c.k.compute(a.inputs, a.allocate, nil); err != nil {
 				t.Fatalf("%s over input %d: %v", c.name, k, err)
 			}
 			if a.outputs[0].data != a.inputs[k].data {

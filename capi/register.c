@@ -1,4 +1,5 @@
-// Registration of gobn's ops and CPU kernels while the library is loaded.
+// Registration of gobn's ops and their CPU and GPU kernels while the library
+// is loaded.
 //
 // tf.load_op_library collects the ops registered while dlopen runs and calls no
 // entry point, so registration happens in a constructor. It is plain C over the
@@ -22,8 +23,8 @@ static void note_failure(const char* what, const char* name, TF_Status* status) 
            what, name, TF_Message(status));
 }
 
-void* gobn_create(TF_OpKernelConstruction* ctx, int op) {
-  return (void*)(uintptr_t)gobnCreate(ctx, op);
+void* gobn_create(TF_OpKernelConstruction* ctx, int op, int on_gpu) {
+  return (void*)(uintptr_t)gobnCreate(ctx, op, on_gpu);
 }
 
 static void gobn_compute(void* kernel, TF_OpKernelContext* ctx) {
@@ -46,25 +47,39 @@ static void register_op(const gobn_op_spec* op, TF_Status* status) {
   if (TF_GetCode(status) != TF_OK) note_failure("op", op->name, status);
 }
 
-static void register_kernels(const gobn_op_spec* op, TF_Status* status) {
-  for (int k = 0; k < op->num_kernels; k++) {
-    const gobn_binding* b = &op->kernels[k];
-    TF_KernelBuilder* builder =
-        TF_NewKernelBuilder(op->name, "CPU", op->create, gobn_compute, gobn_delete);
-    TF_KernelBuilder_TypeConstraint(builder, "T", (TF_DataType)b->t, status);
-    if (TF_GetCode(status) == TF_OK && b->u >= 0) {
-      TF_KernelBuilder_TypeConstraint(builder, "U", (TF_DataType)b->u, status);
-    }
-    if (TF_GetCode(status) != TF_OK) {
-      note_failure("kernel type constraint for", op->name, status);
-      TF_DeleteKernelBuilder(builder);
-      continue;
-    }
-    char kernel_name[160];
-    snprintf(kernel_name, sizeof kernel_name, "%s_CPU_%d_%d", op->name, b->t, b->u);
-    TF_RegisterKernelBuilder(kernel_name, builder, status);  // takes the builder
-    if (TF_GetCode(status) != TF_OK) note_failure("kernel", op->name, status);
+// register_kernel registers one kernel of op on device_type ("CPU" or
+// "GPU") for the dtype binding b.
+static void register_kernel(const gobn_op_spec* op, const char* device_type, const gobn_binding* b,
+                            TF_Status* status) {
+  int gpu = strcmp(device_type, "GPU") == 0;
+  TF_KernelBuilder* builder =
+      TF_NewKernelBuilder(op->name, device_type, gpu ? op->create_gpu : op->create, gobn_compute, gobn_delete);
+  TF_KernelBuilder_TypeConstraint(builder, "T", (TF_DataType)b->t, status);
+  if (TF_GetCode(status) == TF_OK && b->u >= 0) {
+    TF_KernelBuilder_TypeConstraint(builder, "U", (TF_DataType)b->u, status);
   }
+  for (int i = 0; gpu && i < op->num_host_memory; i++) {
+    TF_KernelBuilder_HostMemory(builder, op->host_memory[i]);
+  }
+  if (TF_GetCode(status) != TF_OK) {
+    note_failure("kernel type constraint for", op->name, status);
+    TF_DeleteKernelBuilder(builder);
+    return;
+  }
+  char kernel_name[160];
+  snprintf(kernel_name, sizeof kernel_name, "%s_%s_%d_%d", op->name, device_type, b->t, b->u);
+  TF_RegisterKernelBuilder(kernel_name, builder, status);  // takes the builder
+  if (TF_GetCode(status) != TF_OK) note_failure("kernel", op->name, status);
+}
+
+static void register_kernels(const gobn_op_spec* op, TF_Status* status) {
+  for (int k = 0; k < op->num_kernels; k++) register_kernel(op, "CPU", &op->kernels[k], status);
+  // GPU kernels only where the library carries the CUDA path (the cgo flag
+  // GOBN_CUDA, set by the cuda build tag): without it TensorFlow places the
+  // ops on the CPU, as it should.
+#ifdef GOBN_CUDA
+  for (int k = 0; k < op->num_gpu_kernels; k++) register_kernel(op, "GPU", &op->gpu_kernels[k], status);
+#endif
 }
 
 __attribute__((constructor)) static void gobn_register(void) {

@@ -1,22 +1,20 @@
 package main
 
 import (
-	"fmt"
-
 	"github.com/gobn/gobn/kernels"
 	"github.com/gobn/gobn/opdef"
 )
 
 // gradReduce runs BatchNormGradReduce: the sums of one replica and its count,
 // R = N·S, as an int64 scalar.
-func (k *kernel) gradReduce(in []hostTensor, allocate allocator) error {
+func (k *kernel) gradReduce(in []tensor, allocate allocator, temp tempAllocator) error {
 	g, err := opdef.CheckGradReduce(k.dataFormat, opdef.GradReduceInputs{
 		YBackprop: in[0].dims, X: in[1].dims, Mean: in[2].dims,
 	})
 	if err != nil {
 		return err
 	}
-	var out [3]hostTensor
+	var out [3]tensor
 	for i, spec := range []struct {
 		dtype opdef.DType
 		dims  []int64
@@ -25,22 +23,29 @@ func (k *kernel) gradReduce(in []hostTensor, allocate allocator) error {
 			return err
 		}
 	}
-	view[int64](out[2])[0] = g.N * g.S
+	view[int64](out[2])[0] = g.N * g.S // count: host memory on every device
 	d := kernels.Dims{N: g.N, C: g.C, S: g.S, Layout: layout(g)}
+	if k.onGPU {
+		return gpu{}.gradReduce(k, d, in, out[:], temp)
+	}
+	return cpu{}.gradReduce(k, d, in, out[:], temp)
+}
+
+func (cpu) gradReduce(k *kernel, d kernels.Dims, in, out []tensor, _ tempAllocator) error {
 	switch k.dtype {
 	case opdef.Float:
-		gradReduce[float32](d, in, out[:])
+		gradReduce[float32](d, in, out)
 	case opdef.Half:
-		gradReduce[kernels.Half](d, in, out[:])
+		gradReduce[kernels.Half](d, in, out)
 	case opdef.BFloat16:
-		gradReduce[kernels.BFloat16](d, in, out[:])
+		gradReduce[kernels.BFloat16](d, in, out)
 	default:
-		return &opdef.ArgumentError{Msg: fmt.Sprintf("%s: T=%s is not supported", k.op.Name, k.dtype)}
+		return unsupported(k)
 	}
 	return nil
 }
 
-func gradReduce[T kernels.Element](d kernels.Dims, in, out []hostTensor) {
+func gradReduce[T kernels.Element](d kernels.Dims, in, out []tensor) {
 	kernels.GradReduce(kernels.GradReduceArgs[T]{
 		Dims:      d,
 		YBackprop: view[T](in[0]),
@@ -52,7 +57,7 @@ func gradReduce[T kernels.Element](d kernels.Dims, in, out []hostTensor) {
 }
 
 // gradApply runs BatchNormGradApply: x_backprop from the global sums.
-func (k *kernel) gradApply(in []hostTensor, allocate allocator) error {
+func (k *kernel) gradApply(in []tensor, allocate allocator, temp tempAllocator) error {
 	g, err := opdef.CheckGradApply(k.dataFormat, opdef.GradApplyInputs{
 		YBackprop: in[0].dims, X: in[1].dims, Scale: in[2].dims, Mean: in[3].dims, Variance: in[4].dims,
 		SumDy: in[5].dims, SumDyXmu: in[6].dims, Count: in[7].dims,
@@ -60,7 +65,7 @@ func (k *kernel) gradApply(in []hostTensor, allocate allocator) error {
 	if err != nil {
 		return err
 	}
-	count := view[int64](in[7])[0]
+	count := view[int64](in[7])[0] // host memory on every device
 	if err := opdef.CheckCount(count, g); err != nil {
 		return err
 	}
@@ -69,6 +74,13 @@ func (k *kernel) gradApply(in []hostTensor, allocate allocator) error {
 		return err
 	}
 	d := kernels.Dims{N: g.N, C: g.C, S: g.S, Layout: layout(g)}
+	if k.onGPU {
+		return gpu{}.gradApply(k, count, d, in, out, temp)
+	}
+	return cpu{}.gradApply(k, count, d, in, out, temp)
+}
+
+func (cpu) gradApply(k *kernel, count int64, d kernels.Dims, in []tensor, out tensor, _ tempAllocator) error {
 	switch k.dtype {
 	case opdef.Float:
 		gradApply[float32](k.epsilon, count, d, in, out)
@@ -77,12 +89,12 @@ func (k *kernel) gradApply(in []hostTensor, allocate allocator) error {
 	case opdef.BFloat16:
 		gradApply[kernels.BFloat16](k.epsilon, count, d, in, out)
 	default:
-		return &opdef.ArgumentError{Msg: fmt.Sprintf("%s: T=%s is not supported", k.op.Name, k.dtype)}
+		return unsupported(k)
 	}
 	return nil
 }
 
-func gradApply[T kernels.Element](epsilon float32, count int64, d kernels.Dims, in []hostTensor, out hostTensor) {
+func gradApply[T kernels.Element](epsilon float32, count int64, d kernels.Dims, in []tensor, out tensor) {
 	kernels.GradApply(kernels.GradApplyArgs[T]{
 		Dims:      d,
 		YBackprop: view[T](in[0]),

@@ -85,3 +85,9 @@ void gobn_delete_tensors(TF_Tensor* const* ts, int n) {
     }
   }
 }
+
+TF_Code gobn_allocate_temp(TF_OpKernelContext* ctx, int64_t bytes, gobn_tensor* out, TF_Status* status) {
+  out->tensor = NULL;
+  TF_AllocatorAttributes attrs = {TF_ALLOCATOR_ATTRIBUTES_STRUCT_SIZE, 0};  // device memory
+  return take_output(TF_AllocateTemp(ctx, TF_UINT8, &bytes, 1, &attrs, status), out, status);
+}

@@ -28,7 +28,7 @@ type call struct {
 	tensors []*C.TF_Tensor
 	held    *[16]*C.TF_Tensor  // tensors' first backing array (C memory)
 	descs   *[10]C.gobn_tensor // what C fills in (C memory)
-	in      [10]hostTensor     // inputs' first backing array
+	in      [10]tensor         // inputs' first backing array
 	dims    []int64            // what hold has not used of dimsBuf
 	dimsBuf *[96]int64
 }
@@ -65,7 +65,7 @@ func (c *call) release() {
 }
 
 // hold takes ownership of the tensor d describes.
-func (c *call) hold(d *C.gobn_tensor) hostTensor {
+func (c *call) hold(d *C.gobn_tensor) tensor {
 	c.tensors = append(c.tensors, d.tensor)
 	n := int(d.ndims)
 	var dims []int64
@@ -81,12 +81,12 @@ func (c *call) hold(d *C.gobn_tensor) hostTensor {
 			dims[i] = int64(C.TF_Dim(d.tensor, C.int(i)))
 		}
 	}
-	return hostTensor{dtype: opdef.DType(d.dtype), dims: dims, data: d.data, bytes: int(d.bytes)}
+	return tensor{dtype: opdef.DType(d.dtype), dims: dims, data: d.data, bytes: int(d.bytes)}
 }
 
 // inputs fetches the first want inputs of the call, and returns them with
 // the number of inputs the call has.
-func (c *call) inputs(want int) (in []hostTensor, total int, err error) {
+func (c *call) inputs(want int) (in []tensor, total int, err error) {
 	ds := c.descs[:]
 	if want > len(ds) {
 		ds = make([]C.gobn_tensor, want)
@@ -106,7 +106,7 @@ func (c *call) inputs(want int) (in []hostTensor, total int, err error) {
 // allocate allocates output i with the given dtype and dims, or hands it the
 // buffer of one of the inputs in reuse (see inputSet) when TensorFlow finds
 // that nothing else references it.
-func (c *call) allocate(i int, dtype opdef.DType, dims []int64, reuse inputSet) (hostTensor, error) {
+func (c *call) allocate(i int, dtype opdef.DType, dims []int64, reuse inputSet) (tensor, error) {
 	var dimsPtr *C.int64_t
 	if len(dims) > 0 {
 		dimsPtr = (*C.int64_t)(unsafe.Pointer(&dims[0]))
@@ -115,7 +115,7 @@ func (c *call) allocate(i int, dtype opdef.DType, dims []int64, reuse inputSet) 
 	var code C.TF_Code
 	if reuse != 0 {
 		if bits.Len32(uint32(reuse)) > len(c.tensors) {
-			return hostTensor{}, internalError(fmt.Sprintf("gobn: output %d offered inputs %b of %d", i, reuse, len(c.tensors)))
+			return tensor{}, internalError(fmt.Sprintf("gobn: output %d offered inputs %b of %d", i, reuse, len(c.tensors)))
 		}
 		code = C.gobn_forward_or_allocate(c.ctx, C.int(i), &c.tensors[0], C.unsigned(reuse), dimsPtr, C.int(len(dims)), d, c.status)
 	} else {
@@ -127,9 +127,19 @@ func (c *call) allocate(i int, dtype opdef.DType, dims []int64, reuse inputSet) 
 			C.size_t(n*int64(dtype.Size())), d, c.status)
 	}
 	if code != C.TF_OK {
-		return hostTensor{}, statusError(c.status)
+		return tensor{}, statusError(c.status)
 	}
 	return c.hold(d), nil // view checks its byte size against its dims
+}
+
+// temp allocates bytes of scratch memory on the kernel's device, held by
+// the call until release, and returns its address.
+func (c *call) temp(bytes int64) (uintptr, error) {
+	d := &c.descs[0]
+	if C.gobn_allocate_temp(c.ctx, C.int64_t(bytes), d, c.status) != C.TF_OK {
+		return 0, statusError(c.status)
+	}
+	return uintptr(c.hold(d).data), nil
 }
 
 // constructionAttrs reads the attrs of a kernel being constructed.

@@ -20,6 +20,12 @@ type Op struct {
 	Attrs   []Attr
 	// Kernels lists the dtype bindings for which CPU kernels are registered.
 	Kernels []TypeBinding
+	// GPUKernels lists the dtype bindings for which GPU kernels are
+	// registered: those of stock TensorFlow's GPU kernels for the op.
+	GPUKernels []TypeBinding
+	// HostMemory names the inputs and outputs that a GPU kernel keeps in
+	// host memory.
+	HostMemory []string
 }
 
 // Kind names the math an op performs.
@@ -176,31 +182,34 @@ var mixedKernels = []TypeBinding{
 // op's number in the generated C tables.
 var All = []Op{
 	{
-		Name:    "Gobn>FusedBatchNormGrad",
-		Stock:   "FusedBatchNormGrad",
-		Kind:    FusedBatchNormGrad,
-		Inputs:  fusedInputs("T", "T", false),
-		Outputs: fusedOutputs("T", "reserve_space_3", "reserve_space_4"),
-		Attrs:   fusedAttrs([]Attr{{Name: "T", Spec: "T: {float}"}}, "'NHWC', 'NCHW'"),
-		Kernels: []TypeBinding{{"T": Float}},
+		Name:       "Gobn>FusedBatchNormGrad",
+		Stock:      "FusedBatchNormGrad",
+		Kind:       FusedBatchNormGrad,
+		Inputs:     fusedInputs("T", "T", false),
+		Outputs:    fusedOutputs("T", "reserve_space_3", "reserve_space_4"),
+		Attrs:      fusedAttrs([]Attr{{Name: "T", Spec: "T: {float}"}}, "'NHWC', 'NCHW'"),
+		Kernels:    []TypeBinding{{"T": Float}},
+		GPUKernels: []TypeBinding{{"T": Float}},
 	},
 	{
-		Name:    "Gobn>FusedBatchNormGradV2",
-		Stock:   "FusedBatchNormGradV2",
-		Kind:    FusedBatchNormGrad,
-		Inputs:  fusedInputs("float", "U", false),
-		Outputs: fusedOutputs("U", "reserve_space_3", "reserve_space_4"),
-		Attrs:   fusedAttrs(mixedPrecision, "'NHWC', 'NCHW'"),
-		Kernels: mixedKernels,
+		Name:       "Gobn>FusedBatchNormGradV2",
+		Stock:      "FusedBatchNormGradV2",
+		Kind:       FusedBatchNormGrad,
+		Inputs:     fusedInputs("float", "U", false),
+		Outputs:    fusedOutputs("U", "reserve_space_3", "reserve_space_4"),
+		Attrs:      fusedAttrs(mixedPrecision, "'NHWC', 'NCHW'"),
+		Kernels:    mixedKernels,
+		GPUKernels: mixedKernels,
 	},
 	{
-		Name:    "Gobn>FusedBatchNormGradV3",
-		Stock:   "FusedBatchNormGradV3",
-		Kind:    FusedBatchNormGrad,
-		Inputs:  fusedInputs("float", "U", true),
-		Outputs: fusedOutputs("U", "reserve_space_4", "reserve_space_5"),
-		Attrs:   fusedAttrs(mixedPrecision, "'NHWC', 'NCHW', 'NDHWC', 'NCDHW'"),
-		Kernels: mixedKernels,
+		Name:       "Gobn>FusedBatchNormGradV3",
+		Stock:      "FusedBatchNormGradV3",
+		Kind:       FusedBatchNormGrad,
+		Inputs:     fusedInputs("float", "U", true),
+		Outputs:    fusedOutputs("U", "reserve_space_4", "reserve_space_5"),
+		Attrs:      fusedAttrs(mixedPrecision, "'NHWC', 'NCHW', 'NDHWC', 'NCDHW'"),
+		Kernels:    mixedKernels,
+		GPUKernels: mixedKernels,
 	},
 	{
 		Name:  "Gobn>BatchNormWithGlobalNormalizationGrad",
@@ -225,7 +234,8 @@ var All = []Op{
 			{Name: "variance_epsilon", Spec: "variance_epsilon: float"},
 			{Name: "scale_after_normalization", Spec: "scale_after_normalization: bool"},
 		},
-		Kernels: []TypeBinding{{"T": Half}, {"T": Float}, {"T": Double}},
+		Kernels:    []TypeBinding{{"T": Half}, {"T": Float}, {"T": Double}},
+		GPUKernels: []TypeBinding{{"T": Half}, {"T": Float}},
 	},
 	// The two halves of the training gradient of synchronized (cross-replica)
 	// batch norm, which stock TensorFlow has no fused kernel for: each replica
@@ -247,7 +257,9 @@ var All = []Op{
 		},
 		Attrs: append(append([]Attr(nil), mixedPrecision...),
 			Attr{Name: "data_format", Spec: "data_format: {'NHWC', 'NCHW', 'NDHWC', 'NCDHW'} = 'NHWC'"}),
-		Kernels: mixedKernels,
+		Kernels:    mixedKernels,
+		GPUKernels: mixedKernels,
+		HostMemory: []string{"count"},
 	},
 	{
 		Name: "Gobn>BatchNormGradApply",
@@ -268,7 +280,9 @@ var All = []Op{
 		Attrs: append(append([]Attr(nil), mixedPrecision...),
 			Attr{Name: "epsilon", Spec: "epsilon: float = 0.0001"},
 			Attr{Name: "data_format", Spec: "data_format: {'NHWC', 'NCHW', 'NDHWC', 'NCDHW'} = 'NHWC'"}),
-		Kernels: mixedKernels,
+		Kernels:    mixedKernels,
+		GPUKernels: mixedKernels,
+		HostMemory: []string{"count"},
 	},
 }
 

@@ -42,25 +42,51 @@ func Generate(ops []opdef.Op) []byte {
 			attrs[j] = strconv.Quote(a.Spec)
 		}
 		p("static const char* const op%d_attrs[] = {%s};\n", i, strings.Join(attrs, ", "))
-		bindings := make([]string, len(op.Kernels))
-		for j, k := range op.Kernels {
-			u := -1
-			if d, ok := k["U"]; ok {
-				u = int(d)
-			}
-			bindings[j] = fmt.Sprintf("{%d, %d}", int(k["T"]), u)
+		p("static const gobn_binding op%d_kernels[] = {%s};\n", i, bindingList(op.Kernels))
+		if len(op.GPUKernels) > 0 {
+			p("static const gobn_binding op%d_gpu_kernels[] = {%s};\n", i, bindingList(op.GPUKernels))
 		}
-		p("static const gobn_binding op%d_kernels[] = {%s};\n", i, strings.Join(bindings, ", "))
-		p("static void* op%d_create(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, %d); }\n", i, i)
+		if len(op.HostMemory) > 0 {
+			names := make([]string, len(op.HostMemory))
+			for j, n := range op.HostMemory {
+				names[j] = strconv.Quote(n)
+			}
+			p("static const char* const op%d_host_memory[] = {%s};\n", i, strings.Join(names, ", "))
+		}
+		p("static void* op%d_create(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, %d, 0); }\n", i, i)
+		if len(op.GPUKernels) > 0 {
+			p("static void* op%d_create_gpu(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, %d, 1); }\n", i, i)
+		}
 		p("static void op%d_shape(TF_ShapeInferenceContext* ctx, TF_Status* status) { gobn_shape(ctx, %d, status); }\n\n", i, i)
 	}
 	p("const gobn_op_spec gobn_ops[] = {\n")
 	for i, op := range ops {
-		p("    {%s, %d, op%d_inputs, %d, op%d_outputs, %d, op%d_attrs, %d, op%d_kernels, op%d_create, op%d_shape},\n",
-			strconv.Quote(op.Name), len(op.Inputs), i, len(op.Outputs), i, len(op.Attrs), i, len(op.Kernels), i, i, i)
+		gpu, host, createGPU := "NULL", "NULL", "NULL"
+		if len(op.GPUKernels) > 0 {
+			gpu, createGPU = fmt.Sprintf("op%d_gpu_kernels", i), fmt.Sprintf("op%d_create_gpu", i)
+		}
+		if len(op.HostMemory) > 0 {
+			host = fmt.Sprintf("op%d_host_memory", i)
+		}
+		p("    {%s, %d, op%d_inputs, %d, op%d_outputs, %d, op%d_attrs, %d, op%d_kernels, %d, %s, %d, %s, op%d_create, %s, op%d_shape},\n",
+			strconv.Quote(op.Name), len(op.Inputs), i, len(op.Outputs), i, len(op.Attrs), i, len(op.Kernels), i,
+			len(op.GPUKernels), gpu, len(op.HostMemory), host, i, createGPU, i)
 	}
 	p("};\n\nconst int gobn_num_ops = %d;\n", len(ops))
 	return b.Bytes()
+}
+
+// bindingList returns the C initializers of bindings: {T, U or -1}.
+func bindingList(bindings []opdef.TypeBinding) string {
+	out := make([]string, len(bindings))
+	for j, k := range bindings {
+		u := -1
+		if d, ok := k["U"]; ok {
+			u = int(d)
+		}
+		out[j] = fmt.Sprintf("{%d, %d}", int(k["T"]), u)
+	}
+	return strings.Join(out, ", ")
 }
 
 func specList(args []opdef.Arg) string {

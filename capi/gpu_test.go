@@ -1,0 +1,72 @@
+//go:build cuda
+
+package main
+
+import (
+	"testing"
+
+	"github.com/gobn/gobn/kernels/cuda"
+	"github.com/gobn/gobn/opdef"
+	"github.com/stretchr/testify/require"
+)
+
+// gpuInputs returns valid inputs of op for T = dtype: activations
+// [2, 3, 4, 5] (channels last, C = 5), per-channel tensors [5], count 120.
+func gpuInputs(op opdef.Op, dtype opdef.DType) []tensor {
+	in := make([]tensor, len(op.Inputs))
+	for i, arg := range op.Inputs {
+		dims := []int64{5}
+		switch {
+		case arg.Name == "count":
+			dims = []int64{}
+		case len(arg.Ranks) > 0 && arg.Ranks[0] >= 4:
+			dims = []int64{2, 3, 4, 5}
+		}
+		in[i] = newGoTensor(inputDType(arg, dtype), dims, func(int) float64 { return 120 })
+	}
+	return in
+}
+
+// TestGPUKernelsWithoutDriver runs every GPU kernel binding on a machine
+// without a GPU driver: each call must end in a clear error naming the
+// driver library, never a crash.
+func TestGPUKernelsWithoutDriver(t *testing.T) {
+	if cuda.Available() == nil {
+		t.Skip("a GPU driver is present: this test is for machines without one")
+	}
+	for _, op := range opdef.All {
+		require.NotEmpty(t, op.GPUKernels, op.Name)
+		for _, b := range op.GPUKernels {
+			k := &kernel{op: op, onGPU: true, dtype: b["T"], dataFormat: opdef.NHWC, isTraining: true, epsilon: 1e-3}
+			var temps []int64
+			temp := func(bytes int64) (uintptr, error) {
+				temps = append(temps, bytes)
+				return 1 << 40, nil
+			}
+			err := k.compute(gpuInputs(op, b["T"]), newRecordingAllocator().allocate, temp)
+			require.ErrorContains(t, err, "libcuda.so.1", "%s T=%s", op.Name, b["T"])
+			require.NotEmpty(t, temps, "%s T=%s: the workspace is allocated before the driver is needed", op.Name, b["T"])
+		}
+	}
+}
+
+// TestGPURejectsBadInputLikeCPU checks that a GPU kernel validates its
+// inputs with the CPU kernel's rules and messages before it needs a GPU.
+func TestGPURejectsBadInputLikeCPU(t *testing.T) {
+	for _, op := range opdef.All {
+		in := gpuInputs(op, opdef.Float)
+		in[1].dims = []int64{2, 3, 4, 6} // x (m of the global normalization) no longer fits
+		if op.Kind == opdef.GlobalNormalizationGrad {
+			in[1].dims = []int64{6}
+		}
+		var msgs []string
+		for _, onGPU := range []bool{false, true} {
+			k := &kernel{op: op, onGPU: onGPU, dtype: opdef.Float, dataFormat: opdef.NHWC, isTraining: true, epsilon: 1e-3}
+			err := k.compute(in, newRecordingAllocator().allocate, func(int64) (uintptr, error) { return 1 << 40, nil })
+			var argErr *opdef.ArgumentError
+			require.ErrorAs(t, err, &argErr, "%s on GPU=%v", op.Name, onGPU)
+			msgs = append(msgs, err.Error())
+		}
+		require.Equal(t, msgs[0], msgs[1], op.Name)
+	}
+}

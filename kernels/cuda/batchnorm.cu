@@ -1,0 +1,529 @@
+// gobn's batch-normalization gradients on NVIDIA GPUs.
+//
+// Every op is built from three kinds of kernel, all taking one gobn_params:
+//
+//   reduce    per-channel partial sums Σdy and Σdy·(x−μ) over a slice of
+//             the rows, one pair per block, into the workspace (double);
+//             the sweep variants also write x_backprop = dy·A[c], for the
+//             gradients whose x_backprop does not depend on the sums
+//             (inference, global normalization): x and dy are read once.
+//   finalize  one thread per channel: adds a channel's partial sums in a
+//             fixed order (the result does not depend on scheduling), and
+//             forms the 1-D outputs and the apply pass's coefficients.
+//   apply     x_backprop = A[c]·(dy − M[c]) + B[c]·(x − μ[c]).
+//
+// The training gradient (FusedBatchNormGrad*, is_training) is reduce,
+// finalize, apply: x and dy are read twice, and where they fit in L2 the
+// second read comes from it. With R = N·S elements per channel and
+// c = 1/sqrt(σ²+ε) (on GPU the forward pass saves c itself):
+//
+//   offset_backprop = Σ dy
+//   scale_backprop  = c · Σ dy·(x−μ)
+//   x_backprop      = scale·c · (dy − Σdy/R − (x−μ)·c²·Σdy·(x−μ)/R)
+//                   = A·(dy − M) + B·(x − μ),  A = scale·c, M = Σdy/R,
+//                                              B = −A·c²·Σdy·(x−μ)/R
+//
+// Layouts are read in place. Channels last (NHWC, NDHWC: element (r, c) at
+// r·C + c, r < R) runs a 2-D block: threadIdx.x over vectors of V adjacent
+// channels, threadIdx.y over rows, so a warp reads whole consecutive rows
+// and each thread keeps its channels' terms in registers. Channels first
+// (NCHW, NCDHW: element (n, c, s) at (n·C + c)·S + s) runs one channel per
+// blockIdx.x, threadIdx.x over vectors of V adjacent s, threadIdx.y over n,
+// blockIdx.y and blockIdx.z splitting n and s. The launch layer (plan.go)
+// chooses V (16-byte loads where alignment allows, else narrower, down to
+// scalars), the block and the grid; the kernels take any of them.
+//
+// Accuracy: a thread sums up to 16 elements per step in float and adds each
+// step's sums to double accumulators; blocks and the finalize kernel add in
+// double, so the sums are as good as the CPU path's float64 ones up to the
+// rounding of short float runs. Offsets are 64-bit: tensors over 2^31
+// elements work.
+
+#include "elements.cuh"
+#include "params.h"
+
+namespace {
+
+constexpr int kThreads = 256;  // every kernel's block size is at most this
+// Blocks of kThreads per multiprocessor every kernel must fit (so at most 128
+// registers a thread): with ptxas' own register choice a few kernels spilled
+// (python_tests/test_cuda_build.py checks that none does).
+constexpr int kMinBlocks = 2;
+
+// at returns the device address a as a T*.
+template <typename T>
+__device__ __forceinline__ T* at(gobn_ptr a) {
+  return reinterpret_cast<T*>(a);
+}
+
+// What a reduce kernel does besides the sums.
+enum Mode {
+  kSums,   // nothing: the training gradient and BatchNormGradReduce
+  kSweep,  // x_backprop = dy·scale·(1/sqrt(var+ε)): inference
+  kGlobal  // dx = dy·(1/sqrt(v+ε))·(γ or 1): global normalization
+};
+
+__device__ __forceinline__ double inv_std(double variance, float epsilon) {
+  return 1.0 / sqrt(variance + static_cast<double>(epsilon));
+}
+
+// channel_terms reads channel c's mean μ and, for the sweeps, the factor A
+// of x_backprop = dy·A. P is the per-channel inputs' type.
+template <typename P, Mode M>
+__device__ __forceinline__ void channel_terms(const gobn_params& p, long long c, float& mu, float& a) {
+  mu = to_float(at<const P>(p.mean)[c]);
+  a = 0.f;
+  if (M == kSweep) {
+    double k = inv_std(to_float(at<const P>(p.var)[c]), p.epsilon);
+    a = static_cast<float>(static_cast<double>(to_float(at<const P>(p.scale)[c])) * k);
+  } else if (M == kGlobal) {
+    double k = inv_std(to_float(at<const P>(p.var)[c]), p.epsilon);
+    if (p.scale_after_normalization) k *= to_float(at<const P>(p.scale)[c]);
+    a = static_cast<float>(k);
+  }
+}
+
+__device__ __forceinline__ int pow2_ceil(int n) {
+  int p = 1;
+  while (p < n) p <<= 1;
+  return p;
+}
+
+// tree_sum adds sh[k][base + j·stride] over j < count into sh[k][base], for
+// each of the K arrays, by the threads whose index j (their part) is below
+// count. Every thread of the block calls it.
+template <int K>
+__device__ __forceinline__ void tree_sum(double (*sh)[kThreads], int base, int stride, int j, int count) {
+  __syncthreads();
+  for (int off = pow2_ceil(count) >> 1; off > 0; off >>= 1) {
+    if (j < off && j + off < count) {
+#pragma unroll
+      for (int k = 0; k < K; k++) sh[k][base] += sh[k][base + off * stride];
+    }
+    __syncthreads();
+  }
+}
+
+// Rows (channels last) or row pieces (channels first) a thread handles per
+// unrolled step: U·V = 16 elements, so that each thread has several loads
+// in flight before the first use.
+template <int V>
+struct unroll {
+  static constexpr int U = 16 / V;
+};
+
+// reduce_cl is the reduce kernel for channels last. Plain loop it equals,
+// for each channel c: sum_dy = Σ_r dy[r·C+c], sum_dy_xmu = Σ_r dy[r·C+c]·(x[r·C+c]−μ[c]),
+// and for the sweeps dx[r·C+c] = dy[r·C+c]·A[c].
+// Launch: block (tx, ty), tx·V channels by ty rows; grid (⌈C/(V·tx)⌉, splits).
+template <typename T, typename P, int V, Mode M>
+__device__ __forceinline__ void reduce_cl(const gobn_params& p) {
+  constexpr int U = unroll<V>::U;
+  __shared__ double sh[2 * V][kThreads];
+  const long long C = p.c;
+  const long long R = p.n * p.s;
+  const long long c0 = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) * V;
+  const bool active = c0 < C;
+  const T* dy = at<const T>(p.dy);
+  const T* x = at<const T>(p.x);
+  T* dx = at<T>(p.dx);
+  float mu[V], a[V];
+  double sdy[V], sdx[V];
+#pragma unroll
+  for (int v = 0; v < V; v++) {
+    sdy[v] = 0;
+    sdx[v] = 0;
+    mu[v] = 0.f;
+    a[v] = 0.f;
+    if (active) channel_terms<P, M>(p, c0 + v, mu[v], a[v]);
+  }
+  const long long step = static_cast<long long>(gridDim.y) * blockDim.y;
+  long long r = static_cast<long long>(blockIdx.y) * blockDim.y + threadIdx.y;
+  if (active) {
+    for (; r + (U - 1) * step < R; r += U * step) {
+      float d[U][V], xv[U][V];
+#pragma unroll
+      for (int u = 0; u < U; u++) {
+        const long long off = (r + u * step) * C + c0;
+        load<T, V>(dy + off, d[u]);
+        load<T, V>(x + off, xv[u]);
+      }
+      float gdy[V], gdx[V];
+#pragma unroll
+      for (int v = 0; v < V; v++) {
+        gdy[v] = 0.f;
+        gdx[v] = 0.f;
+      }
+#pragma unroll
+      for (int u = 0; u < U; u++) {
+#pragma unroll
+        for (int v = 0; v < V; v++) {
+          gdy[v] += d[u][v];
+          gdx[v] = fmaf(d[u][v], xv[u][v] - mu[v], gdx[v]);
+        }
+        if (M != kSums) {
+          float o[V];
+#pragma unroll
+          for (int v = 0; v < V; v++) o[v] = d[u][v] * a[v];
+          store<T, V>(dx + (r + u * step) * C + c0, o);
+        }
+      }
+#pragma unroll
+      for (int v = 0; v < V; v++) {
+        sdy[v] += gdy[v];
+        sdx[v] += gdx[v];
+      }
+    }
+    for (; r < R; r += step) {
+      const long long off = r * C + c0;
+      float d[V], xv[V];
+      load<T, V>(dy + off, d);
+      load<T, V>(x + off, xv);
+#pragma unroll
+      for (int v = 0; v < V; v++) {
+        sdy[v] += d[v];
+        sdx[v] += static_cast<double>(d[v] * (xv[v] - mu[v]));
+      }
+      if (M != kSums) {
+        float o[V];
+#pragma unroll
+        for (int v = 0; v < V; v++) o[v] = d[v] * a[v];
+        store<T, V>(dx + off, o);
+      }
+    }
+  }
+  // The block's sums over its rows: Σdy of the V channels in sh[0..V),
+  // Σdy·(x−μ) in sh[V..2V).
+  const int tid = threadIdx.y * blockDim.x + threadIdx.x;
+#pragma unroll
+  for (int v = 0; v < V; v++) {
+    sh[v][tid] = sdy[v];
+    sh[V + v][tid] = sdx[v];
+  }
+  tree_sum<2 * V>(sh, tid, blockDim.x, threadIdx.y, blockDim.y);
+  if (threadIdx.y == 0 && active) {
+    double* partial = at<double>(p.partial) + blockIdx.y * 2 * C + c0;
+#pragma unroll
+    for (int v = 0; v < V; v++) {
+      partial[v] = sh[v][tid];
+      partial[C + v] = sh[V + v][tid];
+    }
+  }
+}
+
+// reduce_cf is the reduce kernel for channels first. Plain loop it equals,
+// for each channel c: sum_dy = Σ_n Σ_s dy[(n·C+c)·S+s],
+// sum_dy_xmu = Σ_n Σ_s dy[(n·C+c)·S+s]·(x[(n·C+c)·S+s]−μ[c]), and for the
+// sweep dx[(n·C+c)·S+s] = dy[(n·C+c)·S+s]·A[c].
+// Launch: block (tx, ty), tx vectors of s by ty values of n; grid
+// (C, splits of n, splits of s).
+template <typename T, typename P, int V, Mode M>
+__device__ __forceinline__ void reduce_cf(const gobn_params& p) {
+  constexpr int U = unroll<V>::U;
+  __shared__ double sh[2][kThreads];
+  const long long C = p.c, S = p.s, N = p.n;
+  const long long SV = S / V;
+  const long long c = blockIdx.x;
+  const T* dy = at<const T>(p.dy);
+  const T* x = at<const T>(p.x);
+  T* dx = at<T>(p.dx);
+  float mu, a;
+  channel_terms<P, M>(p, c, mu, a);
+  double sdy = 0, sdx = 0;
+  const long long s0 = static_cast<long long>(blockIdx.z) * blockDim.x + threadIdx.x;
+  const long long sstep = static_cast<long long>(gridDim.z) * blockDim.x;
+  const long long nstep = static_cast<long long>(gridDim.y) * blockDim.y;
+  for (long long n = static_cast<long long>(blockIdx.y) * blockDim.y + threadIdx.y; n < N; n += nstep) {
+    const long long base = (n * C + c) * S;
+    float gdy = 0.f, gdx = 0.f;
+    long long s = s0;
+    for (; s + (U - 1) * sstep < SV; s += U * sstep) {
+      float d[U][V], xv[U][V];
+#pragma unroll
+      for (int u = 0; u < U; u++) {
+        const long long off = base + (s + u * sstep) * V;
+        load<T, V>(dy + off, d[u]);
+        load<T, V>(x + off, xv[u]);
+      }
+      float hdy = 0.f, hdx = 0.f;
+#pragma unroll
+      for (int u = 0; u < U; u++) {
+#pragma unroll
+        for (int v = 0; v < V; v++) {
+          hdy += d[u][v];
+          hdx = fmaf(d[u][v], xv[u][v] - mu, hdx);
+        }
+        if (M != kSums) {
+          float o[V];
+#pragma unroll
+          for (int v = 0; v < V; v++) o[v] = d[u][v] * a;
+          store<T, V>(dx + base + (s + u * sstep) * V, o);
+        }
+      }
+      sdy += hdy;
+      sdx += hdx;
+    }
+    for (; s < SV; s += sstep) {
+      const long long off = base + s * V;
+      float d[V], xv[V];
+      load<T, V>(dy + off, d);
+      load<T, V>(x + off, xv);
+#pragma unroll
+      for (int v = 0; v < V; v++) {
+        gdy += d[v];
+        gdx = fmaf(d[v], xv[v] - mu, gdx);
+      }
+      if (M != kSums) {
+        float o[V];
+#pragma unroll
+        for (int v = 0; v < V; v++) o[v] = d[v] * a;
+        store<T, V>(dx + off, o);
+      }
+    }
+    sdy += gdy;
+    sdx += gdx;
+  }
+  const int tid = threadIdx.y * blockDim.x + threadIdx.x;
+  sh[0][tid] = sdy;
+  sh[1][tid] = sdx;
+  tree_sum<2>(sh, tid, 1, tid, blockDim.x * blockDim.y);
+  if (tid == 0) {
+    const long long split = static_cast<long long>(blockIdx.y) * gridDim.z + blockIdx.z;
+    at<double>(p.partial)[(split * 2) * C + c] = sh[0][0];
+    at<double>(p.partial)[(split * 2 + 1) * C + c] = sh[1][0];
+  }
+}
+
+// apply_cl writes x_backprop for channels last. Plain loop it equals:
+// dx[r·C+c] = A[c]·(dy[r·C+c] − M[c]) + B[c]·(x[r·C+c] − μ[c]), with A, B, M
+// the rows of coef. Launch as reduce_cl.
+template <typename T, int V>
+__device__ __forceinline__ void apply_cl(const gobn_params& p) {
+  constexpr int U = unroll<V>::U;
+  const long long C = p.c;
+  const long long R = p.n * p.s;
+  const long long c0 = (static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x) * V;
+  if (c0 >= C) return;
+  const T* dy = at<const T>(p.dy);
+  const T* x = at<const T>(p.x);
+  T* dx = at<T>(p.dx);
+  const float* mean = at<const float>(p.mean);
+  float A[V], B[V], Md[V], mu[V];
+#pragma unroll
+  for (int v = 0; v < V; v++) {
+    A[v] = at<float>(p.coef)[c0 + v];
+    B[v] = at<float>(p.coef)[C + c0 + v];
+    Md[v] = at<float>(p.coef)[2 * C + c0 + v];
+    mu[v] = mean[c0 + v];
+  }
+  const long long step = static_cast<long long>(gridDim.y) * blockDim.y;
+  long long r = static_cast<long long>(blockIdx.y) * blockDim.y + threadIdx.y;
+  for (; r + (U - 1) * step < R; r += U * step) {
+    float d[U][V], xv[U][V];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const long long off = (r + u * step) * C + c0;
+      load<T, V>(dy + off, d[u]);
+      load<T, V>(x + off, xv[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      float o[V];
+#pragma unroll
+      for (int v = 0; v < V; v++) o[v] = fmaf(A[v], d[u][v] - Md[v], B[v] * (xv[u][v] - mu[v]));
+      store<T, V>(dx + (r + u * step) * C + c0, o);
+    }
+  }
+  for (; r < R; r += step) {
+    const long long off = r * C + c0;
+    float d[V], xv[V], o[V];
+    load<T, V>(dy + off, d);
+    load<T, V>(x + off, xv);
+#pragma unroll
+    for (int v = 0; v < V; v++) o[v] = fmaf(A[v], d[v] - Md[v], B[v] * (xv[v] - mu[v]));
+    store<T, V>(dx + off, o);
+  }
+}
+
+// apply_cf writes x_backprop for channels first, as apply_cl. Launch as
+// reduce_cf.
+template <typename T, int V>
+__device__ __forceinline__ void apply_cf(const gobn_params& p) {
+  constexpr int U = unroll<V>::U;
+  const long long C = p.c, S = p.s, N = p.n;
+  const long long SV = S / V;
+  const long long c = blockIdx.x;
+  const T* dy = at<const T>(p.dy);
+  const T* x = at<const T>(p.x);
+  T* dx = at<T>(p.dx);
+  const float A = at<float>(p.coef)[c], B = at<float>(p.coef)[C + c], Md = at<float>(p.coef)[2 * C + c];
+  const float mu = at<const float>(p.mean)[c];
+  const long long s0 = static_cast<long long>(blockIdx.z) * blockDim.x + threadIdx.x;
+  const long long sstep = static_cast<long long>(gridDim.z) * blockDim.x;
+  const long long nstep = static_cast<long long>(gridDim.y) * blockDim.y;
+  for (long long n = static_cast<long long>(blockIdx.y) * blockDim.y + threadIdx.y; n < N; n += nstep) {
+    const long long base = (n * C + c) * S;
+    long long s = s0;
+    for (; s + (U - 1) * sstep < SV; s += U * sstep) {
+      float d[U][V], xv[U][V];
+#pragma unroll
+      for (int u = 0; u < U; u++) {
+        const long long off = base + (s + u * sstep) * V;
+        load<T, V>(dy + off, d[u]);
+        load<T, V>(x + off, xv[u]);
+      }
+#pragma unroll
+      for (int u = 0; u < U; u++) {
+        float o[V];
+#pragma unroll
+        for (int v = 0; v < V; v++) o[v] = fmaf(A, d[u][v] - Md, B * (xv[u][v] - mu));
+        store<T, V>(dx + base + (s + u * sstep) * V, o);
+      }
+    }
+    for (; s < SV; s += sstep) {
+      const long long off = base + s * V;
+      float d[V], xv[V], o[V];
+      load<T, V>(dy + off, d);
+      load<T, V>(x + off, xv);
+#pragma unroll
+      for (int v = 0; v < V; v++) o[v] = fmaf(A, d[v] - Md, B * (xv[v] - mu));
+      store<T, V>(dx + off, o);
+    }
+  }
+}
+
+// channel_sums adds channel c's partial sums in split order.
+__device__ __forceinline__ void channel_sums(const gobn_params& p, long long c, double& sdy, double& sdx) {
+  sdy = 0;
+  sdx = 0;
+  for (long long k = 0; k < p.splits; k++) {
+    sdy += at<double>(p.partial)[(2 * k) * p.c + c];
+    sdx += at<double>(p.partial)[(2 * k + 1) * p.c + c];
+  }
+}
+
+// coefficients writes the apply pass's A, B and M of channel c, for
+// c = 1/sqrt(σ²+ε) given as inv.
+__device__ __forceinline__ void coefficients(const gobn_params& p, long long c, double inv, double sdy, double sdx) {
+  const double R = static_cast<double>(p.count);
+  const double a = static_cast<double>(at<const float>(p.scale)[c]) * inv;
+  at<float>(p.coef)[c] = static_cast<float>(a);
+  at<float>(p.coef)[p.c + c] = static_cast<float>(-a * inv * inv * sdx / R);
+  at<float>(p.coef)[2 * p.c + c] = static_cast<float>(sdy / R);
+}
+
+__device__ __forceinline__ long long channel_index() {
+  return static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+
+// global_finalize forms BatchNormWithGlobalNormalizationGrad's 1-D outputs
+// (out: dm, dv, db, dg): with s = 1/sqrt(v+ε) and γ' = γ or 1,
+// db = Σdy, dm = −db·s·γ', dg = s·Σdy·(t−m) (or 0), dv = −½·s³·γ'·Σdy·(t−m).
+template <typename T>
+__device__ __forceinline__ void global_finalize(const gobn_params& p) {
+  const long long c = channel_index();
+  if (c >= p.c) return;
+  double sdy, sdx;
+  channel_sums(p, c, sdy, sdx);
+  const double s = inv_std(to_float(at<const T>(p.var)[c]), p.epsilon);
+  double k = s, dg = 0;
+  if (p.scale_after_normalization) {
+    k *= to_float(at<const T>(p.scale)[c]);
+    dg = s * sdx;
+  }
+  at<T>(p.out[0])[c] = from_float<T>(static_cast<float>(-sdy * k));
+  at<T>(p.out[1])[c] = from_float<T>(static_cast<float>(-0.5 * s * s * k * sdx));
+  at<T>(p.out[2])[c] = from_float<T>(static_cast<float>(sdy));
+  at<T>(p.out[3])[c] = from_float<T>(static_cast<float>(dg));
+}
+
+}  // namespace
+
+// Finalize kernels: one thread per channel, grid ⌈C/256⌉ blocks of 256.
+
+// The training gradient: var is reserve_space_2, the inverse standard
+// deviation; out: scale_backprop, offset_backprop; coef for apply.
+extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks) gobn_finalize_train(gobn_params p) {
+  const long long c = channel_index();
+  if (c >= p.c) return;
+  double sdy, sdx;
+  channel_sums(p, c, sdy, sdx);
+  const double inv = at<const float>(p.var)[c];
+  at<float>(p.out[0])[c] = static_cast<float>(sdx * inv);
+  at<float>(p.out[1])[c] = static_cast<float>(sdy);
+  coefficients(p, c, inv, sdy, sdx);
+}
+
+// The inference gradient: var is the population variance; out:
+// scale_backprop, offset_backprop (x_backprop is the sweep's).
+extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks) gobn_finalize_infer(gobn_params p) {
+  const long long c = channel_index();
+  if (c >= p.c) return;
+  double sdy, sdx;
+  channel_sums(p, c, sdy, sdx);
+  const double inv = inv_std(at<const float>(p.var)[c], p.epsilon);
+  at<float>(p.out[0])[c] = static_cast<float>(sdx * inv);
+  at<float>(p.out[1])[c] = static_cast<float>(sdy);
+}
+
+// BatchNormGradReduce: out: sum_dy, sum_dy_xmu.
+extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks) gobn_finalize_reduce(gobn_params p) {
+  const long long c = channel_index();
+  if (c >= p.c) return;
+  double sdy, sdx;
+  channel_sums(p, c, sdy, sdx);
+  at<float>(p.out[0])[c] = static_cast<float>(sdy);
+  at<float>(p.out[1])[c] = static_cast<float>(sdx);
+}
+
+// BatchNormGradApply: coef from the global sums sum_dy, sum_dy_xmu, the
+// variance var and R = count.
+extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks) gobn_finalize_apply(gobn_params p) {
+  const long long c = channel_index();
+  if (c >= p.c) return;
+  const double inv = inv_std(at<const float>(p.var)[c], p.epsilon);
+  coefficients(p, c, inv, at<const float>(p.sum_dy)[c], at<const float>(p.sum_dy_xmu)[c]);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks) gobn_finalize_global_f32(gobn_params p) {
+  global_finalize<float>(p);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks) gobn_finalize_global_f16(gobn_params p) {
+  global_finalize<f16>(p);
+}
+
+// The layout kernels, one per element type and vector width V. Names:
+// gobn_<job>_<cl|cf>_<f32|f16|bf16>_v<V>.
+#define GOBN_KERNEL(name, body) \
+  extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks) name(gobn_params p) { body; }
+
+#define GOBN_LAYOUT_KERNELS(T, tn, V)                                                     \
+  GOBN_KERNEL(gobn_reduce_cl_##tn##_v##V, (reduce_cl<T, float, V, kSums>(p)))             \
+  GOBN_KERNEL(gobn_sweep_cl_##tn##_v##V, (reduce_cl<T, float, V, kSweep>(p)))             \
+  GOBN_KERNEL(gobn_apply_cl_##tn##_v##V, (apply_cl<T, V>(p)))                             \
+  GOBN_KERNEL(gobn_reduce_cf_##tn##_v##V, (reduce_cf<T, float, V, kSums>(p)))             \
+  GOBN_KERNEL(gobn_sweep_cf_##tn##_v##V, (reduce_cf<T, float, V, kSweep>(p)))             \
+  GOBN_KERNEL(gobn_apply_cf_##tn##_v##V, (apply_cf<T, V>(p)))
+
+#define GOBN_GLOBAL_KERNELS(T, tn, V) \
+  GOBN_KERNEL(gobn_global_cl_##tn##_v##V, (reduce_cl<T, T, V, kGlobal>(p)))
+
+GOBN_LAYOUT_KERNELS(float, f32, 1)
+GOBN_LAYOUT_KERNELS(float, f32, 2)
+GOBN_LAYOUT_KERNELS(float, f32, 4)
+GOBN_LAYOUT_KERNELS(f16, f16, 1)
+GOBN_LAYOUT_KERNELS(f16, f16, 2)
+GOBN_LAYOUT_KERNELS(f16, f16, 4)
+GOBN_LAYOUT_KERNELS(f16, f16, 8)
+GOBN_LAYOUT_KERNELS(bf16, bf16, 1)
+GOBN_LAYOUT_KERNELS(bf16, bf16, 2)
+GOBN_LAYOUT_KERNELS(bf16, bf16, 4)
+GOBN_LAYOUT_KERNELS(bf16, bf16, 8)
+GOBN_GLOBAL_KERNELS(float, f32, 1)
+GOBN_GLOBAL_KERNELS(float, f32, 2)
+GOBN_GLOBAL_KERNELS(float, f32, 4)
+GOBN_GLOBAL_KERNELS(f16, f16, 1)
+GOBN_GLOBAL_KERNELS(f16, f16, 2)
+GOBN_GLOBAL_KERNELS(f16, f16, 4)
+GOBN_GLOBAL_KERNELS(f16, f16, 8)

@@ -1,0 +1,160 @@
+//go:build cuda
+
+package cuda
+
+/*
+#cgo LDFLAGS: -ldl
+#include <stdlib.h>
+#include "driver.h"
+*/
+import "C"
+
+import (
+	_ "embed"
+	"fmt"
+	"sync"
+	"unsafe"
+)
+
+// Built reports whether the library carries the CUDA path.
+const Built = true
+
+// fatbin is the device code of batchnorm.cu for every architecture
+// TensorFlow's GPU build targets, with PTX for the newest (make builds it
+// with scripts/cuda_fatbin.py).
+//
+//go:embed gobn.fatbin
+var fatbin []byte
+
+// fatbinC is fatbin in C memory, where the driver may keep reading it.
+var fatbinC = sync.OnceValue(func() unsafe.Pointer { return C.CBytes(fatbin) })
+
+// openDriver loads the driver once; its error stays the answer.
+var openDriver = sync.OnceValue(func() error {
+	var msg [512]C.char
+	r := C.gobn_cuda_open(&msg[0], C.int(len(msg)))
+	switch {
+	case r == -1:
+		return fmt.Errorf("gobn: no GPU can be used: %s", C.GoString(&msg[0]))
+	case r != 0:
+		return fmt.Errorf("gobn: no GPU can be used: cuInit: %w", cudaError(r))
+	}
+	return nil
+})
+
+// Available returns nil when the driver loads and initializes, or the
+// reason a GPU kernel cannot run.
+func Available() error { return openDriver() }
+
+// cudaError describes a CUDA driver error code.
+func cudaError(r C.int) error {
+	return fmt.Errorf("%s: %s", C.GoString(C.gobn_cuda_error_name(r)), C.GoString(C.gobn_cuda_error_string(r)))
+}
+
+// device is a GPU with gobn's module loaded and its kernels looked up.
+type device struct {
+	d         C.gobn_device
+	functions []C.gobn_cu_function // by kernelID
+}
+
+var devices struct {
+	sync.Mutex
+	byOrdinal map[int]*device
+}
+
+// deviceFor returns the device at ordinal, opening it on first use.
+func deviceFor(ordinal int) (*device, error) {
+	devices.Lock()
+	defer devices.Unlock()
+	if d, ok := devices.byOrdinal[ordinal]; ok {
+		return d, nil
+	}
+	d := &device{functions: make([]C.gobn_cu_function, len(kernelNames))}
+	if r := C.gobn_cuda_device_open(C.int(ordinal), fatbinC(), &d.d); r != 0 {
+		return nil, fmt.Errorf("gobn: loading the GPU kernels on device %d: %w", ordinal, cudaError(r))
+	}
+	for i, name := range kernelNames {
+		cname := C.CString(name)
+		r := C.gobn_cuda_function(&d.d, cname, &d.functions[i])
+		C.free(unsafe.Pointer(cname))
+		if r != 0 {
+			return nil, fmt.Errorf("gobn: kernel %s on device %d: %w", name, ordinal, cudaError(r))
+		}
+	}
+	if devices.byOrdinal == nil {
+		devices.byOrdinal = make(map[int]*device)
+	}
+	devices.byOrdinal[ordinal] = d
+	return d, nil
+}
+
+// execute runs the plan on the device that holds address anchor.
+func execute(p plan, pl Placement, anchor Ptr) error {
+	if len(p.launches) == 0 {
+		return nil
+	}
+	if err := openDriver(); err != nil {
+		return err
+	}
+	if p.workspace > 0 && (pl.Workspace == 0 || pl.WorkspaceBytes < p.workspace) {
+		return fmt.Errorf("gobn: the call needs %d bytes of workspace, got %d at %#x", p.workspace, pl.WorkspaceBytes, pl.Workspace)
+	}
+	p.bind(pl.Workspace)
+	var ordinal C.int
+	if r := C.gobn_cuda_device_of(C.uint64_t(anchor), &ordinal); r != 0 {
+		return fmt.Errorf("gobn: address %#x is not device memory CUDA knows: %w", anchor, cudaError(r))
+	}
+	d, err := deviceFor(int(ordinal))
+	if err != nil {
+		return err
+	}
+	ls := make([]C.gobn_launch, len(p.launches))
+	for i, l := range p.launches {
+		ls[i] = C.gobn_launch{
+			fn:     d.functions[l.kernel],
+			grid:   [3]C.uint{C.uint(l.grid[0]), C.uint(l.grid[1]), C.uint(l.grid[2])},
+			block:  [3]C.uint{C.uint(l.block[0]), C.uint(l.block[1]), C.uint(l.block[2])},
+			params: cParams(l.params),
+		}
+	}
+	var failed C.int
+	r := C.gobn_cuda_run(&d.d, C.uintptr_t(pl.Stream), &ls[0], C.int(len(ls)), &failed)
+	for _, l := range p.launches[:launched(int(failed), r, len(ls))] {
+		launches[l.kernel].Add(1)
+	}
+	if r != 0 {
+		what := "synchronizing the device before the launches"
+		switch {
+		case int(failed) == len(ls):
+			what = "waiting for the kernels"
+		case failed >= 0:
+			what = "launching " + kernelNames[p.launches[failed].kernel]
+		}
+		return fmt.Errorf("gobn: CUDA on device %d: %s: %w", int(ordinal), what, cudaError(r))
+	}
+	return nil
+}
+
+// launched returns how many launches were made.
+func launched(failed int, r C.int, n int) int {
+	if r == 0 || failed >= n {
+		return n
+	}
+	return max(failed, 0)
+}
+
+func cParams(p params) C.gobn_params {
+	var out [5]C.gobn_ptr
+	for i, o := range p.out {
+		out[i] = C.gobn_ptr(o)
+	}
+	return C.gobn_params{
+		dy: C.gobn_ptr(p.dy), x: C.gobn_ptr(p.x), dx: C.gobn_ptr(p.dx),
+		mean: C.gobn_ptr(p.mean), scale: C.gobn_ptr(p.scale), _var: C.gobn_ptr(p.variance),
+		sum_dy: C.gobn_ptr(p.sumDy), sum_dy_xmu: C.gobn_ptr(p.sumDyXmu),
+		partial: C.gobn_ptr(p.partial), coef: C.gobn_ptr(p.coef), out: out,
+		n: C.longlong(p.n), c: C.longlong(p.c), s: C.longlong(p.s), count: C.longlong(p.count),
+		splits: C.int(p.splits), epsilon: C.float(p.epsilon),
+		scale_after_normalization: C.int(p.scaleAfterNormalization),
+	}
+}

@@ -1,0 +1,337 @@
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/gobn/gobn/kernels"
+)
+
+// A plan is the launches of one call, in order, and the workspace they use.
+// Plans are plain Go, so that their shapes are tested without a GPU.
+type plan struct {
+	launches []launch
+	// workspace is the bytes of device memory the launches need.
+	workspace int64
+}
+
+// launch is one kernel launch.
+type launch struct {
+	kernel kernelID
+	grid   [3]uint32
+	block  [3]uint32
+	params params
+}
+
+// params mirrors gobn_params (params.h), with device addresses as Ptr and
+// the partial-sum and coefficient arrays as byte offsets into the workspace
+// until bind places them.
+type params struct {
+	dy, x, dx, mean, scale, variance Ptr
+	sumDy, sumDyXmu                  Ptr
+	partial, coef                    Ptr
+	out                              [5]Ptr
+	n, c, s, count                   int64
+	splits                           int32
+	epsilon                          float32
+	scaleAfterNormalization          int32
+}
+
+const (
+	// threads is the block size of every kernel (kThreads in batchnorm.cu).
+	threads = 256
+	// targetBlocks is about the blocks that fill a large GPU twice over
+	// (132 multiprocessors × 8 blocks of 256 threads on an H100): layouts
+	// are split until a launch has this many blocks or each thread has
+	// minSteps steps of work left.
+	targetBlocks = 2048
+	minSteps     = 4
+	// maxGridYZ is CUDA's limit on gridDim.y and gridDim.z.
+	maxGridYZ = 65535
+	// workspaceAlign aligns each workspace array (the allocators' 256).
+	workspaceAlign = 256
+)
+
+// geometry is the launch shape of the layout kernels (reduce, sweep,
+// apply) of one tensor, and the vector width V they run with.
+type geometry struct {
+	channelsLast bool
+	v            int64
+	grid, block  [3]uint32
+	// splits is the number of partial sums per channel a reduce leaves.
+	splits int64
+}
+
+// layoutOf returns whether the tensor runs as channels last: NCHW with
+// S = 1 is the same memory as NHWC with R = N rows, and runs faster so.
+func layoutOf(d kernels.Dims) bool {
+	return d.Layout == kernels.ChannelsLast || d.S == 1
+}
+
+// vectorWidth returns the widest V in {16 bytes of T, ..., 2, 1} that
+// divides period and at which every address in ptrs is aligned to V·size.
+func vectorWidth(t DType, period int64, ptrs ...Ptr) int64 {
+	for v := 16 / t.Size(); v > 1; v /= 2 {
+		if period%v != 0 {
+			continue
+		}
+		aligned := true
+		for _, p := range ptrs {
+			if uint64(p)%uint64(v*t.Size()) != 0 {
+				aligned = false
+			}
+		}
+		if aligned {
+			return v
+		}
+	}
+	return 1
+}
+
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+func clamp(v, lo, hi int64) int64 { return max(lo, min(v, hi)) }
+
+// layoutGeometry plans the layout kernels for d (not empty) of element type
+// t whose activation tensors are at ptrs, with at most about target blocks.
+func layoutGeometry(d kernels.Dims, t DType, target int64, ptrs ...Ptr) geometry {
+	g := geometry{channelsLast: layoutOf(d)}
+	if g.channelsLast {
+		// Block: tx vectors of V channels (at most 128, spread evenly over
+		// the blocks of a row) by ty rows; grid: the row's blocks by splits.
+		R := d.N * d.S
+		g.v = vectorWidth(t, d.C, ptrs...)
+		CV := d.C / g.v
+		gx := ceilDiv(CV, 128)
+		tx := ceilDiv(CV, gx)
+		ty := clamp(threads/tx, 1, R)
+		steps := ceilDiv(R, ty)
+		g.splits = clamp(min(target/gx, steps/minSteps), 1, maxGridYZ)
+		g.grid = [3]uint32{uint32(gx), uint32(g.splits), 1}
+		g.block = [3]uint32{uint32(tx), uint32(ty), 1}
+		return g
+	}
+	// Block: tx vectors of V along s by ty values of n; grid: C channels by
+	// splits of n by splits of s.
+	g.v = vectorWidth(t, d.S, ptrs...)
+	SV := d.S / g.v
+	tx := min(SV, threads)
+	ty := clamp(threads/tx, 1, d.N)
+	stepsN, stepsS := ceilDiv(d.N, ty), ceilDiv(SV, tx)
+	want := clamp(stepsN*stepsS/minSteps, 1, max(1, target/d.C))
+	splitN := clamp(want, 1, min(stepsN, maxGridYZ))
+	splitS := clamp(ceilDiv(want, splitN), 1, min(stepsS, maxGridYZ))
+	g.splits = splitN * splitS
+	g.grid = [3]uint32{uint32(d.C), uint32(splitN), uint32(splitS)}
+	g.block = [3]uint32{uint32(tx), uint32(ty), 1}
+	return g
+}
+
+// name returns the layout kernel of job for g and t, e.g.
+// "gobn_reduce_cl_f32_v4".
+func (g geometry) name(job string, t DType) string {
+	layout := "cf"
+	if g.channelsLast {
+		layout = "cl"
+	}
+	return fmt.Sprintf("gobn_%s_%s_%s_v%d", job, layout, typeName(t), g.v)
+}
+
+func typeName(t DType) string {
+	switch t {
+	case Float16:
+		return "f16"
+	case BFloat16:
+		return "bf16"
+	}
+	return "f32"
+}
+
+// workspaceLayout places the partial sums (double [splits][2][C]) and the
+// coefficients (float [3][C]) and returns their offsets and the total.
+func workspaceLayout(splits, C int64) (partial, coef, total int64) {
+	align := func(n int64) int64 { return ceilDiv(n, workspaceAlign) * workspaceAlign }
+	partial = 0
+	coef = align(splits * 2 * C * 8)
+	total = coef + align(3*C*4)
+	return partial, coef, total
+}
+
+// finalizeLaunch is the finalize kernel over C channels.
+func finalizeLaunch(k kernelID, C int64, p params) launch {
+	return launch{kernel: k, grid: [3]uint32{uint32(ceilDiv(C, threads)), 1, 1}, block: [3]uint32{threads, 1, 1}, params: p}
+}
+
+func (a FusedGradArgs) plan() (plan, error) {
+	if err := checkDims(a.Dims, a.DType); err != nil {
+		return plan{}, err
+	}
+	d, C := a.Dims, a.Dims.C
+	if C == 0 {
+		return plan{}, nil
+	}
+	base := params{
+		dy: a.YBackprop, x: a.X, dx: a.XBackprop,
+		mean: a.ReserveSpace1, scale: a.Scale, variance: a.ReserveSpace2,
+		out: [5]Ptr{a.ScaleBackprop, a.OffsetBackprop},
+		n:   d.N, c: d.C, s: d.S, count: d.PerChannel(),
+		epsilon: a.Epsilon,
+	}
+	finalize := kFinalizeInfer
+	if a.Training {
+		finalize = kFinalizeTrain
+	}
+	if d.Len() == 0 {
+		// The sums are zero: the finalize kernel alone writes the 1-D outputs.
+		_, coef, total := workspaceLayout(0, C)
+		base.coef = Ptr(coef)
+		return plan{launches: []launch{finalizeLaunch(finalize, C, base)}, workspace: total}, nil
+	}
+	g := layoutGeometry(d, a.DType, targetBlocks, a.YBackprop, a.X, a.XBackprop)
+	partial, coef, total := workspaceLayout(g.splits, C)
+	base.partial, base.coef, base.splits = Ptr(partial), Ptr(coef), int32(g.splits)
+	p := plan{workspace: total}
+	if a.Training {
+		p.launches = []launch{
+			{kernel: kernelByName(g.name("reduce", a.DType)), grid: g.grid, block: g.block, params: base},
+			finalizeLaunch(finalize, C, base),
+			{kernel: kernelByName(g.name("apply", a.DType)), grid: g.grid, block: g.block, params: base},
+		}
+	} else {
+		p.launches = []launch{
+			{kernel: kernelByName(g.name("sweep", a.DType)), grid: g.grid, block: g.block, params: base},
+			finalizeLaunch(finalize, C, base),
+		}
+	}
+	return p, nil
+}
+
+func (a GlobalNormalizationArgs) plan() (plan, error) {
+	if err := checkDims(a.Dims, a.DType); err != nil {
+		return plan{}, err
+	}
+	if a.Dims.Layout != kernels.ChannelsLast {
+		return plan{}, fmt.Errorf("gobn: BatchNormWithGlobalNormalizationGrad is channels-last only")
+	}
+	if a.DType == BFloat16 {
+		return plan{}, fmt.Errorf("gobn: BatchNormWithGlobalNormalizationGrad has no bfloat16 GPU kernel")
+	}
+	d, C := a.Dims, a.Dims.C
+	if C == 0 {
+		return plan{}, nil
+	}
+	finalize := kFinalizeGlobalF32
+	if a.DType == Float16 {
+		finalize = kFinalizeGlobalF16
+	}
+	sa := int32(0)
+	if a.ScaleAfterNormalization {
+		sa = 1
+	}
+	base := params{
+		dy: a.Backprop, x: a.T, dx: a.DX, mean: a.M, scale: a.Gamma, variance: a.V,
+		out: [5]Ptr{a.DM, a.DV, a.DB, a.DG},
+		n:   d.N, c: d.C, s: d.S, count: d.PerChannel(),
+		epsilon: a.VarianceEpsilon, scaleAfterNormalization: sa,
+	}
+	if d.Len() == 0 {
+		_, coef, total := workspaceLayout(0, C)
+		base.coef = Ptr(coef)
+		return plan{launches: []launch{finalizeLaunch(finalize, C, base)}, workspace: total}, nil
+	}
+	g := layoutGeometry(d, a.DType, targetBlocks, a.Backprop, a.T, a.DX)
+	partial, coef, total := workspaceLayout(g.splits, C)
+	base.partial, base.coef, base.splits = Ptr(partial), Ptr(coef), int32(g.splits)
+	return plan{workspace: total, launches: []launch{
+		{kernel: kernelByName(g.name("global", a.DType)), grid: g.grid, block: g.block, params: base},
+		finalizeLaunch(finalize, C, base),
+	}}, nil
+}
+
+func (a GradReduceArgs) plan() (plan, error) {
+	if err := checkDims(a.Dims, a.DType); err != nil {
+		return plan{}, err
+	}
+	d, C := a.Dims, a.Dims.C
+	if C == 0 {
+		return plan{}, nil
+	}
+	base := params{
+		dy: a.YBackprop, x: a.X, mean: a.Mean,
+		out: [5]Ptr{a.SumDy, a.SumDyXmu},
+		n:   d.N, c: d.C, s: d.S, count: d.PerChannel(),
+	}
+	if d.Len() == 0 {
+		_, coef, total := workspaceLayout(0, C)
+		base.coef = Ptr(coef)
+		return plan{launches: []launch{finalizeLaunch(kFinalizeReduce, C, base)}, workspace: total}, nil
+	}
+	g := layoutGeometry(d, a.DType, targetBlocks, a.YBackprop, a.X)
+	partial, coef, total := workspaceLayout(g.splits, C)
+	base.partial, base.coef, base.splits = Ptr(partial), Ptr(coef), int32(g.splits)
+	return plan{workspace: total, launches: []launch{
+		{kernel: kernelByName(g.name("reduce", a.DType)), grid: g.grid, block: g.block, params: base},
+		finalizeLaunch(kFinalizeReduce, C, base),
+	}}, nil
+}
+
+func (a GradApplyArgs) plan() (plan, error) {
+	if err := checkDims(a.Dims, a.DType); err != nil {
+		return plan{}, err
+	}
+	d, C := a.Dims, a.Dims.C
+	if d.Len() == 0 {
+		return plan{}, nil
+	}
+	if a.Count <= 0 {
+		return plan{}, fmt.Errorf("gobn: count %d, want a positive count", a.Count)
+	}
+	g := layoutGeometry(d, a.DType, targetBlocks, a.YBackprop, a.X, a.XBackprop)
+	_, coef, total := workspaceLayout(0, C)
+	base := params{
+		dy: a.YBackprop, x: a.X, dx: a.XBackprop,
+		mean: a.Mean, scale: a.Scale, variance: a.Variance,
+		sumDy: a.SumDy, sumDyXmu: a.SumDyXmu, coef: Ptr(coef),
+		n: d.N, c: d.C, s: d.S, count: a.Count, epsilon: a.Epsilon,
+	}
+	return plan{workspace: total, launches: []launch{
+		finalizeLaunch(kFinalizeApply, C, base),
+		{kernel: kernelByName(g.name("apply", a.DType)), grid: g.grid, block: g.block, params: base},
+	}}, nil
+}
+
+// checkDims rejects what the kernels do not take; capi has already checked
+// the op's own rules.
+func checkDims(d kernels.Dims, t DType) error {
+	if d.N < 0 || d.C < 0 || d.S < 0 {
+		return fmt.Errorf("gobn: negative dims %+v", d)
+	}
+	if t < Float32 || t > BFloat16 {
+		return fmt.Errorf("gobn: no GPU kernel for dtype %d", int(t))
+	}
+	if d.C > 1<<31-1 {
+		return fmt.Errorf("gobn: %d channels: the GPU kernels take at most 2^31-1", d.C)
+	}
+	return nil
+}
+
+// WorkspaceBytes returns the device memory the call needs for the args'
+// dims, dtype and addresses (the vector width depends on their alignment).
+func (a FusedGradArgs) WorkspaceBytes() int64 { p, _ := a.plan(); return p.workspace }
+
+// WorkspaceBytes is as FusedGradArgs.WorkspaceBytes.
+func (a GlobalNormalizationArgs) WorkspaceBytes() int64 { p, _ := a.plan(); return p.workspace }
+
+// WorkspaceBytes is as FusedGradArgs.WorkspaceBytes.
+func (a GradReduceArgs) WorkspaceBytes() int64 { p, _ := a.plan(); return p.workspace }
+
+// WorkspaceBytes is as FusedGradArgs.WorkspaceBytes.
+func (a GradApplyArgs) WorkspaceBytes() int64 { p, _ := a.plan(); return p.workspace }
+
+// bind places the plan's workspace arrays at ws.
+func (p *plan) bind(ws Ptr) {
+	for i := range p.launches {
+		l := &p.launches[i].params
+		l.partial += ws
+		l.coef += ws
+	}
+}

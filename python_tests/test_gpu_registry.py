@@ -1,0 +1,55 @@
+"""gobn's GPU kernels as TensorFlow's kernel registry lists them, checked
+without a GPU (tensorflow-cpu registers GPU kernels all the same).
+
+A library built with the CUDA path (GOBN_CUDA=1, the default) registers a GPU
+kernel for each dtype stock TensorFlow 2.21's GPU build has one for, the
+synchronized batch-norm halves (gobn's own ops) for the CPU kernels' dtypes,
+with their int64 count in host memory. A library built with GOBN_CUDA=0
+registers none, so TensorFlow places every gobn op on the CPU.
+"""
+
+import pytest
+from tensorflow.python.framework import kernels as kernel_registry
+
+from test_cuda_build import cuda_mode
+
+# (T, U) of stock TensorFlow 2.21's GPU kernels (its GPU wheel's registry:
+# fused_batch_norm_op.cc, batch_norm_op.cc); U is None for ops without it.
+MIXED = {("float", "float"), ("half", "float"), ("bfloat16", "float")}
+GPU_BINDINGS = {
+    "FusedBatchNormGrad": {("float", None)},
+    "FusedBatchNormGradV2": MIXED,
+    "FusedBatchNormGradV3": MIXED,
+    "BatchNormWithGlobalNormalizationGrad": {("float", None), ("half", None)},
+    "BatchNormGradReduce": MIXED,
+    "BatchNormGradApply": MIXED,
+}
+HOST_MEMORY = {"BatchNormGradReduce": ["count"], "BatchNormGradApply": ["count"]}
+DTYPE_NAMES = {1: "float", 2: "double", 14: "bfloat16", 19: "half"}
+
+
+def registered(op, device_type):
+    """The (T, U) bindings and host-memory args of op's kernels on device_type."""
+    out = {}
+    for k in kernel_registry.get_registered_kernels_for_op("Gobn>" + op).kernel:
+        if k.device_type != device_type:
+            continue
+        types = {c.name: DTYPE_NAMES[c.allowed_values.list.type[0]] for c in k.constraint}
+        out[(types["T"], types.get("U"))] = sorted(k.host_memory_arg)
+    return out
+
+
+@pytest.mark.parametrize("op", sorted(GPU_BINDINGS))
+def test_gpu_kernels_registered(gobn, op):
+    got = registered(op, "GPU")
+    mode = cuda_mode()
+    if mode is None:
+        pytest.fail("cannot tell whether the library was built with the CUDA path", pytrace=False)
+    if not mode:
+        assert got == {}, "a library built with GOBN_CUDA=0 registers no GPU kernel"
+        return
+    assert set(got) == GPU_BINDINGS[op]
+    for binding, host in got.items():
+        assert host == HOST_MEMORY.get(op, []), binding
+    # The CPU kernels are all still there beside them.
+    assert registered(op, "CPU")

@@ -7,9 +7,9 @@
 //             the sweep variants also write x_backprop = dy·A[c], for the
 //             gradients whose x_backprop does not depend on the sums
 //             (inference, global normalization): x and dy are read once.
-//   finalize  one thread per channel: adds a channel's partial sums in a
-//             fixed order (the result does not depend on scheduling), and
-//             forms the 1-D outputs and the apply pass's coefficients.
+//   finalize  adds each channel's partial sums in a fixed order (the result
+//             does not depend on scheduling), and forms the 1-D outputs and
+//             the apply pass's coefficients.
 //   apply     x_backprop = A[c]·(dy − M[c]) + B[c]·(x − μ[c]).
 //
 // The training gradient (FusedBatchNormGrad*, is_training) is reduce,
@@ -112,6 +112,14 @@ struct unroll {
   static constexpr int U = 16 / V;
 };
 
+// The same for channels first, whose per-element offsets are 64-bit
+// registers of their own: half as many (at least two), so that no kernel
+// spills.
+template <int V>
+struct unroll_cf {
+  static constexpr int U = 8 / V > 2 ? 8 / V : 2;
+};
+
 // reduce_cl is the reduce kernel for channels last. Plain loop it equals,
 // for each channel c: sum_dy = Σ_r dy[r·C+c], sum_dy_xmu = Σ_r dy[r·C+c]·(x[r·C+c]−μ[c]),
 // and for the sweeps dx[r·C+c] = dy[r·C+c]·A[c].
@@ -211,6 +219,38 @@ __device__ __forceinline__ void reduce_cl(const gobn_params& p) {
   }
 }
 
+// cf_cursor walks one thread's elements of a channel in channels first: the
+// vectors s = s0, s0 + sstep, ... below SV of each n = n0, n0 + nstep, ...
+// below N. Walking (n, s) as one sequence lets a thread keep U loads in
+// flight whether S is long (many s per n) or short (one s per n, as in 7×7).
+struct cf_cursor {
+  long long n, s;
+  long long s0, sstep, nstep, SV, N, C, S, c;
+
+  __device__ __forceinline__ cf_cursor(const gobn_params& p, int V) {
+    C = p.c;
+    S = p.s;
+    N = p.n;
+    SV = S / V;
+    c = blockIdx.x;
+    s0 = static_cast<long long>(blockIdx.z) * blockDim.x + threadIdx.x;
+    sstep = static_cast<long long>(gridDim.z) * blockDim.x;
+    nstep = static_cast<long long>(gridDim.y) * blockDim.y;
+    s = s0;
+    n = s0 < SV ? static_cast<long long>(blockIdx.y) * blockDim.y + threadIdx.y : N;
+  }
+  __device__ __forceinline__ bool valid() const { return n < N; }
+  // offset returns the element offset of the current vector (V elements).
+  __device__ __forceinline__ long long offset(int V) const { return (n * C + c) * S + s * V; }
+  __device__ __forceinline__ void next() {
+    s += sstep;
+    if (s >= SV) {
+      s = s0;
+      n += nstep;
+    }
+  }
+};
+
 // reduce_cf is the reduce kernel for channels first. Plain loop it equals,
 // for each channel c: sum_dy = Σ_n Σ_s dy[(n·C+c)·S+s],
 // sum_dy_xmu = Σ_n Σ_s dy[(n·C+c)·S+s]·(x[(n·C+c)·S+s]−μ[c]), and for the
@@ -219,65 +259,51 @@ __device__ __forceinline__ void reduce_cl(const gobn_params& p) {
 // (C, splits of n, splits of s).
 template <typename T, typename P, int V, Mode M>
 __device__ __forceinline__ void reduce_cf(const gobn_params& p) {
-  constexpr int U = unroll<V>::U;
+  constexpr int U = unroll_cf<V>::U;
   __shared__ double sh[2][kThreads];
-  const long long C = p.c, S = p.s, N = p.n;
-  const long long SV = S / V;
-  const long long c = blockIdx.x;
   const T* dy = at<const T>(p.dy);
   const T* x = at<const T>(p.x);
   T* dx = at<T>(p.dx);
+  cf_cursor cur(p, V);
   float mu, a;
-  channel_terms<P, M>(p, c, mu, a);
+  channel_terms<P, M>(p, cur.c, mu, a);
   double sdy = 0, sdx = 0;
-  const long long s0 = static_cast<long long>(blockIdx.z) * blockDim.x + threadIdx.x;
-  const long long sstep = static_cast<long long>(gridDim.z) * blockDim.x;
-  const long long nstep = static_cast<long long>(gridDim.y) * blockDim.y;
-  for (long long n = static_cast<long long>(blockIdx.y) * blockDim.y + threadIdx.y; n < N; n += nstep) {
-    const long long base = (n * C + c) * S;
-    float gdy = 0.f, gdx = 0.f;
-    long long s = s0;
-    for (; s + (U - 1) * sstep < SV; s += U * sstep) {
-      float d[U][V], xv[U][V];
+  while (cur.valid()) {
+    long long off[U];
+    bool ok[U];
 #pragma unroll
-      for (int u = 0; u < U; u++) {
-        const long long off = base + (s + u * sstep) * V;
-        load<T, V>(dy + off, d[u]);
-        load<T, V>(x + off, xv[u]);
-      }
-      float hdy = 0.f, hdx = 0.f;
+    for (int u = 0; u < U; u++) {
+      ok[u] = cur.valid();
+      off[u] = cur.offset(V);
+      if (ok[u]) cur.next();
+    }
+    float d[U][V], xv[U][V];
 #pragma unroll
-      for (int u = 0; u < U; u++) {
+    for (int u = 0; u < U; u++) {
+      if (ok[u]) {
+        load<T, V>(dy + off[u], d[u]);
+        load<T, V>(x + off[u], xv[u]);
+      } else {
 #pragma unroll
         for (int v = 0; v < V; v++) {
-          hdy += d[u][v];
-          hdx = fmaf(d[u][v], xv[u][v] - mu, hdx);
-        }
-        if (M != kSums) {
-          float o[V];
-#pragma unroll
-          for (int v = 0; v < V; v++) o[v] = d[u][v] * a;
-          store<T, V>(dx + base + (s + u * sstep) * V, o);
+          d[u][v] = 0.f;
+          xv[u][v] = 0.f;
         }
       }
-      sdy += hdy;
-      sdx += hdx;
     }
-    for (; s < SV; s += sstep) {
-      const long long off = base + s * V;
-      float d[V], xv[V];
-      load<T, V>(dy + off, d);
-      load<T, V>(x + off, xv);
+    float gdy = 0.f, gdx = 0.f;
+#pragma unroll
+    for (int u = 0; u < U; u++) {
 #pragma unroll
       for (int v = 0; v < V; v++) {
-        gdy += d[v];
-        gdx = fmaf(d[v], xv[v] - mu, gdx);
+        gdy += d[u][v];
+        gdx = fmaf(d[u][v], xv[u][v] - mu, gdx);
       }
-      if (M != kSums) {
+      if (M != kSums && ok[u]) {
         float o[V];
 #pragma unroll
-        for (int v = 0; v < V; v++) o[v] = d[v] * a;
-        store<T, V>(dx + off, o);
+        for (int v = 0; v < V; v++) o[v] = d[u][v] * a;
+        store<T, V>(dx + off[u], o);
       }
     }
     sdy += gdy;
@@ -289,8 +315,8 @@ __device__ __forceinline__ void reduce_cf(const gobn_params& p) {
   tree_sum<2>(sh, tid, 1, tid, blockDim.x * blockDim.y);
   if (tid == 0) {
     const long long split = static_cast<long long>(blockIdx.y) * gridDim.z + blockIdx.z;
-    at<double>(p.partial)[(split * 2) * C + c] = sh[0][0];
-    at<double>(p.partial)[(split * 2 + 1) * C + c] = sh[1][0];
+    at<double>(p.partial)[(split * 2) * cur.C + cur.c] = sh[0][0];
+    at<double>(p.partial)[(split * 2 + 1) * cur.C + cur.c] = sh[1][0];
   }
 }
 
@@ -349,57 +375,73 @@ __device__ __forceinline__ void apply_cl(const gobn_params& p) {
 // reduce_cf.
 template <typename T, int V>
 __device__ __forceinline__ void apply_cf(const gobn_params& p) {
-  constexpr int U = unroll<V>::U;
-  const long long C = p.c, S = p.s, N = p.n;
-  const long long SV = S / V;
-  const long long c = blockIdx.x;
+  constexpr int U = unroll_cf<V>::U;
   const T* dy = at<const T>(p.dy);
   const T* x = at<const T>(p.x);
   T* dx = at<T>(p.dx);
+  cf_cursor cur(p, V);
+  const long long C = cur.C, c = cur.c;
   const float A = at<float>(p.coef)[c], B = at<float>(p.coef)[C + c], Md = at<float>(p.coef)[2 * C + c];
   const float mu = at<const float>(p.mean)[c];
-  const long long s0 = static_cast<long long>(blockIdx.z) * blockDim.x + threadIdx.x;
-  const long long sstep = static_cast<long long>(gridDim.z) * blockDim.x;
-  const long long nstep = static_cast<long long>(gridDim.y) * blockDim.y;
-  for (long long n = static_cast<long long>(blockIdx.y) * blockDim.y + threadIdx.y; n < N; n += nstep) {
-    const long long base = (n * C + c) * S;
-    long long s = s0;
-    for (; s + (U - 1) * sstep < SV; s += U * sstep) {
-      float d[U][V], xv[U][V];
+  while (cur.valid()) {
+    long long off[U];
+    bool ok[U];
 #pragma unroll
-      for (int u = 0; u < U; u++) {
-        const long long off = base + (s + u * sstep) * V;
-        load<T, V>(dy + off, d[u]);
-        load<T, V>(x + off, xv[u]);
+    for (int u = 0; u < U; u++) {
+      ok[u] = cur.valid();
+      off[u] = cur.offset(V);
+      if (ok[u]) cur.next();
+    }
+    float d[U][V], xv[U][V];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      if (ok[u]) {
+        load<T, V>(dy + off[u], d[u]);
+        load<T, V>(x + off[u], xv[u]);
       }
+    }
 #pragma unroll
-      for (int u = 0; u < U; u++) {
+    for (int u = 0; u < U; u++) {
+      if (ok[u]) {
         float o[V];
 #pragma unroll
         for (int v = 0; v < V; v++) o[v] = fmaf(A, d[u][v] - Md, B * (xv[u][v] - mu));
-        store<T, V>(dx + base + (s + u * sstep) * V, o);
+        store<T, V>(dx + off[u], o);
       }
-    }
-    for (; s < SV; s += sstep) {
-      const long long off = base + s * V;
-      float d[V], xv[V], o[V];
-      load<T, V>(dy + off, d);
-      load<T, V>(x + off, xv);
-#pragma unroll
-      for (int v = 0; v < V; v++) o[v] = fmaf(A, d[v] - Md, B * (xv[v] - mu));
-      store<T, V>(dx + off, o);
     }
   }
 }
 
-// channel_sums adds channel c's partial sums in split order.
+// The finalize kernels run blocks of (kLanes, kSplitLanes): threadIdx.x over
+// kLanes adjacent channels, threadIdx.y over the splits, so that a block's
+// loads of one split are one coalesced run and each thread adds a fraction
+// of the splits.
+constexpr int kLanes = 32;
+constexpr int kSplitLanes = 8;
+
+// channel_sums adds channel c's partial sums: each thread those of splits
+// threadIdx.y, threadIdx.y + kSplitLanes, ..., then the block's threads of
+// one channel in a fixed tree, so the result does not depend on scheduling.
+// Every thread of the block calls it; thread y = 0 of each channel gets the
+// sums.
 __device__ __forceinline__ void channel_sums(const gobn_params& p, long long c, double& sdy, double& sdx) {
+  __shared__ double sh[2][kThreads];
   sdy = 0;
   sdx = 0;
-  for (long long k = 0; k < p.splits; k++) {
-    sdy += at<double>(p.partial)[(2 * k) * p.c + c];
-    sdx += at<double>(p.partial)[(2 * k + 1) * p.c + c];
+  if (c < p.c) {
+    const double* partial = at<const double>(p.partial);
+#pragma unroll 4
+    for (long long k = threadIdx.y; k < p.splits; k += kSplitLanes) {
+      sdy += partial[(2 * k) * p.c + c];
+      sdx += partial[(2 * k + 1) * p.c + c];
+    }
   }
+  const int tid = threadIdx.y * kLanes + threadIdx.x;
+  sh[0][tid] = sdy;
+  sh[1][tid] = sdx;
+  tree_sum<2>(sh, tid, kLanes, threadIdx.y, kSplitLanes);
+  sdy = sh[0][threadIdx.x];
+  sdx = sh[1][threadIdx.x];
 }
 
 // coefficients writes the apply pass's A, B and M of channel c, for
@@ -413,7 +455,7 @@ __device__ __forceinline__ void coefficients(const gobn_params& p, long long c, 
 }
 
 __device__ __forceinline__ long long channel_index() {
-  return static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  return static_cast<long long>(blockIdx.x) * kLanes + threadIdx.x;
 }
 
 // global_finalize forms BatchNormWithGlobalNormalizationGrad's 1-D outputs
@@ -422,9 +464,9 @@ __device__ __forceinline__ long long channel_index() {
 template <typename T>
 __device__ __forceinline__ void global_finalize(const gobn_params& p) {
   const long long c = channel_index();
-  if (c >= p.c) return;
   double sdy, sdx;
   channel_sums(p, c, sdy, sdx);
+  if (c >= p.c || threadIdx.y != 0) return;
   const double s = inv_std(to_float(at<const T>(p.var)[c]), p.epsilon);
   double k = s, dg = 0;
   if (p.scale_after_normalization) {
@@ -439,15 +481,15 @@ __device__ __forceinline__ void global_finalize(const gobn_params& p) {
 
 }  // namespace
 
-// Finalize kernels: one thread per channel, grid ⌈C/256⌉ blocks of 256.
+// Finalize kernels: grid ⌈C/kLanes⌉ blocks of (kLanes, kSplitLanes).
 
 // The training gradient: var is reserve_space_2, the inverse standard
 // deviation; out: scale_backprop, offset_backprop; coef for apply.
 extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks) gobn_finalize_train(gobn_params p) {
   const long long c = channel_index();
-  if (c >= p.c) return;
   double sdy, sdx;
   channel_sums(p, c, sdy, sdx);
+  if (c >= p.c || threadIdx.y != 0) return;
   const double inv = at<const float>(p.var)[c];
   at<float>(p.out[0])[c] = static_cast<float>(sdx * inv);
   at<float>(p.out[1])[c] = static_cast<float>(sdy);
@@ -458,9 +500,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks) gobn_finalize
 // scale_backprop, offset_backprop (x_backprop is the sweep's).
 extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks) gobn_finalize_infer(gobn_params p) {
   const long long c = channel_index();
-  if (c >= p.c) return;
   double sdy, sdx;
   channel_sums(p, c, sdy, sdx);
+  if (c >= p.c || threadIdx.y != 0) return;
   const double inv = inv_std(at<const float>(p.var)[c], p.epsilon);
   at<float>(p.out[0])[c] = static_cast<float>(sdx * inv);
   at<float>(p.out[1])[c] = static_cast<float>(sdy);
@@ -469,9 +511,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks) gobn_finalize
 // BatchNormGradReduce: out: sum_dy, sum_dy_xmu.
 extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks) gobn_finalize_reduce(gobn_params p) {
   const long long c = channel_index();
-  if (c >= p.c) return;
   double sdy, sdx;
   channel_sums(p, c, sdy, sdx);
+  if (c >= p.c || threadIdx.y != 0) return;
   at<float>(p.out[0])[c] = static_cast<float>(sdy);
   at<float>(p.out[1])[c] = static_cast<float>(sdx);
 }
@@ -480,7 +522,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks) gobn_finalize
 // variance var and R = count.
 extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks) gobn_finalize_apply(gobn_params p) {
   const long long c = channel_index();
-  if (c >= p.c) return;
+  if (c >= p.c || threadIdx.y != 0) return;
   const double inv = inv_std(at<const float>(p.var)[c], p.epsilon);
   coefficients(p, c, inv, at<const float>(p.sum_dy)[c], at<const float>(p.sum_dy_xmu)[c]);
 }

@@ -39,12 +39,20 @@ type params struct {
 const (
 	// threads is the block size of every kernel (kThreads in batchnorm.cu).
 	threads = 256
-	// targetBlocks is about the blocks that fill a large GPU twice over
-	// (132 multiprocessors × 8 blocks of 256 threads on an H100): layouts
-	// are split until a launch has this many blocks or each thread has
-	// minSteps steps of work left.
-	targetBlocks = 2048
-	minSteps     = 4
+	// targetBlocks is about the blocks of 256 threads that fill a large GPU
+	// (132 multiprocessors on an H100, 2 to 4 blocks each at our register
+	// counts): layouts are split until a launch has this many blocks or
+	// each thread has minSteps rows (or row pieces) of work left. More
+	// blocks would only add partial sums and per-block reductions.
+	targetBlocks = 512
+	minSteps     = 8
+	// segmentBytes is the least run of a row a channels-last block reads:
+	// a whole 128-byte cache line. Blocks are that narrow where the channels
+	// allow, so that a launch fills the GPU with few partial sums per channel.
+	segmentBytes = 128
+	// finalizeLanes and finalizeSplitLanes shape the finalize kernels' blocks.
+	finalizeLanes      = 32
+	finalizeSplitLanes = 8
 	// maxGridYZ is CUDA's limit on gridDim.y and gridDim.z.
 	maxGridYZ = 65535
 	// workspaceAlign aligns each workspace array (the allocators' 256).
@@ -96,12 +104,13 @@ func clamp(v, lo, hi int64) int64 { return max(lo, min(v, hi)) }
 func layoutGeometry(d kernels.Dims, t DType, target int64, ptrs ...Ptr) geometry {
 	g := geometry{channelsLast: layoutOf(d)}
 	if g.channelsLast {
-		// Block: tx vectors of V channels (at most 128, spread evenly over
-		// the blocks of a row) by ty rows; grid: the row's blocks by splits.
+		// Block: tx vectors of V channels (a segmentBytes run of a row, or
+		// the whole row when it is shorter, spread evenly over the blocks of
+		// a row) by ty rows; grid: the row's blocks by splits.
 		R := d.N * d.S
 		g.v = vectorWidth(t, d.C, ptrs...)
 		CV := d.C / g.v
-		gx := ceilDiv(CV, 128)
+		gx := ceilDiv(CV, max(1, segmentBytes/(g.v*t.Size())))
 		tx := ceilDiv(CV, gx)
 		ty := clamp(threads/tx, 1, R)
 		steps := ceilDiv(R, ty)
@@ -156,9 +165,12 @@ func workspaceLayout(splits, C int64) (partial, coef, total int64) {
 	return partial, coef, total
 }
 
-// finalizeLaunch is the finalize kernel over C channels.
+// finalizeLaunch is the finalize kernel over C channels: blocks of
+// finalizeLanes channels by finalizeSplitLanes threads over the splits
+// (kLanes, kSplitLanes in batchnorm.cu).
 func finalizeLaunch(k kernelID, C int64, p params) launch {
-	return launch{kernel: k, grid: [3]uint32{uint32(ceilDiv(C, threads)), 1, 1}, block: [3]uint32{threads, 1, 1}, params: p}
+	return launch{kernel: k, grid: [3]uint32{uint32(ceilDiv(C, finalizeLanes)), 1, 1},
+		block: [3]uint32{finalizeLanes, finalizeSplitLanes, 1}, params: p}
 }
 
 func (a FusedGradArgs) plan() (plan, error) {

@@ -91,6 +91,7 @@ func TestPlansCoverEveryElement(t *testing.T) {
 		for _, l := range p.launches {
 			threadsPerBlock := int64(l.block[0]) * int64(l.block[1]) * int64(l.block[2])
 			require.LessOrEqual(t, threadsPerBlock, int64(threads), name)
+			require.Positive(t, l.block[0], name)
 			require.Positive(t, threadsPerBlock, name)
 			require.LessOrEqual(t, l.grid[1], uint32(maxGridYZ), name)
 			require.LessOrEqual(t, l.grid[2], uint32(maxGridYZ), name)

@@ -1,0 +1,155 @@
+"""ctypes binding of libgobncheck.so (internal/cmd/gpucheck), shared by
+check.py and bench.py.
+
+The library exports, per op family, a CPU entry (host pointers; gobn's Go
+kernels) and a GPU entry (device pointers, a CUstream, a workspace; the
+kernels/cuda package), plus a workspace query per family. See the package
+doc of internal/cmd/gpucheck for the argument order.
+"""
+
+import ctypes
+import json
+import os
+import pathlib
+
+DTYPE_CODE = {"float": 0, "half": 1, "bfloat16": 2}
+LAYOUT_CODE = {"NHWC": 0, "NDHWC": 0, "NCHW": 1, "NCDHW": 1}
+CHANNELS_LAST = {"NHWC", "NDHWC"}
+
+
+class GobnError(RuntimeError):
+    """A call into the library returned an error."""
+
+
+def find_library():
+    """The library: $GOBNCHECK_LIB, else beside this script (the bundle in
+    build/gpu), else build/gpu of the repository holding this script."""
+    here = pathlib.Path(__file__).resolve().parent
+    candidates = []
+    if os.environ.get("GOBNCHECK_LIB"):
+        candidates.append(pathlib.Path(os.environ["GOBNCHECK_LIB"]))
+    candidates += [here / "libgobncheck.so", here.parent.parent / "build" / "gpu" / "libgobncheck.so"]
+    for c in candidates:
+        if c.is_file():
+            return str(c)
+    raise FileNotFoundError("libgobncheck.so not found (tried %s); run make gpu-bundle"
+                            % ", ".join(map(str, candidates)))
+
+
+_i, _i64, _f = ctypes.c_int, ctypes.c_int64, ctypes.c_float
+_hp, _dp = ctypes.c_void_p, ctypes.c_size_t  # host pointer, device pointer (uintptr_t)
+
+# family: (number of leading scalar args after dtype, layout, N, C, S) and
+# the scalar types, then the number of tensor pointers.
+_FAMILIES = {
+    "fused": ([_i, _f], 8),      # training, epsilon; dy x scale rs1 rs2 dx dscale doffset
+    "global": ([_i, _f], 10),    # scale_after, eps; t m v gamma backprop dx dm dv db dg
+    "reduce": ([], 5),           # dy x mean sum_dy sum_dy_xmu
+    "apply": ([_i64, _f], 8),    # count, eps; dy x scale mean var sum_dy sum_dy_xmu dx
+}
+
+
+class Lib:
+    def __init__(self, path=None):
+        self.path = path or find_library()
+        so = ctypes.CDLL(self.path)
+        self._so = so
+        for name in ("gobncheck_error", "gobncheck_available", "gobncheck_launches", "gobncheck_info"):
+            fn = getattr(so, name)
+            fn.argtypes = []
+            fn.restype = ctypes.c_char_p
+        head = [_i, _i, _i64, _i64, _i64]
+        for fam, (scalars, nptr) in _FAMILIES.items():
+            cpu = getattr(so, "gobncheck_%s_cpu" % fam)
+            cpu.argtypes = head + scalars + [_hp] * nptr
+            cpu.restype = _i
+            gpu = getattr(so, "gobncheck_%s_gpu" % fam)
+            gpu.argtypes = head + scalars + [_dp] * nptr + [_dp, _dp, _i64]
+            gpu.restype = _i
+            ws = getattr(so, "gobncheck_%s_workspace" % fam)
+            ws.argtypes = head + scalars + [_dp] * nptr
+            ws.restype = _i64
+
+    def error(self):
+        b = self._so.gobncheck_error()
+        return b.decode() if b else ""
+
+    def available(self):
+        """None when the CUDA path can run, else the reason."""
+        b = self._so.gobncheck_available()
+        return b.decode() if b else None
+
+    def launches(self):
+        b = self._so.gobncheck_launches()
+        if b is None:
+            raise GobnError(self.error())
+        return {k: int(v) for k, v in json.loads(b.decode()).items()}
+
+    def info(self):
+        return json.loads(self._so.gobncheck_info().decode())
+
+    @staticmethod
+    def _head(dtype, layout, N, C, S):
+        return [DTYPE_CODE[dtype], LAYOUT_CODE[layout], int(N), int(C), int(S)]
+
+    def cpu(self, family, dtype, layout, N, C, S, scalars, ptrs):
+        """Runs family's Go CPU kernel; ptrs are host addresses (ints, 0 for
+        an empty tensor)."""
+        fn = getattr(self._so, "gobncheck_%s_cpu" % family)
+        if fn(*self._head(dtype, layout, N, C, S), *scalars, *ptrs) != 0:
+            raise GobnError(self.error())
+
+    def gpu(self, family, dtype, layout, N, C, S, scalars, ptrs, stream=0, workspace=0, workspace_bytes=0):
+        """Runs family's CUDA path; ptrs are device addresses."""
+        fn = getattr(self._so, "gobncheck_%s_gpu" % family)
+        if fn(*self._head(dtype, layout, N, C, S), *scalars, *ptrs, int(stream), int(workspace),
+              int(workspace_bytes)) != 0:
+            raise GobnError(self.error())
+
+    def workspace(self, family, dtype, layout, N, C, S, scalars, ptrs):
+        """The workspace bytes the GPU entry needs for these arguments (they
+        depend on the addresses: the vector width follows their alignment)."""
+        fn = getattr(self._so, "gobncheck_%s_workspace" % family)
+        n = fn(*self._head(dtype, layout, N, C, S), *scalars, *ptrs)
+        if n < 0:
+            raise GobnError(self.error())
+        return int(n)
+
+
+def dims(layout, shape):
+    """(N, C, S) of a logical shape given in layout's order."""
+    shape = [int(d) for d in shape]
+    if layout in CHANNELS_LAST:
+        N, C, spatial = shape[0], shape[-1], shape[1:-1]
+    else:
+        N, C, spatial = shape[0], shape[1], shape[2:]
+    S = 1
+    for d in spatial:
+        S *= d
+    return N, C, S
+
+
+def device_facts(torch):
+    """GPU name, driver, torch/CUDA/cuDNN versions: what a result JSON states."""
+    import subprocess
+    facts = {"torch": torch.__version__, "cuda_runtime": torch.version.cuda}
+    try:
+        facts["cudnn"] = torch.backends.cudnn.version()
+    except Exception:  # noqa: BLE001
+        facts["cudnn"] = None
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        facts.update(gpu=p.name, sm_count=p.multi_processor_count, memory_gib=round(p.total_memory / 2**30, 1),
+                     capability="%d.%d" % (p.major, p.minor))
+        l2 = getattr(p, "L2_cache_size", None)
+        if l2:
+            facts["l2_bytes"] = int(l2)
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,name,clocks.max.sm,clocks.max.mem",
+                              "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
+        if out.returncode == 0 and out.stdout.strip():
+            f = [s.strip() for s in out.stdout.strip().splitlines()[0].split(",")]
+            facts.update(driver=f[0], smi_name=f[1], max_sm_clock=f[2], max_mem_clock=f[3])
+    except Exception:  # noqa: BLE001
+        pass
+    return facts

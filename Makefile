@@ -1,13 +1,22 @@
-# gobn: one Makefile for every command the README shows.
+# gobn: one Makefile for every command the README shows. `make help` prints
+# the list below, one line a target.
 #
-#   make          build build/libgobn.so (creates .venv with the pinned TensorFlow)
-#   make demo     run every op beside stock TensorFlow: max error and speed ratio
-#   make test     go vet, Go tests (also under -race, and each fuzz target briefly), pytest
-#   make fuzz     each Go fuzz target, FUZZ_SCALE (default 20) times make test's budget
-#   make env      print the exports a Go (tfgo) program needs: eval "$(make -s env)"
-#   make golden   stock TensorFlow golden files into build/golden, then check gobn on them
-#   make bench    benchmark against stock TensorFlow (bench/results.json, bench/ratios.png)
-#   make clean    remove build outputs
+#   make all         build build/libgobn.so; the default (creates .venv with the pinned TensorFlow)
+#   make demo        run every op beside stock TensorFlow: max error and speed ratio
+#   make test        everything: vet, gotest, race, fuzz-short, pytest
+#   make vet         go vet, also with the library's build tags (-tags cuda when GOBN_CUDA=1)
+#   make gotest      the Go tests, also with GOEXPERIMENT=simd and the library's build tags
+#   make race        the Go tests of kernels and capi under the race detector, -short
+#   make fuzz-short  each Go fuzz target briefly (make test's budget)
+#   make fuzz        each Go fuzz target, FUZZ_SCALE (default 20) times make test's budget
+#   make pytest      the Python tests (python_tests) against build/libgobn.so
+#   make generate    regenerate capi/registry_gen.c and ops/ops_gen.go from opdef
+#   make env         print the exports a Go (tfgo) program needs: eval "$(make -s env)"
+#   make golden      stock TensorFlow golden files into build/golden, then check gobn on them
+#   make bench       benchmark against stock TensorFlow (bench/results.json, bench/ratios.png)
+#   make gpu-bundle  build/gpu: the CUDA path's check, for a GPU machine without Go or TensorFlow
+#   make clean       remove build outputs
+#   make help        print this list
 #
 # GOBN_CUDA=1 (the default) builds the CUDA path too: kernels/cuda compiled
 # with NVRTC from the pinned wheels into kernels/cuda/gobn.fatbin, and the
@@ -22,7 +31,7 @@ LIB := build/libgobn.so
 TFLIBDIR := build/tflib
 TFLIB := $(TFLIBDIR)/libtensorflow.so
 
-.PHONY: all bench demo test gotest pytest vet generate env golden clean FORCE gpu-bundle
+.PHONY: all bench demo test gotest pytest vet race fuzz fuzz-short generate env golden clean gpu-bundle help FORCE
 all: $(LIB)
 
 # The virtual environment with the pinned TensorFlow (see requirements.txt).
@@ -37,7 +46,7 @@ build/tf.mk: $(VENV)/.installed scripts/tfflags.py
 	mkdir -p build
 	$(VPY) scripts/tfflags.py > $@.tmp && mv $@.tmp $@
 
-ifneq ($(filter-out clean,$(MAKECMDGOALS)),)
+ifneq ($(filter-out clean help,$(MAKECMDGOALS)),)
 include build/tf.mk
 else ifeq ($(MAKECMDGOALS),)
 include build/tf.mk
@@ -79,25 +88,10 @@ BUILD_MODE := build/gobn-mode
 $(BUILD_MODE): FORCE
 	@mkdir -p build
 	@echo 'GOBN_CUDA=$(GOBN_CUDA) GO_TAGS=$(GO_TAGS)' | cmp -s - $@ || echo 'GOBN_CUDA=$(GOBN_CUDA) GO_TAGS=$(GO_TAGS)' > $@
-.PHONY: FORCE
 FORCE:
 
-# Go's runtime in the library carries one scheduling rule, golang/go#60693:
-# sysmon preempts a goroutine that has held its P for 10 ms only when no P is
-# idle (internal/cmd/sysmonrule says why). The rule reaches the build as an
-# overlay of the installed Go's runtime/proc.go; a Go whose source lacks the
-# line it changes gets a warning and the stock runtime. GO_RUNTIME=stock
-# builds with the stock runtime: make GO_RUNTIME=stock. The overlay's files
-# are rewritten only when they change, so this costs a rebuild only then.
-GO_RUNTIME ?= rule
-OVERLAY := build/goruntime/overlay.json
-$(OVERLAY): FORCE
-	go run ./internal/cmd/sysmonrule -goroot "$$(go env GOROOT)" -out build/goruntime$(if $(filter stock,$(GO_RUNTIME)), -off)
-FORCE:
-
-$(LIB): $(GO_SOURCES) build/tf.mk $(OVERLAY) $(CUDA_DEPS) $(BUILD_MODE)
-	GOEXPERIMENT=simd go build $(GO_TAGFLAGS) -overlay $(OVERLAY) \
-		-ldflags "-X main.goRuntimeRule=$$(cat build/goruntime/rule)" -buildmode=c-shared -o $@ ./capi
+$(LIB): $(GO_SOURCES) build/tf.mk $(CUDA_DEPS) $(BUILD_MODE)
+	GOEXPERIMENT=simd go build $(GO_TAGFLAGS) -buildmode=c-shared -o $@ ./capi
 	rm -f build/libgobn.h
 	# beside the Python package too (python/gobn), for `pip install ./python`;
 	# renamed into place, so a process that has the old copy loaded keeps it
@@ -132,8 +126,8 @@ gotest: $(LIB) $(TFLIB)
 	# the vector loops of kernels (GOEXPERIMENT=simd: AVX-512, then AVX2)
 	# beside the portable ones above
 	GOEXPERIMENT=simd go test ./kernels
-	# the capi layer with the Go runtime and vector loops the library ships
-	GOEXPERIMENT=simd go test -overlay $(OVERLAY) ./capi
+	# the capi layer with the vector loops the library ships
+	GOEXPERIMENT=simd go test ./capi
 	# the CUDA path the library ships (GOBN_CUDA=1)
 	$(if $(GO_TAGS),GOEXPERIMENT=simd go test $(GO_TAGFLAGS) ./kernels/cuda/... ./capi)
 
@@ -171,7 +165,6 @@ define run-fuzz
 		else cat $$log; exit 1; fi; \
 	done
 endef
-.PHONY: race fuzz fuzz-short
 fuzz-short: $(LIB)
 	$(call run-fuzz,1)
 fuzz: $(LIB)
@@ -189,6 +182,10 @@ bench: $(LIB)
 clean:
 	rm -rf build
 	rm -f python/gobn/libgobn.so $(CUDA_FATBIN)
+
+# The header of this file, one line a target.
+help:
+	@sed -n 's/^#   make /make /p' $(firstword $(MAKEFILE_LIST))
 
 # ---------------------------------------------------------------------------
 # The GPU check bundle: make gpu-bundle fills build/gpu with what a machine

@@ -77,9 +77,8 @@ func gobnShape(ctx *C.TF_ShapeInferenceContext, op C.int, status *C.TF_Status) {
 var goRuntimeC = sync.OnceValue(func() *C.char { return C.CString(goRuntime()) })
 
 // gobnGoRuntime says which Go runtime the library was built with, for
-// scripts/bench.py and the tests (through ctypes): the Go version, and the
-// scheduling rule it carries or "none" (see runtime.go). It returns NULL if
-// that cannot be said.
+// scripts/bench.py and the tests (through ctypes): the Go version, e.g.
+// "go1.26.8-X:simd" (see runtime.go). It returns NULL if that cannot be said.
 //
 //export gobnGoRuntime
 func gobnGoRuntime() (s *C.char) {

@@ -5,17 +5,10 @@ import (
 	"runtime"
 )
 
-// goRuntimeRule names the scheduling rule the Makefile builds Go's runtime
-// with (internal/cmd/sysmonrule, golang/go#60693: sysmon preempts a goroutine
-// that has held its P for 10 ms only when no P is idle), or "none". The
-// Makefile sets it with -ldflags -X; a plain go build leaves "none", which is
-// true of such a build. Without the rule, sysmon takes back the P of a
-// TensorFlow thread that keeps calling gobn every 10 ms and then polls every
-// 20 µs, which costs small lone calls a few percent (README, Performance).
-var goRuntimeRule = "none"
-
-// goRuntime is the Go version and the rule, e.g. "go1.26.8 sysmon-rule=none".
-func goRuntime() string { return runtime.Version() + " sysmon-rule=" + goRuntimeRule }
+// goRuntime is the Go version the library was built with, e.g.
+// "go1.26.8-X:simd": Go's own runtime, unchanged (docs/performance.md says
+// why gobn ships no patched one).
+func goRuntime() string { return runtime.Version() }
 
 // Go's scheduler inside TensorFlow. Every TensorFlow thread that calls a gobn
 // kernel enters Go through a cgo callback; when the callback returns, that

@@ -118,8 +118,8 @@ def load_tf(onednn):
 
 
 def go_runtime():
-    """The Go version and scheduling rule libgobn.so was built with (capi's
-    gobnGoRuntime), e.g. "go1.26.8-X:simd sysmon-rule=golang/go#60693"."""
+    """The Go version libgobn.so was built with (capi's gobnGoRuntime),
+    e.g. "go1.26.8-X:simd"."""
     import ctypes
     f = ctypes.CDLL(library_path()).gobnGoRuntime
     f.restype = ctypes.c_char_p

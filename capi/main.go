@@ -1,13 +1,15 @@
 // Command capi is gobn's TensorFlow plugin, built with -buildmode=c-shared as
 // build/libgobn.so. Loading it (tf.load_op_library, tf.LoadLibrary in Go)
-// registers the Gobn> ops and their CPU kernels through TensorFlow's C API.
+// registers the Gobn> ops and their CPU kernels through TensorFlow's C API,
+// and, built with the cuda tag (make's default), their GPU kernels.
 //
 // Layout of the package: register.c registers ops and kernels from the tables
 // in registry_gen.c (generated from opdef) while the library loads;
 // callback.go holds the exported Go functions the C trampolines call;
 // tensors.go and status.go are the only other files that see C; kernel.go
 // (and sync.go, for the synchronized batch-norm ops) validates inputs and
-// dispatches to the kernels package in plain Go.
+// dispatches to the kernels package (cpu) or kernels/cuda (gpu.go) in plain
+// Go.
 //
 // Build flags (include path of TensorFlow's headers, libtensorflow_framework)
 // come from the environment (CGO_CFLAGS, CGO_LDFLAGS) as the Makefile sets

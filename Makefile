@@ -14,6 +14,8 @@
 #   make env         print the exports a Go (tfgo) program needs: eval "$(make -s env)"
 #   make golden      stock TensorFlow golden files into build/golden, then check gobn on them
 #   make bench       benchmark against stock TensorFlow (bench/results.json, bench/ratios.png)
+#   make bench-multiworker  gobn's synchronized batch norm against Keras' on 2 worker processes (docs/multiworker.md)
+#   make multiworker the example examples/multiworker: train on WORKERS (default 2) local worker processes
 #   make gpu-bundle  build/gpu: the CUDA path's check, for a GPU machine without Go or TensorFlow
 #   make clean       remove build outputs
 #   make help        print this list
@@ -31,14 +33,15 @@ LIB := build/libgobn.so
 TFLIBDIR := build/tflib
 TFLIB := $(TFLIBDIR)/libtensorflow.so
 
-.PHONY: all bench demo test gotest pytest vet race fuzz fuzz-short generate env golden clean gpu-bundle help FORCE
+.PHONY: all bench bench-multiworker multiworker demo test gotest pytest vet race fuzz fuzz-short generate env golden clean gpu-bundle help FORCE
 all: $(LIB)
 
 # The virtual environment with the pinned TensorFlow (see requirements.txt).
-$(VENV)/.installed: requirements.txt
+$(VENV)/.installed: requirements.txt requirements-nodeps.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VPY) -m pip install --quiet --upgrade pip
 	$(VPY) -m pip install --quiet -r requirements.txt
+	$(VPY) -m pip install --quiet --no-deps -r requirements-nodeps.txt
 	touch $@
 
 # TensorFlow's include and library directories, read from tf.sysconfig.
@@ -210,3 +213,13 @@ $(GPU_BUNDLE)/libgobncheck.so: kernels/cuda/gobn.fatbin $(GO_SOURCES) $(wildcard
 gpu-bundle: $(GPU_BUNDLE)/libgobncheck.so $(GPUCHECK_SCRIPTS)
 	cp $(GPUCHECK_SCRIPTS) $(GPU_BUNDLE)/
 	@du -sh $(GPU_BUNDLE) | sed 's/^/gpu-bundle: /'
+
+# ---------------------------------------------------------------------------
+# Beyond one machine: tf.distribute.MultiWorkerMirroredStrategy on local
+# worker processes (127.0.0.1, free ports, TF_CONFIG per worker).
+WORKERS ?= 2
+multiworker: $(LIB)
+	$(VPY) examples/multiworker/train.py --workers $(WORKERS)
+
+bench-multiworker: $(LIB)
+	$(VPY) scripts/bench_multiworker.py

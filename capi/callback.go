@@ -4,9 +4,11 @@ package main
 import "C"
 
 import (
+	"encoding/json"
 	"fmt"
 	"runtime/cgo"
 	"sync"
+	"sync/atomic"
 
 	"github.com/gobn/gobn/opdef"
 )
@@ -16,7 +18,7 @@ import (
 // Internal error, never a crash of the host process.
 
 //export gobnCreate
-func gobnCreate(ctx *C.TF_OpKernelConstruction, op, onGPU C.int) (handle C.uintptr_t) {
+func gobnCreate(ctx *C.TF_OpKernelConstruction, op, flags C.int) (handle C.uintptr_t) {
 	status := C.TF_NewStatus()
 	defer C.TF_DeleteStatus(status)
 	defer func() {
@@ -26,7 +28,10 @@ func gobnCreate(ctx *C.TF_OpKernelConstruction, op, onGPU C.int) (handle C.uintp
 			handle = 0
 		}
 	}()
-	k, err := newKernel(opdef.All[op], onGPU != 0, constructionAttrs{ctx: ctx, status: status})
+	k, err := newKernel(opdef.All[op], flags&C.GOBN_ON_GPU != 0, constructionAttrs{ctx: ctx, status: status})
+	if err == nil {
+		k.calls = &kernelCalls[op][flags]
+	}
 	if err != nil {
 		setStatus(status, err)
 		C.TF_OpKernelConstruction_Failure(ctx, status)
@@ -45,7 +50,9 @@ func gobnCompute(handle C.uintptr_t, ctx *C.TF_OpKernelContext) {
 			C.TF_OpKernelContext_Failure(ctx, c.status)
 		}
 	}()
-	if err := compute(cgo.Handle(handle).Value().(*kernel), c); err != nil {
+	k := cgo.Handle(handle).Value().(*kernel)
+	k.calls.Add(1)
+	if err := compute(k, c); err != nil {
 		setStatus(c.status, err)
 		C.TF_OpKernelContext_Failure(ctx, c.status)
 	}
@@ -88,6 +95,71 @@ func gobnGoRuntime() (s *C.char) {
 		}
 	}()
 	return goRuntimeC()
+}
+
+// kernelCalls counts the compute calls of each op's kernels, by the flags
+// they were registered with (gobn.h: GOBN_ON_GPU, GOBN_AS_STOCK).
+var kernelCalls = make([][4]atomic.Uint64, len(opdef.All))
+
+// gobnKernelCalls returns the compute calls of gobn's kernels since the
+// library was loaded, as JSON: {"registered op name": {"CPU": n, "GPU": n}}
+// for every kernel called at least once (the stock names are those of
+// gobnEnable's kernels). It is how a caller can tell that gobn's kernels,
+// not stock's, ran. The string is the caller's to free (libc free), or
+// NULL on failure.
+//
+//export gobnKernelCalls
+func gobnKernelCalls() (s *C.char) {
+	defer func() {
+		if recover() != nil {
+			s = nil
+		}
+	}()
+	calls := map[string]map[string]uint64{}
+	for i, op := range opdef.All {
+		for flags := range kernelCalls[i] {
+			n := kernelCalls[i][flags].Load()
+			if n == 0 {
+				continue
+			}
+			name, device := op.Name, "CPU"
+			if flags&C.GOBN_AS_STOCK != 0 {
+				name = op.Stock
+			}
+			if flags&C.GOBN_ON_GPU != 0 {
+				device = "GPU"
+			}
+			if calls[name] == nil {
+				calls[name] = map[string]uint64{}
+			}
+			calls[name][device] = n
+		}
+	}
+	b, err := json.Marshal(calls)
+	if err != nil {
+		return nil
+	}
+	return C.CString(string(b))
+}
+
+// gobnEnable registers gobn's kernels under the stock ops' names with a
+// priority above stock's (register.c's gobn_enable), once. It returns the
+// number of kernels registered, or -1 with the reason in *msg (a string the
+// caller frees).
+//
+//export gobnEnable
+func gobnEnable(msg **C.char) (n C.int) {
+	defer func() {
+		if p := recover(); p != nil {
+			*msg = C.CString(fmt.Sprintf("gobn: panic while enabling: %v", p))
+			n = -1
+		}
+	}()
+	n = C.gobn_enable()
+	if n < 0 {
+		*msg = C.CString(C.GoString(C.gobn_registration_error()))
+	}
+	return n
 }
 
 func compute(k *kernel, c *call) error {

@@ -30,6 +30,7 @@ typedef struct {
 // One op as generated from opdef: spec strings and the per-op trampolines.
 typedef struct {
   const char* name;
+  const char* stock;  // the stock op of the same signature, or NULL
   int num_inputs;
   const char* const* inputs;
   int num_outputs;
@@ -42,8 +43,10 @@ typedef struct {
   const gobn_binding* gpu_kernels;
   int num_host_memory;
   const char* const* host_memory;  // args a GPU kernel keeps in host memory
-  void* (*create)(TF_OpKernelConstruction*);      // a CPU kernel
-  void* (*create_gpu)(TF_OpKernelConstruction*);  // a GPU kernel, or NULL
+  // The kernels' create callbacks, by flags: GOBN_ON_GPU for a GPU kernel,
+  // GOBN_AS_STOCK for one registered under the stock op's name (NULL where
+  // there is no such kernel).
+  void* (*create[4])(TF_OpKernelConstruction*);
   void (*shape)(TF_ShapeInferenceContext*, TF_Status*);
 } gobn_op_spec;
 
@@ -51,7 +54,16 @@ extern const gobn_op_spec gobn_ops[];
 extern const int gobn_num_ops;
 
 // C trampolines into the exported Go callbacks (register.c).
-void* gobn_create(TF_OpKernelConstruction* ctx, int op, int on_gpu);
+#define GOBN_ON_GPU 1
+#define GOBN_AS_STOCK 2
+void* gobn_create(TF_OpKernelConstruction* ctx, int op, int flags);
+
+// gobn_enable registers gobn's kernels under the stock ops' names, for
+// every dtype and device gobn has kernels for, with a priority above
+// stock's kernels (see register.c). It runs once; later calls return the
+// first call's result: the number of kernels registered, or -1 with the
+// reason in gobn_registration_error.
+int gobn_enable(void);
 void gobn_shape(TF_ShapeInferenceContext* ctx, int op, TF_Status* status);
 
 // A tensor of a running kernel as Go sees it, filled in by one C call

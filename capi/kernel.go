@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/gobn/gobn/kernels"
@@ -71,7 +72,8 @@ var (
 type kernel struct {
 	op                      opdef.Op
 	onGPU                   bool
-	dtype                   opdef.DType // attr T
+	calls                   *atomic.Uint64 // its entry of kernelCalls
+	dtype                   opdef.DType    // attr T
 	dataFormat              string
 	isTraining              bool
 	epsilon                 float32 // epsilon or variance_epsilon

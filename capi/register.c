@@ -7,6 +7,7 @@
 // up yet, and calling into Go here can deadlock the loader on older glibc.
 // Only the kernel callbacks, which TensorFlow calls later, enter Go.
 
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -23,8 +24,8 @@ static void note_failure(const char* what, const char* name, TF_Status* status) 
            what, name, TF_Message(status));
 }
 
-void* gobn_create(TF_OpKernelConstruction* ctx, int op, int on_gpu) {
-  return (void*)(uintptr_t)gobnCreate(ctx, op, on_gpu);
+void* gobn_create(TF_OpKernelConstruction* ctx, int op, int flags) {
+  return (void*)(uintptr_t)gobnCreate(ctx, op, flags);
 }
 
 static void gobn_compute(void* kernel, TF_OpKernelContext* ctx) {
@@ -47,13 +48,14 @@ static void register_op(const gobn_op_spec* op, TF_Status* status) {
   if (TF_GetCode(status) != TF_OK) note_failure("op", op->name, status);
 }
 
-// register_kernel registers one kernel of op on device_type ("CPU" or
-// "GPU") for the dtype binding b.
-static void register_kernel(const gobn_op_spec* op, const char* device_type, const gobn_binding* b,
-                            TF_Status* status) {
-  int gpu = strcmp(device_type, "GPU") == 0;
-  TF_KernelBuilder* builder =
-      TF_NewKernelBuilder(op->name, device_type, gpu ? op->create_gpu : op->create, gobn_compute, gobn_delete);
+// register_kernel registers one kernel of op for the dtype binding b: under
+// op->name, or under the stock op's name with priority 1 (GOBN_AS_STOCK in
+// flags), on the CPU or the GPU (GOBN_ON_GPU). It returns whether it did.
+static int register_kernel(const gobn_op_spec* op, int flags, const gobn_binding* b, TF_Status* status) {
+  const int gpu = (flags & GOBN_ON_GPU) != 0;
+  const char* device_type = gpu ? "GPU" : "CPU";
+  const char* op_name = (flags & GOBN_AS_STOCK) ? op->stock : op->name;
+  TF_KernelBuilder* builder = TF_NewKernelBuilder(op_name, device_type, op->create[flags], gobn_compute, gobn_delete);
   TF_KernelBuilder_TypeConstraint(builder, "T", (TF_DataType)b->t, status);
   if (TF_GetCode(status) == TF_OK && b->u >= 0) {
     TF_KernelBuilder_TypeConstraint(builder, "U", (TF_DataType)b->u, status);
@@ -62,31 +64,65 @@ static void register_kernel(const gobn_op_spec* op, const char* device_type, con
     TF_KernelBuilder_HostMemory(builder, op->host_memory[i]);
   }
   if (TF_GetCode(status) != TF_OK) {
-    note_failure("kernel type constraint for", op->name, status);
+    note_failure("kernel type constraint for", op_name, status);
     TF_DeleteKernelBuilder(builder);
-    return;
+    return 0;
+  }
+  if (flags & GOBN_AS_STOCK) {
+    // Above the stock kernels' 0: TensorFlow picks the kernel of highest
+    // priority for a device, and orders devices by it too, so gobn
+    // registers it on every device type it has kernels for (the GPU ones
+    // only with the CUDA path), keeping the GPU before the CPU as stock.
+    TF_KernelBuilder_Priority(builder, 1);
   }
   char kernel_name[160];
-  snprintf(kernel_name, sizeof kernel_name, "%s_%s_%d_%d", op->name, device_type, b->t, b->u);
+  snprintf(kernel_name, sizeof kernel_name, "gobn:%s_%s_%d_%d", op_name, device_type, b->t, b->u);
   TF_RegisterKernelBuilder(kernel_name, builder, status);  // takes the builder
-  if (TF_GetCode(status) != TF_OK) note_failure("kernel", op->name, status);
+  if (TF_GetCode(status) != TF_OK) {
+    note_failure("kernel", op_name, status);
+    return 0;
+  }
+  return 1;
 }
 
-static void register_kernels(const gobn_op_spec* op, TF_Status* status) {
-  for (int k = 0; k < op->num_kernels; k++) register_kernel(op, "CPU", &op->kernels[k], status);
-  // GPU kernels only where the library carries the CUDA path (the cgo flag
-  // GOBN_CUDA, set by the cuda build tag): without it TensorFlow places the
-  // ops on the CPU, as it should.
+// register_kernels registers op's kernels with flags' GOBN_AS_STOCK: CPU
+// kernels, and GPU ones where the library carries the CUDA path (the cgo
+// flag GOBN_CUDA, set by the cuda build tag; without it TensorFlow places
+// the ops on the CPU, as it should). It returns how many it registered.
+static int register_kernels(const gobn_op_spec* op, int flags, TF_Status* status) {
+  int n = 0;
+  for (int k = 0; k < op->num_kernels; k++) n += register_kernel(op, flags, &op->kernels[k], status);
 #ifdef GOBN_CUDA
-  for (int k = 0; k < op->num_gpu_kernels; k++) register_kernel(op, "GPU", &op->gpu_kernels[k], status);
+  for (int k = 0; k < op->num_gpu_kernels; k++) {
+    n += register_kernel(op, flags | GOBN_ON_GPU, &op->gpu_kernels[k], status);
+  }
 #endif
+  return n;
+}
+
+static pthread_once_t enable_once = PTHREAD_ONCE_INIT;
+static int enabled_kernels;
+
+static void enable(void) {
+  TF_Status* status = TF_NewStatus();
+  int n = 0;
+  for (int i = 0; i < gobn_num_ops; i++) {
+    if (gobn_ops[i].stock != NULL) n += register_kernels(&gobn_ops[i], GOBN_AS_STOCK, status);
+  }
+  TF_DeleteStatus(status);
+  enabled_kernels = registration_error[0] != '\0' ? -1 : n;
+}
+
+int gobn_enable(void) {
+  pthread_once(&enable_once, enable);
+  return enabled_kernels;
 }
 
 __attribute__((constructor)) static void gobn_register(void) {
   TF_Status* status = TF_NewStatus();
   for (int i = 0; i < gobn_num_ops; i++) {
     register_op(&gobn_ops[i], status);
-    register_kernels(&gobn_ops[i], status);
+    register_kernels(&gobn_ops[i], 0, status);
   }
   TF_DeleteStatus(status);
 }

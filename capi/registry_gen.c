@@ -8,8 +8,10 @@ static const char* const op0_outputs[] = {"x_backprop: T", "scale_backprop: T", 
 static const char* const op0_attrs[] = {"T: {float}", "epsilon: float = 0.0001", "data_format: {'NHWC', 'NCHW'} = 'NHWC'", "is_training: bool = true"};
 static const gobn_binding op0_kernels[] = {{1, -1}};
 static const gobn_binding op0_gpu_kernels[] = {{1, -1}};
-static void* op0_create(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 0, 0); }
-static void* op0_create_gpu(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 0, 1); }
+static void* op0_create0(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 0, 0); }
+static void* op0_create1(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 0, 1); }
+static void* op0_create2(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 0, 2); }
+static void* op0_create3(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 0, 3); }
 static void op0_shape(TF_ShapeInferenceContext* ctx, TF_Status* status) { gobn_shape(ctx, 0, status); }
 
 // Gobn>FusedBatchNormGradV2
@@ -18,8 +20,10 @@ static const char* const op1_outputs[] = {"x_backprop: T", "scale_backprop: U", 
 static const char* const op1_attrs[] = {"T: {half, bfloat16, float}", "U: {float}", "epsilon: float = 0.0001", "data_format: {'NHWC', 'NCHW'} = 'NHWC'", "is_training: bool = true"};
 static const gobn_binding op1_kernels[] = {{1, 1}, {19, 1}, {14, 1}};
 static const gobn_binding op1_gpu_kernels[] = {{1, 1}, {19, 1}, {14, 1}};
-static void* op1_create(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 1, 0); }
-static void* op1_create_gpu(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 1, 1); }
+static void* op1_create0(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 1, 0); }
+static void* op1_create1(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 1, 1); }
+static void* op1_create2(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 1, 2); }
+static void* op1_create3(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 1, 3); }
 static void op1_shape(TF_ShapeInferenceContext* ctx, TF_Status* status) { gobn_shape(ctx, 1, status); }
 
 // Gobn>FusedBatchNormGradV3
@@ -28,8 +32,10 @@ static const char* const op2_outputs[] = {"x_backprop: T", "scale_backprop: U", 
 static const char* const op2_attrs[] = {"T: {half, bfloat16, float}", "U: {float}", "epsilon: float = 0.0001", "data_format: {'NHWC', 'NCHW', 'NDHWC', 'NCDHW'} = 'NHWC'", "is_training: bool = true"};
 static const gobn_binding op2_kernels[] = {{1, 1}, {19, 1}, {14, 1}};
 static const gobn_binding op2_gpu_kernels[] = {{1, 1}, {19, 1}, {14, 1}};
-static void* op2_create(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 2, 0); }
-static void* op2_create_gpu(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 2, 1); }
+static void* op2_create0(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 2, 0); }
+static void* op2_create1(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 2, 1); }
+static void* op2_create2(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 2, 2); }
+static void* op2_create3(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 2, 3); }
 static void op2_shape(TF_ShapeInferenceContext* ctx, TF_Status* status) { gobn_shape(ctx, 2, status); }
 
 // Gobn>BatchNormWithGlobalNormalizationGrad
@@ -38,8 +44,10 @@ static const char* const op3_outputs[] = {"dx: T", "dm: T", "dv: T", "db: T", "d
 static const char* const op3_attrs[] = {"T: numbertype", "variance_epsilon: float", "scale_after_normalization: bool"};
 static const gobn_binding op3_kernels[] = {{19, -1}, {1, -1}, {2, -1}};
 static const gobn_binding op3_gpu_kernels[] = {{19, -1}, {1, -1}};
-static void* op3_create(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 3, 0); }
-static void* op3_create_gpu(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 3, 1); }
+static void* op3_create0(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 3, 0); }
+static void* op3_create1(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 3, 1); }
+static void* op3_create2(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 3, 2); }
+static void* op3_create3(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 3, 3); }
 static void op3_shape(TF_ShapeInferenceContext* ctx, TF_Status* status) { gobn_shape(ctx, 3, status); }
 
 // Gobn>BatchNormGradReduce
@@ -49,8 +57,8 @@ static const char* const op4_attrs[] = {"T: {half, bfloat16, float}", "U: {float
 static const gobn_binding op4_kernels[] = {{1, 1}, {19, 1}, {14, 1}};
 static const gobn_binding op4_gpu_kernels[] = {{1, 1}, {19, 1}, {14, 1}};
 static const char* const op4_host_memory[] = {"count"};
-static void* op4_create(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 4, 0); }
-static void* op4_create_gpu(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 4, 1); }
+static void* op4_create0(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 4, 0); }
+static void* op4_create1(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 4, 1); }
 static void op4_shape(TF_ShapeInferenceContext* ctx, TF_Status* status) { gobn_shape(ctx, 4, status); }
 
 // Gobn>BatchNormGradApply
@@ -60,17 +68,17 @@ static const char* const op5_attrs[] = {"T: {half, bfloat16, float}", "U: {float
 static const gobn_binding op5_kernels[] = {{1, 1}, {19, 1}, {14, 1}};
 static const gobn_binding op5_gpu_kernels[] = {{1, 1}, {19, 1}, {14, 1}};
 static const char* const op5_host_memory[] = {"count"};
-static void* op5_create(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 5, 0); }
-static void* op5_create_gpu(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 5, 1); }
+static void* op5_create0(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 5, 0); }
+static void* op5_create1(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 5, 1); }
 static void op5_shape(TF_ShapeInferenceContext* ctx, TF_Status* status) { gobn_shape(ctx, 5, status); }
 
 const gobn_op_spec gobn_ops[] = {
-    {"Gobn>FusedBatchNormGrad", 5, op0_inputs, 5, op0_outputs, 4, op0_attrs, 1, op0_kernels, 1, op0_gpu_kernels, 0, NULL, op0_create, op0_create_gpu, op0_shape},
-    {"Gobn>FusedBatchNormGradV2", 5, op1_inputs, 5, op1_outputs, 5, op1_attrs, 3, op1_kernels, 3, op1_gpu_kernels, 0, NULL, op1_create, op1_create_gpu, op1_shape},
-    {"Gobn>FusedBatchNormGradV3", 6, op2_inputs, 5, op2_outputs, 5, op2_attrs, 3, op2_kernels, 3, op2_gpu_kernels, 0, NULL, op2_create, op2_create_gpu, op2_shape},
-    {"Gobn>BatchNormWithGlobalNormalizationGrad", 5, op3_inputs, 5, op3_outputs, 3, op3_attrs, 3, op3_kernels, 2, op3_gpu_kernels, 0, NULL, op3_create, op3_create_gpu, op3_shape},
-    {"Gobn>BatchNormGradReduce", 3, op4_inputs, 3, op4_outputs, 3, op4_attrs, 3, op4_kernels, 3, op4_gpu_kernels, 1, op4_host_memory, op4_create, op4_create_gpu, op4_shape},
-    {"Gobn>BatchNormGradApply", 8, op5_inputs, 1, op5_outputs, 4, op5_attrs, 3, op5_kernels, 3, op5_gpu_kernels, 1, op5_host_memory, op5_create, op5_create_gpu, op5_shape},
+    {"Gobn>FusedBatchNormGrad", "FusedBatchNormGrad", 5, op0_inputs, 5, op0_outputs, 4, op0_attrs, 1, op0_kernels, 1, op0_gpu_kernels, 0, NULL, {op0_create0, op0_create1, op0_create2, op0_create3}, op0_shape},
+    {"Gobn>FusedBatchNormGradV2", "FusedBatchNormGradV2", 5, op1_inputs, 5, op1_outputs, 5, op1_attrs, 3, op1_kernels, 3, op1_gpu_kernels, 0, NULL, {op1_create0, op1_create1, op1_create2, op1_create3}, op1_shape},
+    {"Gobn>FusedBatchNormGradV3", "FusedBatchNormGradV3", 6, op2_inputs, 5, op2_outputs, 5, op2_attrs, 3, op2_kernels, 3, op2_gpu_kernels, 0, NULL, {op2_create0, op2_create1, op2_create2, op2_create3}, op2_shape},
+    {"Gobn>BatchNormWithGlobalNormalizationGrad", "BatchNormWithGlobalNormalizationGrad", 5, op3_inputs, 5, op3_outputs, 3, op3_attrs, 3, op3_kernels, 2, op3_gpu_kernels, 0, NULL, {op3_create0, op3_create1, op3_create2, op3_create3}, op3_shape},
+    {"Gobn>BatchNormGradReduce", NULL, 3, op4_inputs, 3, op4_outputs, 3, op4_attrs, 3, op4_kernels, 3, op4_gpu_kernels, 1, op4_host_memory, {op4_create0, op4_create1, NULL, NULL}, op4_shape},
+    {"Gobn>BatchNormGradApply", NULL, 8, op5_inputs, 1, op5_outputs, 4, op5_attrs, 3, op5_kernels, 3, op5_gpu_kernels, 1, op5_host_memory, {op5_create0, op5_create1, NULL, NULL}, op5_shape},
 };
 
 const int gobn_num_ops = 6;

@@ -53,24 +53,38 @@ func Generate(ops []opdef.Op) []byte {
 			}
 			p("static const char* const op%d_host_memory[] = {%s};\n", i, strings.Join(names, ", "))
 		}
-		p("static void* op%d_create(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, %d, 0); }\n", i, i)
-		if len(op.GPUKernels) > 0 {
-			p("static void* op%d_create_gpu(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, %d, 1); }\n", i, i)
+		// One create trampoline per way the op's kernels are registered:
+		// flags bit 0 a GPU kernel, bit 1 under the stock op's name.
+		for flags := range 4 {
+			if flags&1 != 0 && len(op.GPUKernels) == 0 || flags&2 != 0 && op.Stock == "" {
+				continue
+			}
+			p("static void* op%d_create%d(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, %d, %d); }\n", i, flags, i, flags)
 		}
 		p("static void op%d_shape(TF_ShapeInferenceContext* ctx, TF_Status* status) { gobn_shape(ctx, %d, status); }\n\n", i, i)
 	}
 	p("const gobn_op_spec gobn_ops[] = {\n")
 	for i, op := range ops {
-		gpu, host, createGPU := "NULL", "NULL", "NULL"
+		gpu, host, stock := "NULL", "NULL", "NULL"
 		if len(op.GPUKernels) > 0 {
-			gpu, createGPU = fmt.Sprintf("op%d_gpu_kernels", i), fmt.Sprintf("op%d_create_gpu", i)
+			gpu = fmt.Sprintf("op%d_gpu_kernels", i)
 		}
 		if len(op.HostMemory) > 0 {
 			host = fmt.Sprintf("op%d_host_memory", i)
 		}
-		p("    {%s, %d, op%d_inputs, %d, op%d_outputs, %d, op%d_attrs, %d, op%d_kernels, %d, %s, %d, %s, op%d_create, %s, op%d_shape},\n",
-			strconv.Quote(op.Name), len(op.Inputs), i, len(op.Outputs), i, len(op.Attrs), i, len(op.Kernels), i,
-			len(op.GPUKernels), gpu, len(op.HostMemory), host, i, createGPU, i)
+		if op.Stock != "" {
+			stock = strconv.Quote(op.Stock)
+		}
+		creates := make([]string, 4)
+		for flags := range creates {
+			creates[flags] = "NULL"
+			if !(flags&1 != 0 && len(op.GPUKernels) == 0 || flags&2 != 0 && op.Stock == "") {
+				creates[flags] = fmt.Sprintf("op%d_create%d", i, flags)
+			}
+		}
+		p("    {%s, %s, %d, op%d_inputs, %d, op%d_outputs, %d, op%d_attrs, %d, op%d_kernels, %d, %s, %d, %s, {%s}, op%d_shape},\n",
+			strconv.Quote(op.Name), stock, len(op.Inputs), i, len(op.Outputs), i, len(op.Attrs), i, len(op.Kernels), i,
+			len(op.GPUKernels), gpu, len(op.HostMemory), host, strings.Join(creates, ", "), i)
 	}
 	p("};\n\nconst int gobn_num_ops = %d;\n", len(ops))
 	return b.Bytes()

@@ -10,7 +10,9 @@
   every replica of a ``tf.distribute`` strategy, whose gradient runs on
   ``Gobn>BatchNormGradReduce``, an all-reduce and ``Gobn>BatchNormGradApply``;
 - ``gobn.keras.BatchNormalization`` and ``gobn.keras.SyncBatchNormalization``:
-  Keras layers whose backward pass runs on gobn.
+  Keras layers whose backward pass runs on gobn;
+- ``gobn.enable()``: gobn's kernels for stock TensorFlow's own gradient ops,
+  so that unmodified models run them; ``gobn.kernel_calls()`` counts what ran.
 
 The library is found, in order, at ``$GOBN_LIBRARY`` (when set, only there),
 beside this package (``make`` copies it there), or at ``build/libgobn.so`` of
@@ -27,7 +29,8 @@ import tensorflow as tf
 
 from gobn import _gradients  # noqa: F401  (registers the Gobn> gradients)
 
-__all__ = ["fused_batch_norm", "keras", "library_path", "load_library", "ops", "sync_batch_norm"]
+__all__ = ["enable", "fused_batch_norm", "kernel_calls", "keras", "library_path", "load_library", "ops",
+           "sync_batch_norm"]
 
 ENV_VAR = "GOBN_LIBRARY"
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -155,6 +158,135 @@ def __getattr__(name):
 
         return importlib.import_module("gobn.keras")
     raise AttributeError(f"module 'gobn' has no attribute {name!r}")
+
+
+# The stock ops gobn.enable() gives gobn's kernels: each Gobn> op's twin.
+STOCK_OPS = ("FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3",
+             "BatchNormWithGlobalNormalizationGrad")
+
+
+def _cdll():
+    import ctypes
+
+    load_library()
+    return ctypes.CDLL(library_path())
+
+
+def _take_string(lib, ptr):
+    """The C string at ptr as str; frees it (libc free)."""
+    import ctypes
+
+    if not ptr:
+        return None
+    try:
+        return ctypes.string_at(ptr).decode()
+    finally:
+        ctypes.CDLL(None).free(ctypes.c_void_p(ptr))
+
+
+def kernel_calls():
+    """Compute calls of gobn's kernels since the library was loaded.
+
+    Returns:
+      {registered op name: {"CPU": n, "GPU": n}} for every kernel that ran:
+      "Gobn>FusedBatchNormGradV3" for gobn's own ops, "FusedBatchNormGradV3"
+      for the kernels gobn.enable() registered under stock's names. It is how
+      to tell that gobn's kernels, not stock's, computed a gradient.
+    """
+    import ctypes
+    import json
+
+    lib = _cdll()
+    lib.gobnKernelCalls.restype = ctypes.c_void_p
+    out = _take_string(lib, lib.gobnKernelCalls())
+    if out is None:
+        raise RuntimeError("gobn: the library could not report its kernel calls")
+    return json.loads(out)
+
+
+_enabled = None
+
+
+def enable():
+    """Runs gobn's kernels for stock TensorFlow's batch-norm gradient ops.
+
+    Registers gobn's kernels under the names of stock's FusedBatchNormGrad,
+    FusedBatchNormGradV2, FusedBatchNormGradV3 and
+    BatchNormWithGlobalNormalizationGrad, for every dtype gobn has kernels
+    for, on the CPU and (in a library built with the CUDA path) the GPU,
+    with a kernel priority above stock's. From then on TensorFlow picks
+    gobn's kernel wherever it would have picked stock's, so unmodified
+    models (tf_keras, tf.compat.v1 layers, tf.nn.fused_batch_norm) compute
+    their batch-norm gradients on gobn: add ``gobn.enable()`` at the top of a
+    training script, before the model runs.
+
+    - It is opt-in (loading the library changes nothing) and idempotent.
+      TensorFlow cannot unregister a kernel, so it lasts for the process.
+    - It clears the eager kernel cache, so eager ops already run pick gobn's
+      kernels at their next run; a tf.function already traced keeps the
+      kernels it was instantiated with until it is traced again.
+    - Kernel priority also orders devices: gobn registers the same priority
+      on every device type it has kernels for, so placement is stock's. A
+      library built without the CUDA path (GOBN_CUDA=0) would move the ops
+      to the CPU on a GPU machine, so there it refuses.
+    - With oneDNN on (TF_ENABLE_ONEDNN_OPTS=1, TensorFlow's default on CPUs
+      with AVX512_VNNI or AMX), TensorFlow rewrites the CPU gradients that
+      oneDNN takes (float, and bfloat16 where the CPU has it), eager and in
+      tf.function graphs alike, to its own _MklFusedBatchNormGrad* ops
+      before a kernel is chosen: those keep running oneDNN, and enable()
+      warns. Set TF_ENABLE_ONEDNN_OPTS=0 before importing TensorFlow for
+      gobn to run them. ``gobn.kernel_calls()`` tells which ran.
+
+    Returns:
+      {stock op: {device type: [dtypes of T]}}: what now runs on gobn.
+
+    Raises:
+      RuntimeError: when the library has no GPU kernels but TensorFlow sees
+        a GPU, or the registration failed.
+    """
+    global _enabled
+    import ctypes
+
+    if _enabled is not None:
+        return _enabled
+    lib = _cdll()
+    from tensorflow.python.framework import kernels as kernel_registry
+
+    has_gpu_kernels = any(k.device_type == "GPU" for k in
+                          kernel_registry.get_registered_kernels_for_op("Gobn>FusedBatchNormGradV3").kernel)
+    if not has_gpu_kernels and tf.config.list_physical_devices("GPU"):
+        raise RuntimeError(
+            "gobn.enable: this libgobn.so was built without the CUDA path (make GOBN_CUDA=0), and TensorFlow "
+            "sees a GPU: registering CPU kernels above stock's would move the batch-norm gradients off the "
+            "GPU. Rebuild with `make` to enable gobn here.")
+    msg = ctypes.c_void_p()
+    lib.gobnEnable.restype = ctypes.c_int
+    n = lib.gobnEnable(ctypes.byref(msg))
+    if n < 0:
+        raise RuntimeError(_take_string(lib, msg.value) or "gobn.enable: registration failed")
+    from tensorflow.python.eager import context
+    from tensorflow.python.util import _pywrap_util_port
+
+    context.context().clear_kernel_cache()
+    if _pywrap_util_port.IsMklEnabled():
+        import warnings
+
+        warnings.warn("gobn.enable: oneDNN is on (TF_ENABLE_ONEDNN_OPTS), so TensorFlow rewrites the CPU "
+                      "batch-norm gradients oneDNN takes to its own ops, which gobn's kernels do not replace; "
+                      "set TF_ENABLE_ONEDNN_OPTS=0 before importing TensorFlow for gobn to run them",
+                      RuntimeWarning, stacklevel=2)
+    report = {}
+    for op in STOCK_OPS:
+        for k in kernel_registry.get_registered_kernels_for_op(op).kernel:
+            if k.priority < 1:
+                continue
+            types = [tf.dtypes.as_dtype(c.allowed_values.list.type[0]).name for c in k.constraint if c.name == "T"]
+            report.setdefault(op, {}).setdefault(k.device_type, []).extend(types)
+    for devices in report.values():
+        for device in devices:
+            devices[device] = sorted(devices[device])
+    _enabled = report
+    return report
 
 
 def _format(data_format):

@@ -3,7 +3,8 @@
 #
 #   make all         build build/libgobn.so; the default (creates .venv with the pinned TensorFlow)
 #   make demo        run every op beside stock TensorFlow: max error and speed ratio
-#   make test        everything: vet, gotest, race, fuzz-short, pytest
+#   make test        everything: lint, vet, gotest, race, fuzz-short, pytest
+#   make lint        fail on unformatted Go (gofmt) and on Python lint errors (ruff, ruff.toml)
 #   make vet         go vet, also with the library's build tags (-tags cuda when GOBN_CUDA=1)
 #   make gotest      the Go tests, also with GOEXPERIMENT=simd and the library's build tags
 #   make race        the Go tests of kernels and capi under the race detector, -short
@@ -33,7 +34,7 @@ LIB := build/libgobn.so
 TFLIBDIR := build/tflib
 TFLIB := $(TFLIBDIR)/libtensorflow.so
 
-.PHONY: all bench bench-multiworker multiworker demo test gotest pytest vet race fuzz fuzz-short generate env golden clean gpu-bundle help FORCE
+.PHONY: all bench bench-multiworker multiworker demo test lint gotest pytest vet race fuzz fuzz-short generate env golden clean gpu-bundle help FORCE
 all: $(LIB)
 
 # The virtual environment with the pinned TensorFlow (see requirements.txt).
@@ -137,7 +138,14 @@ gotest: $(LIB) $(TFLIB)
 pytest: $(LIB)
 	$(VPY) -m pytest -q python_tests
 
-test: vet gotest race fuzz-short pytest
+test: lint vet gotest race fuzz-short pytest
+
+# Generated files that go generate would change fail gotest
+# (internal/gencapi's and internal/genops' TestGeneratedFileIsCurrent).
+lint: $(VENV)/.installed
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
+	if [ -n "$$unformatted" ]; then echo "gofmt: not formatted:"; echo "$$unformatted"; exit 1; fi
+	$(VENV)/bin/ruff check python python_tests scripts examples
 
 # The race detector over the kernels and the capi layer (TestComputeConcurrent
 # runs every op from many goroutines; -short makes it one round).

@@ -58,8 +58,6 @@ def op_types(concrete):
 def main(outdir):
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
-    import keras
-
     import gobn
 
     index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]

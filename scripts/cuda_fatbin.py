@@ -315,7 +315,7 @@ def parse_ptxas(log, arch):
 
 
 def ptxas_lines(log):
-    return [l for l in log.splitlines() if l.startswith("ptxas") or _RE_FRAME.search(l)]
+    return [line for line in log.splitlines() if line.startswith("ptxas") or _RE_FRAME.search(line)]
 
 
 # NVRTC 12.9 prints this for sm_60 and sm_70 and has no option that silences
@@ -327,11 +327,11 @@ _DEPRECATED_ARCH = "nvrtc: warning: Architectures prior to '<compute/sm>_75' are
 def other_lines(log):
     """The log without ptxas' info lines: NVRTC's and ptxas' warnings."""
     keep = []
-    for l in log.splitlines():
-        if (l.startswith("ptxas info") or _RE_FRAME.search(l) or not l.strip()
-                or l.startswith(_DEPRECATED_ARCH)):
+    for line in log.splitlines():
+        if (line.startswith("ptxas info") or _RE_FRAME.search(line) or not line.strip()
+                or line.startswith(_DEPRECATED_ARCH)):
             continue
-        keep.append(l)
+        keep.append(line)
     return keep
 
 
@@ -435,7 +435,7 @@ def main():
             if not ok:
                 # Mostly the same error on every architecture: each distinct
                 # log once, naming the architectures it came from.
-                key = "\n".join(l for l in log.splitlines() if not l.startswith(_DEPRECATED_ARCH))
+                key = "\n".join(line for line in log.splitlines() if not line.startswith(_DEPRECATED_ARCH))
                 if key not in failed:
                     print(f"cuda_fatbin: {name} failed to compile for {what} "
                           f"(nvrtc {' '.join(opts)}):\n{key}", file=sys.stderr)

@@ -28,6 +28,10 @@ carries the incoming gradients back through it.
   with respect to every input but count.
 
 half and bfloat16 are computed in float32, as stock does.
+
+Importing this module also registers pfor converters for the Gobn> ops
+(gobn._pfor), so tf.vectorized_map and GradientTape.jacobian / batch_jacobian
+vectorize them.
 """
 
 import tensorflow as tf
@@ -198,3 +202,6 @@ for _name, _fn in _GRADIENTS.items():
         tf.RegisterGradient(_name)(_fn)
     except KeyError:  # registered already (the module was loaded twice)
         pass
+
+# Vectorization (tf.vectorized_map, jacobians) of the Gobn> ops: see gobn._pfor.
+from gobn import _pfor  # noqa: E402,F401  (registers the Gobn> pfor converters)

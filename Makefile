@@ -17,6 +17,7 @@
 #   make bench       benchmark against stock TensorFlow (bench/results.json, bench/ratios.png)
 #   make bench-multiworker  gobn's synchronized batch norm against Keras' on 2 worker processes (docs/multiworker.md)
 #   make multiworker the example examples/multiworker: train on WORKERS (default 2) local worker processes
+#   make bench-models  ResNet50 and MobileNetV2 training steps, stock Keras against gobn.keras.convert (docs/models.md)
 #   make gpu-bundle  build/gpu: the CUDA path's check, for a GPU machine without Go or TensorFlow
 #   make clean       remove build outputs
 #   make help        print this list
@@ -34,7 +35,7 @@ LIB := build/libgobn.so
 TFLIBDIR := build/tflib
 TFLIB := $(TFLIBDIR)/libtensorflow.so
 
-.PHONY: all bench bench-multiworker multiworker demo test lint gotest pytest vet race fuzz fuzz-short generate env golden clean gpu-bundle help FORCE
+.PHONY: all bench bench-multiworker bench-models multiworker demo test lint gotest pytest vet race fuzz fuzz-short generate env golden clean gpu-bundle help FORCE
 all: $(LIB)
 
 # The virtual environment with the pinned TensorFlow (see requirements.txt).
@@ -231,3 +232,12 @@ multiworker: $(LIB)
 
 bench-multiworker: $(LIB)
 	$(VPY) scripts/bench_multiworker.py
+
+# ---------------------------------------------------------------------------
+# Existing Keras 3 models on gobn (gobn.keras.convert): training-step time of
+# keras.applications ResNet50 and MobileNetV2, stock against converted, with
+# oneDNN on and off (docs/models.md). BENCH_MODELS_ARGS passes options, e.g.
+# make bench-models BENCH_MODELS_ARGS="--rounds 20 --batch-size 16".
+BENCH_MODELS_ARGS ?=
+bench-models: $(LIB)
+	$(VPY) scripts/bench_models.py $(BENCH_MODELS_ARGS)

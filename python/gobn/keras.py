@@ -18,6 +18,10 @@ the fused ops as NHWC/NDHWC or NCHW/NCDHW; other ranks and axes are reshaped
 (without copying) to NHWC ``[R, 1, 1, C]`` or NCHW ``[pre, C, 1, post]``.
 The stock layer's code runs instead, unchanged, for what the fused ops do not
 cover: a ``mask``, ``renorm=True``, or float64 inputs.
+
+``convert(model)`` gives an existing Keras 3 model gobn's layers in place of
+every ``keras.layers.BatchNormalization``, weights, moving statistics and
+config kept.
 """
 
 import keras
@@ -25,7 +29,7 @@ import tensorflow as tf
 
 import gobn
 
-__all__ = ["BatchNormalization", "SyncBatchNormalization"]
+__all__ = ["BatchNormalization", "SyncBatchNormalization", "convert"]
 
 
 def _fused_view(x, axis):
@@ -58,6 +62,10 @@ class BatchNormalization(keras.layers.BatchNormalization):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self._gobn_init()
+
+    def _gobn_init(self):
+        """What gobn's layer sets beyond the stock layer's state (convert() calls it too)."""
         self.supports_jit = False
 
     def _runs_on_gobn(self, inputs, mask):
@@ -113,3 +121,126 @@ class SyncBatchNormalization(BatchNormalization):
 
     def __init__(self, *args, synchronized=True, **kwargs):
         super().__init__(*args, synchronized=synchronized, **kwargs)
+
+
+def _is_keras3(obj):
+    return isinstance(obj, keras.layers.Layer)
+
+
+def _gobn_class(layer):
+    return SyncBatchNormalization if layer.synchronized else BatchNormalization
+
+
+def _adopt(layer):
+    """Makes a stock keras.layers.BatchNormalization gobn's layer, in place.
+
+    gobn's classes subclass the stock layer and add no state but what
+    _gobn_init sets, so the layer keeps its variables (the same objects:
+    optimizer slots, checkpoints and every reference to them stay valid),
+    its config, build state and name.
+    """
+    layer.__class__ = _gobn_class(layer)
+    layer._gobn_init()
+
+
+def _convert_in_place(model):
+    layers = model._flatten_layers(include_self=True, recursive=True)
+    foreign = [layer for layer in layers if isinstance(layer, keras.layers.BatchNormalization)
+               and not isinstance(layer, BatchNormalization) and type(layer) is not keras.layers.BatchNormalization]
+    if foreign:
+        names = ", ".join(f"{layer.name!r} ({type(layer).__module__}.{type(layer).__qualname__})" for layer in foreign)
+        raise ValueError(
+            f"gobn.keras.convert: {names} subclass keras.layers.BatchNormalization; gobn cannot tell what their "
+            "own code does, so it converts none of the model. Derive them from gobn.keras.BatchNormalization "
+            "instead (it takes the same arguments), or convert the stock layers yourself.")
+    converted = 0
+    for layer in layers:
+        if type(layer) is keras.layers.BatchNormalization:
+            _adopt(layer)
+            converted += 1
+    if converted:
+        # Functions traced with the stock layers: the next fit/evaluate/predict traces again.
+        for attr in ("train_function", "test_function", "predict_function"):
+            if getattr(model, attr, None) is not None:
+                setattr(model, attr, None)
+        # XLA cannot compile gobn's ops ("auto" resolves to False with them).
+        if getattr(model, "compiled", False) and getattr(model, "_jit_compile", None):
+            model.jit_compile = False
+    return model
+
+
+def convert(model, in_place=None):
+    """Returns the model with gobn's layers for every keras.layers.BatchNormalization.
+
+    Each stock ``keras.layers.BatchNormalization`` (Keras 3) becomes
+    ``gobn.keras.BatchNormalization``, or ``gobn.keras.SyncBatchNormalization``
+    where it has ``synchronized=True``: same config (momentum, epsilon, axis,
+    center, scale, initializers, regularizers, constraints, dtype policy,
+    trainable, name), same weights and moving statistics, same results
+    (forward pass on stock FusedBatchNormV3, backward on
+    ``Gobn>FusedBatchNormGradV3``; see the module's doc). Layers found at any
+    depth are converted: nested Sequential, functional and subclassed models,
+    custom layers holding BatchNormalization layers in attributes, lists or
+    dicts, layers shared between several places.
+
+    Supported models:
+
+    - Sequential and functional models (keras.Sequential, keras.Model(inputs,
+      outputs) and their nested models): by default the result is a new
+      model, ``keras.models.clone_model(model, recursive=True)`` with the
+      original's weights copied; the original is left as it was, and the two
+      train independently. A compiled model's clone is compiled from its
+      compile config (a fresh optimizer, as clone_model does).
+    - Subclassed models (``class M(keras.Model)`` with a custom ``call``) and
+      any other keras.layers.Layer: Keras cannot copy them, so they are
+      converted in place and returned (the same object). Every
+      BatchNormalization layer Keras tracks is converted: those assigned to
+      attributes of the model or of its (nested) layers, directly or in
+      lists, tuples and dicts.
+    - ``in_place=True`` converts any of them in place: the layers keep their
+      variable objects, so a compiled model keeps its optimizer and its
+      state; functions Keras traced (fit, evaluate, predict) are traced again
+      at their next call.
+
+    Not supported:
+
+    - BatchNormalization layers Keras does not track (created inside
+      ``call``, or held by an object that is not a Keras layer): they stay
+      stock, silently; keep layers in attributes of layers.
+    - Subclasses of keras.layers.BatchNormalization other than gobn's:
+      ValueError (their code is theirs; derive them from
+      gobn.keras.BatchNormalization instead). gobn's layers already in the
+      model are kept.
+    - tf_keras (Keras 2) models and layers: TypeError; their
+      BatchNormalization runs stock's fused op, whose gradient
+      ``gobn.enable()`` gives gobn's kernels without any conversion.
+
+    Args:
+      model: a Keras 3 model or layer.
+      in_place: True to convert model itself; False to require a copy
+        (TypeError for a model Keras cannot clone); None (default): a copy
+        of a Sequential or functional model, model itself otherwise.
+
+    Returns:
+      The converted model.
+    """
+    if not _is_keras3(model):
+        module = type(model).__module__
+        if module.startswith(("tf_keras", "keras.src.engine", "tensorflow.python.keras")):
+            raise TypeError(
+                f"gobn.keras.convert takes Keras 3 models; {type(model).__name__} is a tf_keras (Keras 2) "
+                "model, whose BatchNormalization runs stock's fused op: call gobn.enable() before it runs "
+                "and its gradients run on gobn unconverted.")
+        raise TypeError(f"gobn.keras.convert takes a Keras 3 model or layer, not {type(model).__qualname__}")
+    cloneable = isinstance(model, keras.Sequential) or keras.src.models.functional.Functional in type(model).__mro__
+    if in_place is None:
+        in_place = not cloneable
+    if in_place:
+        return _convert_in_place(model)
+    if not cloneable:
+        raise TypeError(
+            f"gobn.keras.convert: Keras cannot copy {type(model).__qualname__} (only Sequential and functional "
+            "models clone); pass in_place=True to convert it in place")
+    clone = keras.models.clone_model(model, recursive=True)
+    clone.set_weights(model.get_weights())
+    return _convert_in_place(clone)

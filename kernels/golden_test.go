@@ -57,7 +57,7 @@ type goldenCase struct {
 	Arrays                  map[string]string `json:"arrays"` // array name → TensorFlow dtype
 }
 
-// goldenTolerances are (rtol, atol) per dtype, from DESIGN.md: an element passes
+// goldenTolerances are (rtol, atol) per dtype, from docs/design.md: an element passes
 // when |got − want| ≤ atol·max|want| + rtol·|want|.
 var goldenTolerances = map[string][2]float64{
 	"float":    {1e-4, 1e-5},

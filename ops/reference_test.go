@@ -85,7 +85,7 @@ func globalNormalizationReference(g geometry, t, m, v, gamma, dy []float64, eps 
 	return [5][]float64{dx, dm, dv, db, dg}
 }
 
-// tolerances are (rtol, atol) per dtype, from DESIGN.md: an element passes
+// tolerances are (rtol, atol) per dtype, from docs/design.md: an element passes
 // when |got − want| ≤ atol·max|want| + rtol·|want|.
 var tolerances = map[tf.DataType][2]float64{
 	tf.Float:    {1e-4, 1e-5},

@@ -44,7 +44,7 @@ if _IN_PYTEST:
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_LIBRARY = os.path.join(REPO_ROOT, "build", "libgobn.so")
 
-# (rtol, atol) per dtype, from DESIGN.md: an output passes when
+# (rtol, atol) per dtype, from docs/design.md: an output passes when
 # |got - want| <= atol * max|want| + rtol * |want| element-wise.
 TOLERANCES = {
     tf.float32: (1e-4, 1e-5),
@@ -213,7 +213,7 @@ def channels_last_format(rank):
 
 
 # ---------------------------------------------------------------------------
-# float64 references (DESIGN.md formulas)
+# float64 references (docs/design.md formulas)
 
 
 def fused_grad_reference(y_backprop, x, scale, mean, variance, epsilon, is_training, data_format):

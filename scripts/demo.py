@@ -3,7 +3,7 @@
 
 Loads build/libgobn.so (or $GOBN_LIBRARY), runs each gobn op and the stock op
 on the same inputs, and prints a markdown table: the largest difference from
-stock (and from an exact float64 reference), whether it is within DESIGN.md's
+stock (and from an exact float64 reference), whether it is within docs/design.md's
 tolerance, and the median time of each side (both run inside tf.function, or
 both through Session.run for the deprecated global-normalization op,
 interleaved, after warm-up). Exits non-zero if any row is out of tolerance.

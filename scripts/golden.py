@@ -22,7 +22,7 @@ graph of producer version 8. oneDNN is switched off so that stock is the Eigen
 kernel.
 
 `check` loads gobn (build/libgobn.so, $GOBN_LIBRARY or --library), runs each
-case and compares every output with the saved one within DESIGN.md's
+case and compares every output with the saved one within docs/design.md's
 tolerance for the case's dtype: |got - want| <= atol*max|want| + rtol*|want|.
 It prints one row per case: the largest absolute error, the largest error
 relative to the output's largest magnitude (|got - want| / max|want|), the
@@ -62,7 +62,7 @@ MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
 EPSILON = 1e-3
 
-# (rtol, atol) per dtype name, from DESIGN.md.
+# (rtol, atol) per dtype name, from docs/design.md.
 TOLERANCES = {
     "float": (1e-4, 1e-5),
     "half": (2e-3, 2e-3),
@@ -139,7 +139,7 @@ def sha256(path):
 
 
 # ---------------------------------------------------------------------------
-# float64 references (DESIGN.md formulas)
+# float64 references (docs/design.md formulas)
 
 
 def channels_last(array, data_format):

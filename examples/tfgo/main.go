@@ -87,7 +87,7 @@ func compare() error {
 		for j := range got {
 			err := math.Abs(float64(got[j]) - float64(want[j]))
 			maxErr = math.Max(maxErr, err)
-			// float32's tolerance (DESIGN.md): |got − want| ≤ 1e-5·max|want| + 1e-4·|want|.
+			// float32's tolerance (docs/design.md): |got − want| ≤ 1e-5·max|want| + 1e-4·|want|.
 			pass = pass && err <= 1e-5*maxWant+1e-4*math.Abs(float64(want[j]))
 		}
 		ok = ok && pass

@@ -318,7 +318,9 @@ def main():
     t_start = time.time()
     torch.manual_seed(0)
     ctx = Ctx(args)
-    facts = {"argv": sys.argv, "lib": ctx.lib.path, "lib_info": ctx.lib.info(), "cpu_smoke": args.cpu_smoke}
+    # file names without their directories: the results name no machine's paths
+    facts = {"argv": [os.path.basename(a) for a in sys.argv], "lib": os.path.basename(ctx.lib.path),
+             "lib_info": ctx.lib.info(), "cpu_smoke": args.cpu_smoke}
     if not args.cpu_smoke:
         why = ctx.lib.available()
         if why is not None:

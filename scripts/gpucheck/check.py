@@ -621,7 +621,9 @@ def main():
     t_start = time.time()
     torch.manual_seed(0)
     ctx = Context(args)
-    facts = {"lib": ctx.lib.path, "lib_info": ctx.lib.info(), "argv": sys.argv, "fake_gpu": args.fake_gpu}
+    # file names without their directories: the results name no machine's paths
+    facts = {"lib": os.path.basename(ctx.lib.path), "lib_info": ctx.lib.info(),
+             "argv": [os.path.basename(a) for a in sys.argv], "fake_gpu": args.fake_gpu}
     if not args.fake_gpu:
         why = ctx.lib.available()
         if why is not None:

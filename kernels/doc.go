@@ -21,4 +21,33 @@
 //     gobn builds for.
 //   - Kernels trust their arguments: the caller (capi) validates shapes. A
 //     kernel panics if slice lengths disagree with Dims.
+//
+// Files, one concern each:
+//
+//   - grad.go: the entry points (TrainingGrad, InferenceGrad,
+//     GlobalNormalizationGrad) and how each orchestrates its passes.
+//   - sumpass.go: the first pass, per-channel sums of dy and dy·(x−μ)
+//     (reduce; sweep, which also writes the inference x_backprop in the
+//     same pass).
+//   - applypass.go: the second pass, x_backprop from the coefficients
+//     (applyAll, applyJob); for an NHWC training gradient this is the pass
+//     after the sums.
+//   - bychannel.go: the channels-first training gradient by units of whole
+//     channels, sums and x_backprop together.
+//   - sync.go: the synchronized (cross-replica) batch-norm gradient,
+//     halves around an all-reduce.
+//   - parallel.go: cutting a pass into ranges and fanning them out to helper
+//     goroutines (parallel, parallelPasses).
+//   - blocks.go: block sizes and the walk over a range block by block
+//     (forBlocks).
+//   - convert.go: element conversions (widen, narrow, toFloat64,
+//     fromFloat64).
+//   - stream.go: when x_backprop is written with non-temporal stores.
+//   - dims.go: Dims, Layout, Element and the channels-last period.
+//   - loops.go: the portable per-block loops (channelSums, applyAffine) and
+//     the affine coefficients they apply.
+//   - simd_amd64.go, simd512_amd64.go, stream_amd64.s, f16c_amd64.s: the
+//     AVX2/AVX-512 forms of those loops (GOEXPERIMENT=simd); simd_other.go
+//     where they are absent.
+//   - float16.go: Half and BFloat16; scratch.go: pooled per-call memory.
 package kernels

@@ -80,6 +80,27 @@ func TrainingGrad[T Element](g FusedGradArgs[T]) {
 	applyAll(s, g.Dims, t, g.YBackprop, g.X, g.XBackprop)
 }
 
+// trainingPasses is TrainingGrad's two passes over a tensor of more than
+// one range: the sums, then x_backprop by the coefficients formed from
+// them, with the same helper goroutines for both (parallelPasses). t has
+// Mean set.
+func trainingPasses[T Element](s *scratch, g FusedGradArgs[T], mean []float64, t affine) {
+	d := g.Dims
+	sums := new(sumsPass[T])
+	*sums = newSums(s, d, g.YBackprop, g.X, mean)
+	apply := new(applyJob[T])
+	pd, _ := d.periodic()
+	parallelPasses(
+		pass{sums.n, sums.ranges, sums.job.blk, false, sums.run},
+		func() {
+			sums.fold()
+			g.coefficients(t, sums.sumDy, sums.sumDyXc, 0, int(d.C))
+			*apply = newApply(s, d, t, g.YBackprop, g.X, g.XBackprop)
+		},
+		// Last range first, as applyAll.
+		pass{sums.n, sums.ranges, blockFor(pd, blockLen), true, apply.runRange})
+}
+
 // coefficients writes the 1-D outputs of channels [c0, c1) from their sums,
 // and their x_backprop coefficients into t.
 func (g FusedGradArgs[T]) coefficients(t affine, sumDy, sumDyXc []float64, c0, c1 int) {

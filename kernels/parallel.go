@@ -1,0 +1,293 @@
+package kernels
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// A gradient's elements are cut into ranges, each a multiple of the block
+// length, with their own partial sums; the calling goroutine and up to one
+// helper goroutine per further core claim the ranges one by one, and the
+// partial sums are added up in range order. The number of ranges depends on
+// the element count alone, so the result does not depend on how many
+// goroutines ran, nor on which one took which range; and a helper that a busy
+// machine starts late (TensorFlow's own threads spin for a while after each
+// of its ops) leaves its share to the calling thread instead of holding it up.
+
+// minElementsPerWorker is the least number of float32 elements per range
+// (default 2^19; half as many Half or BFloat16 ones, whose conversions make
+// them compute-bound); a gradient below twice this runs on the calling
+// thread alone. Measured inside TensorFlow on 2 cores (make bench): on the
+// "Parallel threshold" table a helper was noise-level to a quarter slower at
+// 2^19 and 2^20 float32 elements, and up to 2x faster from 2^21; moving the
+// split from 2^20 to 2^21 made the suite's 1.6M-element float32, half and
+// bfloat16 cases 1.1-1.6x slower. One core nearly saturates the memory bus,
+// and TensorFlow's idle threads spin on the other for a while after each op.
+var minElementsPerWorker atomic.Int64
+
+// maxRanges bounds the ranges of one pass.
+const maxRanges = 16
+
+func init() { minElementsPerWorker.Store(1 << 19) }
+
+// SetMinElementsPerWorker sets the least number of elements per range and
+// returns the previous value. It is for tests and tuning; the kernels read it
+// on every call.
+func SetMinElementsPerWorker(n int) int {
+	return int(minElementsPerWorker.Swap(int64(max(1, n))))
+}
+
+// rangesFor returns how many ranges to cut n elements of T into.
+func rangesFor[T Element](n int) int {
+	return max(1, min(maxRanges, n/perRange[T]()))
+}
+
+// perRange returns the least number of elements of T per range.
+func perRange[T Element]() int {
+	per := int(minElementsPerWorker.Load())
+	switch any(*new(T)).(type) {
+	case Half, BFloat16:
+		per = max(1, per/2)
+	}
+	return per
+}
+
+// workersFor returns how many goroutines may work on ranges ranges: one per
+// core the process may use, at most GOMAXPROCS (which the host library may
+// set above the core count, see capi).
+func workersFor(ranges int) int {
+	return max(1, min(runtime.NumCPU(), runtime.GOMAXPROCS(0), ranges))
+}
+
+// parallel calls fn(r, lo, hi) for each of ranges contiguous ranges that
+// cover [0, n), each but the last a multiple of align long: the calling
+// goroutine and helper goroutines claim them in order, or last range first
+// when reverse is set. It returns once every claimed range is done; a helper
+// that starts after the last range was claimed finds nothing and ends on its
+// own, touching nothing but the claim's bookkeeping. A panic in a helper is
+// re-raised on the calling goroutine, so the caller's recover sees it.
+func parallel(n, ranges, align int, reverse bool, fn func(r, lo, hi int)) {
+	parallelPasses(pass{n, ranges, align, reverse, fn}, nil, pass{})
+}
+
+// pass is one of parallelPasses' passes, as parallel's arguments.
+type pass struct {
+	n, ranges, align int
+	reverse          bool
+	fn               func(r, lo, hi int)
+}
+
+// parallelPasses is parallel over first, then between on the calling
+// goroutine once every range of first is done, then parallel over second
+// (when it has ranges), with the same helper goroutines for both passes: a
+// helper out of first's ranges waits for between to finish and goes on to
+// second's, where starting helpers afresh would make the second pass wait
+// again for a thread to take them up (see the go statement below). Float32
+// NHWC training gradients inside TensorFlow, lone calls alternating with
+// helpers started for each pass, 41, 81 and 101 pairs: 8x56x56x64 1.14,
+// 1.08 and 1.08x faster, 8x14x14x1024 1.06, 1.08, 1.06x, 8x28x28x512 1.04,
+// 1.02, 1.05x, 8x56x56x256 0.99 and 1.05x, 8x112x112x64 1.01 and 0.99x;
+// one-range controls 0.98-1.06x.
+func parallelPasses(first pass, between func(), second pass) {
+	ranges := max(first.ranges, second.ranges)
+	if ranges <= 1 {
+		first.fn(0, 0, first.n)
+		if between != nil {
+			between()
+		}
+		if second.ranges > 0 {
+			second.fn(0, 0, second.n)
+		}
+		return
+	}
+	helpers := workersFor(ranges) - 1
+	c1 := newClaims(first, helpers)
+	var c2 *claims
+	var g *gate // only a second pass has helpers wait
+	if second.ranges > 0 {
+		c2, g = newClaims(second, helpers), &gate{open: make(chan struct{})}
+		// Whatever stops the caller before the second pass, its helpers
+		// find the gate open and no range to claim.
+		defer g.release(c2)
+	}
+	for h := range helpers {
+		go func() {
+			c1.work(h)
+			if c2 != nil {
+				g.await()
+				c2.work(h)
+			}
+		}()
+	}
+	if helpers > 0 {
+		// Go puts the goroutine a go statement starts in its P's one-slot
+		// "run next" place, and another thread that takes a goroutine from
+		// there first sleeps 3 us (50 us or more once Linux's timer slack
+		// stretches it), lest the P run it itself. An empty goroutine
+		// started last takes that place and moves the helpers to the P's
+		// queue, which other threads take from at once. Inside TensorFlow
+		// on 2 cores, the median time from the go statement to a helper's
+		// first range fell from ~155 to ~85 us (the least from 80-120 to
+		// 26-54 us); calls alternating with and without it, 300 us apart
+		// on a locked thread, made the median 8x56x56x64 training gradient
+		// 3-10% faster in 5 runs of 6 (12% slower in the sixth).
+		go func() {}()
+	}
+	// The calling goroutine works too: a thread that calls in from C holds
+	// its goroutine locked, and parking it would leave the work to wait for
+	// another thread.
+	c1.work(helpers)
+	c1.wait()
+	c1.raise()
+	if c2 == nil {
+		return
+	}
+	if between != nil {
+		between()
+	}
+	g.release(nil)
+	c2.work(helpers)
+	c2.wait()
+	c2.raise()
+}
+
+// gate holds parallelPasses' helpers between the two passes.
+type gate struct {
+	opened atomic.Bool
+	once   sync.Once
+	open   chan struct{}
+}
+
+// await returns once the gate is open. It spins for up to waitSpin first:
+// between is short, and a helper that parks must wait for a thread to run it
+// again once woken.
+func (g *gate) await() {
+	for start := time.Now(); time.Since(start) < waitSpin; {
+		if g.opened.Load() {
+			return
+		}
+	}
+	<-g.open
+}
+
+// release opens the gate, first leaving c no ranges to claim unless c is
+// nil. Only its first call has an effect.
+func (g *gate) release(c *claims) {
+	g.once.Do(func() {
+		if c != nil {
+			c.next.Store(int64(c.ranges))
+		}
+		g.opened.Store(true)
+		close(g.open)
+	})
+}
+
+// claims is the bookkeeping of one parallel call: the ranges, the next one
+// to claim, and how many claimed ranges are not done yet.
+type claims struct {
+	n, ranges, size int
+	reverse         bool
+	fn              func(r, lo, hi int)
+	next            atomic.Int64
+	pending         atomic.Int64 // claims in flight, counted before the claim is made
+	waiting         atomic.Bool  // the caller is out of ranges and waits on done
+	done            chan struct{}
+	panics          []any // by worker, the caller's last
+}
+
+// newClaims returns the bookkeeping of pass p for the caller and helpers
+// helper goroutines.
+func newClaims(p pass, helpers int) *claims {
+	return &claims{
+		n: p.n, ranges: p.ranges, size: ((p.n+p.ranges-1)/p.ranges + p.align - 1) / p.align * p.align,
+		reverse: p.reverse, fn: p.fn, panics: make([]any, helpers+1), done: make(chan struct{}, 1),
+	}
+}
+
+// raise re-raises a worker's panic on the calling goroutine.
+func (c *claims) raise() {
+	for _, p := range c.panics {
+		if p != nil {
+			panic(fmt.Sprintf("kernels: worker panicked: %v", p))
+		}
+	}
+}
+
+// work runs ranges for worker w until none is left.
+func (c *claims) work(w int) {
+	for {
+		r, ok := c.claim()
+		if !ok {
+			return
+		}
+		c.run(w, r)
+	}
+}
+
+// claim returns the next range, or false when none is left. pending counts
+// the claim before it is made: once the caller's own claim fails, every
+// claim that succeeded is already in pending.
+func (c *claims) claim() (int, bool) {
+	c.pending.Add(1)
+	r := int(c.next.Add(1) - 1)
+	if r >= c.ranges {
+		c.finish()
+		return 0, false
+	}
+	return r, true
+}
+
+// run calls fn for claimed range r. A panic is recorded for worker w and
+// leaves no more ranges to claim.
+func (c *claims) run(w, r int) {
+	defer c.finish()
+	defer func() {
+		if p := recover(); p != nil {
+			c.panics[w] = p
+			c.next.Store(int64(c.ranges))
+		}
+	}()
+	if c.reverse {
+		r = c.ranges - 1 - r
+	}
+	c.fn(r, min(r*c.size, c.n), min((r+1)*c.size, c.n))
+}
+
+// finish marks a claim done, and wakes the waiting caller with the last one.
+func (c *claims) finish() {
+	if c.pending.Add(-1) == 0 && c.waiting.Load() {
+		select {
+		case c.done <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// wait returns once no claim is in flight. It spins for up to waitSpin
+// first: a caller that parks (its thread locked when called from C) hands
+// its P to another thread, which wakes to run what is left queued there,
+// and takes it back when woken. NHWC training gradients on a locked thread,
+// calls 300 us apart alternating with and without the spin, 3 runs of 300
+// each: medians 0.5-2% faster at 8x56x56x64, 2-5% at 8x28x28x512, 2-7% at
+// 8x112x112x64, with no worse upper quartile. (Waiting for the helpers to
+// exit instead, as parallel did before, also waited on helpers that started
+// after the last claim; spinning through those worsened the upper quartile
+// of the first shape by 15-25%.)
+func (c *claims) wait() {
+	for start := time.Now(); time.Since(start) < waitSpin; {
+		if c.pending.Load() == 0 {
+			return
+		}
+	}
+	c.waiting.Store(true)
+	if c.pending.Load() == 0 {
+		return
+	}
+	<-c.done
+}
+
+// waitSpin bounds how long the caller spins for the helpers' last ranges.
+const waitSpin = 200 * time.Microsecond

@@ -5,11 +5,14 @@
 //
 // Layout of the package: register.c registers ops and kernels from the tables
 // in registry_gen.c (generated from opdef) while the library loads;
-// callback.go holds the exported Go functions the C trampolines call;
-// tensors.go and status.go are the only other files that see C; kernel.go
-// (and sync.go, for the synchronized batch-norm ops) validates inputs and
-// dispatches to the kernels package (cpu) or kernels/cuda (gpu.go) in plain
-// Go.
+// callback.go holds the exported Go functions the C trampolines call. The
+// only other files that see C are call.go (a kernel run's pooled call: its
+// inputs, the outputs and temp memory it allocates, and their release),
+// attrs.go (a kernel's attrs at construction), shapes.go (shape inference),
+// status.go (TF_Status and errors) and, with the cuda tag, cuda.go.
+// kernel.go (and sync.go, for the synchronized batch-norm ops) validates
+// inputs and dispatches to the kernels package (cpu) or kernels/cuda
+// (gpu.go) in plain Go.
 //
 // Build flags (include path of TensorFlow's headers, libtensorflow_framework)
 // come from the environment (CGO_CFLAGS, CGO_LDFLAGS) as the Makefile sets

@@ -10,9 +10,9 @@
 // inputs, the outputs and temp memory it allocates, and their release),
 // attrs.go (a kernel's attrs at construction), shapes.go (shape inference),
 // status.go (TF_Status and errors) and, with the cuda tag, cuda.go.
-// kernel.go (and sync.go, for the synchronized batch-norm ops) validates
-// inputs and dispatches to the kernels package (cpu) or kernels/cuda
-// (gpu.go) in plain Go.
+// kernel.go (and crossreplica.go, for the synchronized batch-norm ops)
+// validates inputs and dispatches to the kernels package (cpu) or
+// kernels/cuda (gpu.go) in plain Go.
 //
 // Build flags (include path of TensorFlow's headers, libtensorflow_framework)
 // come from the environment (CGO_CFLAGS, CGO_LDFLAGS) as the Makefile sets

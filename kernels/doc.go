@@ -34,7 +34,7 @@
 //     after the sums.
 //   - bychannel.go: the channels-first training gradient by units of whole
 //     channels, sums and x_backprop together.
-//   - sync.go: the synchronized (cross-replica) batch-norm gradient,
+//   - crossreplica.go: the synchronized (cross-replica) batch-norm gradient,
 //     halves around an all-reduce.
 //   - parallel.go: cutting a pass into ranges and fanning them out to helper
 //     goroutines (parallel, parallelPasses).

@@ -49,5 +49,7 @@
 //   - simd_amd64.go, simd512_amd64.go, stream_amd64.s, f16c_amd64.s: the
 //     AVX2/AVX-512 forms of those loops (GOEXPERIMENT=simd); simd_other.go
 //     where they are absent.
+//   - xinuse_amd64.go, xinuse_amd64.s: the tests' probe that the vector
+//     loops leave the upper register halves clear.
 //   - float16.go: Half and BFloat16; scratch.go: pooled per-call memory.
 package kernels

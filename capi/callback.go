@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/gobn/gobn/kernels"
 	"github.com/gobn/gobn/opdef"
 )
 
@@ -136,6 +137,26 @@ func gobnKernelCalls() (s *C.char) {
 		}
 	}
 	b, err := json.Marshal(calls)
+	if err != nil {
+		return nil
+	}
+	return C.CString(string(b))
+}
+
+// gobnSplitStats returns kernels.SplitStats as JSON, {"calls": n,
+// "max_ranges": n, "max_workers": n}: how the CPU kernels have split their
+// work since the library was loaded, for the tests that mean to exercise
+// the parallel split. The string is the caller's to free, or NULL.
+//
+//export gobnSplitStats
+func gobnSplitStats() (s *C.char) {
+	defer func() {
+		if recover() != nil {
+			s = nil
+		}
+	}()
+	calls, ranges, workers := kernels.SplitStats()
+	b, err := json.Marshal(map[string]any{"calls": calls, "max_ranges": ranges, "max_workers": workers})
 	if err != nil {
 		return nil
 	}

@@ -29,3 +29,11 @@ func Streams[T Element](d Dims, dy, x, dx []T) bool {
 
 // ByChannel reports whether TrainingGrad runs d by channel units.
 func ByChannel[T Element](d Dims) bool { return byChannel[T](d) }
+
+// ResetSplitStats zeroes what SplitStats reports, so that a test reads its
+// own calls' splits.
+func ResetSplitStats() {
+	splits.calls.Store(0)
+	splits.maxRanges.Store(0)
+	splits.maxWorkers.Store(0)
+}

@@ -643,7 +643,14 @@ func TestFusedGradWorkerSplits(t *testing.T) {
 			for _, l := range layouts {
 				for _, training := range []bool{true, false} {
 					t.Run(fmt.Sprintf("%s/training=%v", l.name, training), func(t *testing.T) {
+						kernels.ResetSplitStats()
 						checkFused(t, training, newFusedInputs[float32](rng, training, l.layout, sc), 1e-5)
+						// The case split: procs ranges at least, one worker
+						// per range up to the cores and GOMAXPROCS.
+						calls, ranges, workers := kernels.SplitStats()
+						require.Positive(t, calls, "the case ran on one range")
+						require.GreaterOrEqual(t, ranges, tc.procs)
+						require.Equal(t, min(runtime.NumCPU(), tc.procs, ranges), workers)
 						if training {
 							checkFused(t, training, newFusedInputs[kernels.Half](rng, training, l.layout, sc), 1e-5)
 						}
@@ -660,7 +667,7 @@ func TestFusedGradWorkerSplits(t *testing.T) {
 // channel's sums are one goroutine's.
 func TestFusedGradIndependentOfWorkers(t *testing.T) {
 	rng := rand.New(rand.NewPCG(41, 42))
-	sc := shapeCase{"", 3, 64, 2011} // 6 ranges of 2^16 elements
+	sc := shapeCase{"", 3, 64, 2011} // 386,112 elements: 5 ranges of 2^16 (export_test.go) and more
 	for _, l := range layouts {
 		for _, form := range []struct {
 			training, byChannel bool
@@ -672,8 +679,17 @@ func TestFusedGradIndependentOfWorkers(t *testing.T) {
 				var first [3][]float32
 				for i, procs := range []int{1, 2, 3, 8} {
 					prev := runtime.GOMAXPROCS(procs)
+					kernels.ResetSplitStats()
 					dx, scaleBp, offsetBp := runFused(t, training, in)
 					runtime.GOMAXPROCS(prev)
+					if !form.byChannel {
+						// The ranges are cut alike whatever GOMAXPROCS; the
+						// workers that take them differ.
+						calls, ranges, workers := kernels.SplitStats()
+						require.Positive(t, calls, "GOMAXPROCS=%d: the case ran on one range", procs)
+						require.Equal(t, sc.N*sc.C*sc.S>>16, ranges)
+						require.Equal(t, min(runtime.NumCPU(), procs, ranges), workers, "GOMAXPROCS=%d", procs)
+					}
 					if i == 0 {
 						first = [3][]float32{dx, scaleBp, offsetBp}
 						continue

@@ -40,6 +40,39 @@ func SetMinElementsPerWorker(n int) int {
 	return int(minElementsPerWorker.Swap(int64(max(1, n))))
 }
 
+// splits counts the calls that cut their passes into ranges, and the most
+// ranges and workers one of them used: SplitStats.
+var splits splitCounter
+
+type splitCounter struct {
+	calls                 atomic.Uint64
+	maxRanges, maxWorkers atomic.Int64
+}
+
+func (s *splitCounter) record(ranges, workers int) {
+	s.calls.Add(1)
+	atomicMax(&s.maxRanges, int64(ranges))
+	atomicMax(&s.maxWorkers, int64(workers))
+}
+
+func atomicMax(v *atomic.Int64, n int64) {
+	for {
+		old := v.Load()
+		if n <= old || v.CompareAndSwap(old, n) {
+			return
+		}
+	}
+}
+
+// SplitStats reports, since the process started, how many calls cut their
+// passes into more than one range, and the most ranges and workers (the
+// calling goroutine and its helpers) one call used. Tests read it to show
+// that a case meant to exercise the parallel split did split, so a change
+// of threshold cannot quietly empty them.
+func SplitStats() (calls uint64, maxRanges, maxWorkers int) {
+	return splits.calls.Load(), int(splits.maxRanges.Load()), int(splits.maxWorkers.Load())
+}
+
 // rangesFor returns how many ranges to cut n elements of T into.
 func rangesFor[T Element](n int) int {
 	return max(1, min(maxRanges, n/perRange[T]()))
@@ -104,6 +137,7 @@ func parallelPasses(first pass, between func(), second pass) {
 		return
 	}
 	helpers := workersFor(ranges) - 1
+	splits.record(ranges, helpers+1)
 	c1 := newClaims(first, helpers)
 	var c2 *claims
 	var g *gate // only a second pass has helpers wait

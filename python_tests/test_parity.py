@@ -451,20 +451,34 @@ g = lib.gobn_batch_norm_with_global_normalization_grad(
     variance_epsilon=float(data["epsilon"]), scale_after_normalization=True)
 for i in range(5):
     out[f"global-{i}"] = g[i].numpy()
+# How the kernels split their work (capi's gobnSplitStats).
+import ctypes, json
+so = ctypes.CDLL(sys.argv[1])
+so.gobnSplitStats.restype = ctypes.c_void_p
+p = so.gobnSplitStats()
+stats = json.loads(ctypes.string_at(p).decode())
+ctypes.CDLL(None).free(ctypes.c_void_p(p))
+for k, v in stats.items():
+    out[f"split-{k}"] = np.int64(v)
 np.savez(sys.argv[3], **out)
 """
 
 
 @pytest.mark.parametrize("gomaxprocs", [1, 3, 7])
 def test_results_independent_of_worker_count(gobn, gomaxprocs, tmp_path):
-    """Runs gobn in a fresh process with GOMAXPROCS set, on tensors big enough for 7 workers."""
+    """Runs gobn in a fresh process with GOMAXPROCS set, on tensors big enough for 7 ranges.
+
+    The library's ranges are 2^19 float32 elements (2^18 half) at least, so the
+    float32 tensors split into 7 ranges, whatever GOMAXPROCS; the workers that
+    take them are as many as GOMAXPROCS and the cores allow, as the library's
+    split statistics must show."""
     import subprocess
     import sys
 
     from conftest import global_norm_grad_reference, library_path
 
     rng = np.random.default_rng(23)
-    shape = (4, 45, 47, 59)  # 499,140 elements: 7 workers of 2^16 and an uneven split
+    shape = (4, 97, 95, 100)  # 3,685,600 elements: 7 ranges of 2^19 float32 elements, an uneven split
     channels = shape[-1]
     x = (rng.standard_normal(shape) + rng.uniform(-1, 1, channels)).astype(np.float32)
     dy = rng.standard_normal(shape).astype(np.float32)
@@ -505,3 +519,9 @@ def test_results_independent_of_worker_count(gobn, gomaxprocs, tmp_path):
         data["x-NHWC"], data["mean-0"], data["variance-0"], scale, data["dy-NHWC"], EPSILON, True)
     for i in range(5):
         assert_close(got[f"global-{i}"], want[i], tf.float32, f"GOMAXPROCS={gomaxprocs} global-norm output {i}")
+    # The calls did split: 7 ranges or more (14 for half), as many workers as
+    # GOMAXPROCS and the cores allow.
+    assert int(got["split-calls"]) > 0, "no call split its work"
+    assert int(got["split-max_ranges"]) >= 7
+    cores = len(os.sched_getaffinity(0))
+    assert int(got["split-max_workers"]) == min(gomaxprocs, cores, int(got["split-max_ranges"]))

@@ -83,12 +83,9 @@ type pass struct {
 // (when it has ranges), with the same helper goroutines for both passes: a
 // helper out of first's ranges waits for between to finish and goes on to
 // second's, where starting helpers afresh would make the second pass wait
-// again for a thread to take them up (see the go statement below). Float32
-// NHWC training gradients inside TensorFlow, lone calls alternating with
-// helpers started for each pass, 41, 81 and 101 pairs: 8x56x56x64 1.14,
-// 1.08 and 1.08x faster, 8x14x14x1024 1.06, 1.08, 1.06x, 8x28x28x512 1.04,
-// 1.02, 1.05x, 8x56x56x256 0.99 and 1.05x, 8x112x112x64 1.01 and 0.99x;
-// one-range controls 0.98-1.06x.
+// again for a thread to take them up (see the go statement below). Timing
+// float32 NHWC training gradients inside TensorFlow against helpers started
+// afresh for each pass chose it.
 func parallelPasses(first pass, between func(), second pass) {
 	ranges := max(first.ranges, second.ranges)
 	if ranges <= 1 {

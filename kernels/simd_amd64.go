@@ -459,8 +459,8 @@ func narrowBFloat16(dst []BFloat16, src []float32) {
 	bias, one, quiet := archsimd.BroadcastUint32x8(0x7fff), archsimd.BroadcastUint32x8(1), archsimd.BroadcastUint32x8(0x40)
 	// The shifts take their count from a vector (VPSRLVD): ShiftAllRight
 	// with a constant count loads it with a legacy-SSE MOVQ on every pass,
-	// which stalls for the AVX/SSE transition on Intel CPUs (the loop ran
-	// 20x slower there, go test -bench 'TrainingGrad$/BFloat16').
+	// which stalls for the AVX/SSE transition on Intel CPUs (go test -bench
+	// 'TrainingGrad$/BFloat16' shows it).
 	by16 := archsimd.BroadcastUint32x8(16)
 	j := 0
 	for ; j+8 <= n; j += 8 {

@@ -19,9 +19,9 @@ import (
 // descriptions and dims of a call's tensors, so that a call allocates
 // nothing. The arrays C reads or writes are allocations of their own: held
 // and descs, whose types hold pointers, in C's memory, where cgo's pointer
-// checks stop at once (in Go's they scanned the whole array on every call,
-// more time than a small kernel's arithmetic); dimsBuf, free of pointers, in
-// Go's.
+// checks stop at once (in Go's they would scan the whole array on every
+// call, more time than a small kernel's arithmetic); dimsBuf, free of
+// pointers, in Go's.
 type call struct {
 	ctx     *C.TF_OpKernelContext
 	status  *C.TF_Status

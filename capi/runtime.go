@@ -16,9 +16,9 @@ func goRuntime() string { return runtime.Version() }
 // state until Go's monitor thread takes it back, which can take up to 10 ms
 // when the process is otherwise idle. With GOMAXPROCS equal to the core count
 // the Ps are then often all parked on TensorFlow threads, and the goroutines
-// a kernel fans out to wait for the calling thread to finish its own share:
-// measured in TensorFlow 2.21 on 2 cores, the two halves of a large gradient
-// ran one after the other. So, unless the user set GOMAXPROCS, gobn gives Go
+// a kernel fans out wait for the calling thread to finish its own share, so
+// the halves of a large gradient run one after the other instead of side by
+// side. So, unless the user set GOMAXPROCS, gobn gives Go
 // room for the calling threads besides one worker per core. The kernels still
 // start at most one worker per core (kernels.workersFor).
 func init() {

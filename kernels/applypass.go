@@ -2,9 +2,8 @@ package kernels
 
 // applyAll writes dx = A[c]·(dy − MeanDy[c]) + B[c]·(x − Mean[c]) over the
 // whole tensor, last range first: the sums pass before it read that range
-// last, so it may still be in cache. (On this project's 2-core VM, whose L3
-// other tenants share, a 6.4M-element pass measured level with walking the
-// ranges in order, ~39 GB/s either way, and the same after a cache flush.)
+// last, so it may still be in cache. (BenchmarkPasses times the pass; where
+// L3 is shared, it runs level with walking the ranges in order.)
 func applyAll[T Element](s *scratch, d Dims, t affine, dy, x, dx []T) {
 	n := d.Len()
 	if n == 0 {

@@ -6,13 +6,10 @@ import "sync"
 // block of dy, x and dx stays in L1 between the passes over it. A pass that
 // sums and writes dx block by block (inference) takes blocks of half that,
 // fusedBlockLen, to leave room in L1 for the float64 sums of a channels-last
-// row: go test -bench 'InferenceGrad/float32' -cpu 1, two runs of each,
-// ChannelsLast 8x28x28x512 1.76-1.86 -> 1.33-1.41 ms, 8x112x112x64
-// 2.69-2.95 -> 2.23-2.25 ms, ChannelsFirst 8x512x28x28 1.08-1.22 ->
-// 0.80-0.82 ms (rows of 512 channels and more now take two passes, see
-// sweep). Channels-last blocks are whole rows of the period instead, as many
-// as fit in the block length and at least one, unless a row exceeds
-// maxBlockLen.
+// row (rows of splitRowC channels or more take two passes, see sweep);
+// BenchmarkInferenceGrad (-cpu 1) chose both. Channels-last blocks are
+// whole rows of the period instead, as many as fit in the block length and
+// at least one, unless a row exceeds maxBlockLen.
 const (
 	blockLen      = 2048
 	fusedBlockLen = 1024
@@ -38,9 +35,9 @@ type blockBuffers struct {
 var bufferPool = sync.Pool{New: func() any { return new(blockBuffers) }}
 
 // forBlocks calls fn for the elements at [lo, hi) of dy and x (and dx, when
-// not nil), blk elements at a time in memory order (walking blocks backwards
-// made the hardware prefetcher give up: a training gradient of 6.4M elements
-// took 1.4-1.7x as long), with native slices: float32 and float64 tensors
+// not nil), blk elements at a time in memory order (the hardware prefetcher
+// gives up on blocks walked backwards once data comes from DRAM), with
+// native slices: float32 and float64 tensors
 // directly, Half and BFloat16 ones converted to float32, with the block's dx
 // rounded back after fn returns.
 func forBlocks[T Element](lo, hi, blk int, dy, x, dx []T, fn32 func(off int, dy, x, dx []float32), fn64 func(off int, dy, x, dx []float64)) {

@@ -13,13 +13,10 @@ import "sync/atomic"
 // ran.
 //
 // A unit has about a range's elements (minElementsPerWorker, 2^19 float32):
-// 4 MiB of dy and x, which stay in L3 between the unit's two passes. On this
-// project's 2-core VM (32 MiB L3, 1 MiB L2 a core), float32 NCHW gradients
-// of 1.6M-6.4M elements, alternating call by call with the two passes over
-// the whole tensor: 1.05-1.26x faster with units of 2^19 elements, up to
-// 1.19x with 2^18 or 2^20, 0.6-1.07x with 2^21, and 0.70-0.92x with units
-// sized to stay in L2 (2^16), whose shorter runs the prefetcher follows
-// worse.
+// 4 MiB of dy and x, which stay in L3 between the unit's two passes (units
+// sized for L2 make runs too short for the prefetcher to follow well).
+// BenchmarkTrainingGradByChannel chose the size; docs/performance.md has
+// the figures.
 
 // byChannelOn switches the by-channel form on (SetByChannel).
 var byChannelOn atomic.Bool

@@ -226,10 +226,9 @@ func invStd(variance, epsilon float32) float64 {
 
 // invStds writes invStd(variance[i], epsilon) into dst[i]: with the vector
 // loops four at a time (invStdsVector), which rounds alike, square root and
-// division being exact to the last bit either way. The scalar square root
-// and division ran ~15-20 ns a channel on this project's VM, most of a
-// small gradient's time: [1,7,7,64] float32 took 2.5 us, 1.4 of them
-// forming its 64 channels' coefficients.
+// division being exact to the last bit either way. Scalar square roots and
+// divisions are most of a small gradient's time (BenchmarkTrainingGrad's
+// smallest cases show it).
 func invStds(dst []float64, variance []float32, epsilon float32) {
 	for i := invStdsVector(dst, variance, epsilon); i < len(dst); i++ {
 		dst[i] = invStd(variance[i], epsilon)

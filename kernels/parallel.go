@@ -20,12 +20,10 @@ import (
 // minElementsPerWorker is the least number of float32 elements per range
 // (default 2^19; half as many Half or BFloat16 ones, whose conversions make
 // them compute-bound); a gradient below twice this runs on the calling
-// thread alone. Measured inside TensorFlow on 2 cores (make bench): on the
-// "Parallel threshold" table a helper was noise-level to a quarter slower at
-// 2^19 and 2^20 float32 elements, and up to 2x faster from 2^21; moving the
-// split from 2^20 to 2^21 made the suite's 1.6M-element float32, half and
-// bfloat16 cases 1.1-1.6x slower. One core nearly saturates the memory bus,
-// and TensorFlow's idle threads spin on the other for a while after each op.
+// thread alone. One core nearly saturates the memory bus, and TensorFlow's
+// idle threads spin on the others for a while after each op, so a helper
+// pays only on large gradients. make bench's "Parallel threshold" table
+// chose it; docs/performance.md has the figures.
 var minElementsPerWorker atomic.Int64
 
 // maxRanges bounds the ranges of one pass.
@@ -118,12 +116,9 @@ type pass struct {
 // (when it has ranges), with the same helper goroutines for both passes: a
 // helper out of first's ranges waits for between to finish and goes on to
 // second's, where starting helpers afresh would make the second pass wait
-// again for a thread to take them up (see the go statement below). Float32
-// NHWC training gradients inside TensorFlow, lone calls alternating with
-// helpers started for each pass, 41, 81 and 101 pairs: 8x56x56x64 1.14,
-// 1.08 and 1.08x faster, 8x14x14x1024 1.06, 1.08, 1.06x, 8x28x28x512 1.04,
-// 1.02, 1.05x, 8x56x56x256 0.99 and 1.05x, 8x112x112x64 1.01 and 0.99x;
-// one-range controls 0.98-1.06x.
+// again for a thread to take them up (see the go statement below). Timing
+// float32 NHWC training gradients inside TensorFlow against helpers started
+// afresh for each pass chose it.
 func parallelPasses(first pass, between func(), second pass) {
 	ranges := max(first.ranges, second.ranges)
 	if ranges <= 1 {
@@ -162,12 +157,9 @@ func parallelPasses(first pass, between func(), second pass) {
 		// there first sleeps 3 us (50 us or more once Linux's timer slack
 		// stretches it), lest the P run it itself. An empty goroutine
 		// started last takes that place and moves the helpers to the P's
-		// queue, which other threads take from at once. Inside TensorFlow
-		// on 2 cores, the median time from the go statement to a helper's
-		// first range fell from ~155 to ~85 us (the least from 80-120 to
-		// 26-54 us); calls alternating with and without it, 300 us apart
-		// on a locked thread, made the median 8x56x56x64 training gradient
-		// 3-10% faster in 5 runs of 6 (12% slower in the sixth).
+		// queue, which other threads take from at once, so helpers start
+		// sooner. Chosen by timing 8x56x56x64 training gradients inside
+		// TensorFlow with and without it.
 		go func() {}()
 	}
 	// The calling goroutine works too: a thread that calls in from C holds
@@ -303,13 +295,9 @@ func (c *claims) finish() {
 // wait returns once no claim is in flight. It spins for up to waitSpin
 // first: a caller that parks (its thread locked when called from C) hands
 // its P to another thread, which wakes to run what is left queued there,
-// and takes it back when woken. NHWC training gradients on a locked thread,
-// calls 300 us apart alternating with and without the spin, 3 runs of 300
-// each: medians 0.5-2% faster at 8x56x56x64, 2-5% at 8x28x28x512, 2-7% at
-// 8x112x112x64, with no worse upper quartile. (Waiting for the helpers to
-// exit instead, as parallel did before, also waited on helpers that started
-// after the last claim; spinning through those worsened the upper quartile
-// of the first shape by 15-25%.)
+// and takes it back when woken; timing NHWC training gradients with and
+// without the spin chose it. It waits for claims, not for the helpers to
+// exit, lest it wait on helpers that start after the last claim.
 func (c *claims) wait() {
 	for start := time.Now(); time.Since(start) < waitSpin; {
 		if c.pending.Load() == 0 {

@@ -17,9 +17,10 @@ import (
 // instructions, and on Intel CPUs each one that runs while the upper half of
 // a vector register is dirty waits on an AVX/SSE state transition. C
 // compilers emit the instruction at every such exit; Go 1.26 leaves it to
-// the program. Without it, channels-first runs of 49 elements (a vector body,
-// then a scalar tail) ran 2.7x (8x1024x14x14) to 7x (1x64x7x7) slower on a
-// Xeon with AVX-512 (go test -bench 'TrainingGrad$/float32/ChannelsFirst').
+// the program. Without it, channels-first runs with a scalar tail (e.g. 49
+// elements) slow down several times on such CPUs (go test -bench
+// 'TrainingGrad$/float32/ChannelsFirst' shows it; TestVectorLoopsClearUpperHalves
+// checks every loop).
 
 // rowLoops are the inner loops over one or two channels-last rows, for one
 // vector width: the sums take sumStep channels a step, the others applyStep,
@@ -199,9 +200,8 @@ func sumsRows(W, rows int, dy, x []float32, mean, a, b []float64) {
 }
 
 // twoRowMax bounds the rows the channels-last loops take two at a time:
-// rows of 256 or more channels ran 1.5-2x slower two at a time (go test
-// -bench TrainingGrad, C=256 and 512), rows of 64 and 128 channels 10-20 %
-// faster.
+// two short rows halve the accumulator traffic, two long ones crowd L1.
+// BenchmarkTrainingGrad's channels-last cases (C=64 to 512) chose it.
 const twoRowMax = 256
 
 // sumsRow2x32 is sumsRow32 over two adjacent rows at once, W apart, which
@@ -459,8 +459,8 @@ func narrowBFloat16(dst []BFloat16, src []float32) {
 	bias, one, quiet := archsimd.BroadcastUint32x8(0x7fff), archsimd.BroadcastUint32x8(1), archsimd.BroadcastUint32x8(0x40)
 	// The shifts take their count from a vector (VPSRLVD): ShiftAllRight
 	// with a constant count loads it with a legacy-SSE MOVQ on every pass,
-	// which stalls for the AVX/SSE transition on Intel CPUs (the loop ran
-	// 20x slower there, go test -bench 'TrainingGrad$/BFloat16').
+	// which stalls for the AVX/SSE transition on Intel CPUs (go test -bench
+	// 'TrainingGrad$/BFloat16' shows it).
 	by16 := archsimd.BroadcastUint32x8(16)
 	j := 0
 	for ; j+8 <= n; j += 8 {

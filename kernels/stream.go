@@ -5,11 +5,9 @@ import "sync/atomic"
 // minStreamElements is the least number of elements of a float32 gradient
 // whose x_backprop, when it has a buffer of its own, the training pass writes
 // with non-temporal stores (applyAll). The default, 2^21 (8 MiB a tensor, 24
-// for x, dy and dx), is set from go test -bench TrainingGradOutput -cpu 2 on
-// this project's 2-core VM with 32 MiB of L3: 3.2M and 6.4M elements ran
-// 1.17-1.28x faster streamed (3.3M, 1.05-1.11x), 2.1M level, while at 1.6M
-// elements, where x_backprop still fits in cache for whatever reads it
-// next, streaming was level or slower.
+// for x, dy and dx), is where x_backprop no longer fits in cache for
+// whatever reads it next, so skipping the cache pays.
+// BenchmarkTrainingGradOutput chose it; docs/performance.md has the figures.
 var minStreamElements atomic.Int64
 
 func init() { minStreamElements.Store(1 << 21) }
@@ -26,8 +24,8 @@ func SetMinStreamElements(n int) int {
 // (written in place, dx's lines are already in cache from the read), laid
 // out so that every row (period pd) or run starts 32-byte aligned and the
 // whole of dx streams: a line written partly by ordinary stores and partly
-// by non-temporal ones costs more than either (NCHW 8x1024x14x14, runs of
-// 196, measured 1.5x slower so).
+// by non-temporal ones costs more than either (BenchmarkTrainingGradOutput's
+// NCHW 8x1024x14x14, runs of 196, shows it).
 func streams[T Element](pd Dims, dy, x, dx []T) bool {
 	dx32, ok := any(dx).([]float32)
 	if simdApply == nil || !ok || len(dx) < int(minStreamElements.Load()) || !aligned32(dx32) {

@@ -10,11 +10,10 @@ func reduce[T Element](s *scratch, d Dims, dy, x []T, mean []float64) (sumDy, su
 // block in the same pass, while each block is in L1. Only a t that does not
 // depend on the sums (inference) can be applied so. Channels-last rows of
 // splitRowC channels or more take two passes instead, reduce then applyAll,
-// which measured faster although it reads dy twice (probably because their
+// which is faster although it reads dy twice (probably because their
 // float64 sums and means, 24 bytes a channel, crowd L1 when dx streams
-// through it too). Go-only, one core, min of 15 (fused / two passes): NHWC
-// 8x14x14x1024 0.75 / 0.57 ms, 8x28x28x512 (more than L3) 1.28 / 1.10 ms;
-// with 256 channels 0.37 / 0.40 ms, and fused stays.
+// through it too). BenchmarkInferenceGrad's channels-last cases (-cpu 1)
+// chose splitRowC; docs/performance.md has the figures.
 func sweep[T Element](s *scratch, d Dims, dy, x, dx []T, mean []float64, t *affine) (sumDy, sumDyXc []float64) {
 	if t != nil && d.Layout == ChannelsLast && d.C >= splitRowC {
 		sumDy, sumDyXc = reduce(s, d, dy, x, mean)

@@ -14,25 +14,22 @@ default glibc's malloc. glibc maps large buffers afresh and unmaps them when
 freed, so a call of a large case pays thousands of page faults and the kernel
 zeroing its output, which says nothing about either kernel; and how often it
 does varies from call to call (glibc's per-thread heaps are unmapped when they
-empty whatever its trim settings: with them set to keep freed memory, one
-gobn case still took 3.9 to 46 ms from call to call, perf showing its dx
-stores faulting). The bench therefore runs TensorFlow with its BFC allocator
-on the CPU (TF_CPU_ALLOCATOR_USE_BFC=true), which keeps the memory it has
-mapped and hands it out again, as TensorFlow's GPU allocator does; and it
-reports the large cases under the default allocator too, in a child process.
+empty whatever its trim settings). The bench therefore runs TensorFlow with
+its BFC allocator on the CPU (TF_CPU_ALLOCATOR_USE_BFC=true), which keeps the
+memory it has mapped and hands it out again, as TensorFlow's GPU allocator
+does; and it reports the large cases under the default allocator too, in a
+child process.
 
-A lone call of a small case is mostly the ~0.1 ms of calling a tf.function
+A lone call of a small case is mostly the cost of calling a tf.function
 from Python, alike on both sides; the float32 cases of at most SMALL elements
 are also timed as chains of CHAIN calls inside one tf.function, per call.
 
-A lone call of a case larger than L3 carries ~0.5 ms of that calling too: a
-kernel that streams 100 MB through the caches leaves TensorFlow's and
-Python's own code and data to come back from memory, and the call before and
-after the op slows from ~0.2 ms to ~0.5-0.75 ms (measured with a build that
-stamps the op's start and end: after a 1 ms busy wait it was 0.15-0.25 ms,
-after a real 3-4 ms gradient 0.5-0.75 ms). So the float32 training cases
-larger than L3 are also timed as chains of CHAIN_LARGE calls in one
-tf.function, per call, and their bandwidth is reported both ways. In a chain
+A lone call of a case larger than L3 carries more of that calling: a kernel
+that streams 100 MB through the caches leaves TensorFlow's and Python's own
+code and data to come back from memory, so the calling before and after the
+op slows several times. So the float32 training cases larger than L3 are
+also timed as chains of CHAIN_LARGE calls in one tf.function, per call, and
+their bandwidth is reported both ways. In a chain
 nothing but the next call reads a call's x_backprop, so TensorFlow lets gobn
 write the next x_backprop over it (capi offers y_backprop's buffer); stock
 allocates. A lone call's y_backprop is held by Python, and is not reused.
@@ -148,10 +145,9 @@ BFC = {"TF_CPU_ALLOCATOR_USE_BFC": "true"}
 
 # Cheap cases get more repetitions, up to this many seconds of timing each.
 CASE_SECONDS = 0.5
-# A lone call of the tiny case is ~0.15 ms, nearly all of it TensorFlow's and
-# Python's, and its median over 300 pairs moved from 0.84 to 1.06 of stock's
-# from run to run; four blocks of 1500 interleaved calls of each, in one
-# process, came out 0.99-1.01.
+# A lone call of the tiny case is nearly all TensorFlow's and Python's time,
+# and its median over a few hundred pairs wanders from run to run; thousands
+# of interleaved calls settle it.
 MAX_REPS_FACTOR = 100
 
 
@@ -202,7 +198,7 @@ def run_suite(onednn, only_float32, reps, only_large=False):
 
 # Cases up to this many elements are also timed as a chain of CHAIN calls
 # inside one tf.function (each call's x_backprop the next one's y_backprop):
-# a lone call of them is mostly the ~0.1 ms of calling a tf.function from
+# a lone call of them is mostly the cost of calling a tf.function from
 # Python, the same on both sides, which hides what the op itself costs in a
 # graph, where a model runs it. The float32 training cases larger than L3 are
 # chained too, CHAIN_LARGE calls long (see the module's doc).

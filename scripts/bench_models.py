@@ -19,9 +19,9 @@ the losses after the warm-up's updates are printed too.
 
 This runs once with oneDNN on and once with it off, each in its own
 subprocess with TF_ENABLE_ONEDNN_OPTS set before TensorFlow is imported.
-The default run (two models, both oneDNN settings) takes about 3-4 minutes
-on a 2-core machine; --rounds, --steps-per-round, --image and --batch-size
-make it longer and steadier.
+The default run (two models, both oneDNN settings) takes a few minutes;
+--rounds, --steps-per-round, --image and --batch-size make it longer and
+steadier.
 """
 
 import argparse

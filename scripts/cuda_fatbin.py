@@ -423,10 +423,9 @@ def main():
 
     results = {}
     failed = {}  # log without the deprecation line -> the architectures
-    # Each compile in a spawned process. On 2 CPUs, batchnorm.cu's six took
-    # 24 s one after another, 20 s in 2 threads (NVRTC mostly serializes
-    # them), 24 s in 2 processes forked after this one had loaded NVRTC, and
-    # 13 s in 2 spawned ones.
+    # Each compile in a spawned process: NVRTC mostly serializes compiles in
+    # threads, and processes forked after this one loaded NVRTC gain nothing
+    # either; only spawned ones run side by side.
     with concurrent.futures.ProcessPoolExecutor(max_workers=max(1, min(args.jobs, len(jobs))),
                                                 mp_context=multiprocessing.get_context("spawn")) as ex:
         for (arch, cubin, opts), (ok, log, code) in zip(jobs, ex.map(

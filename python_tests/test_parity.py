@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import (
+from support import (
     CHANNELS_FIRST,
     assert_as_accurate,
     assert_close,
@@ -461,7 +461,7 @@ def test_results_independent_of_worker_count(gobn, gomaxprocs, tmp_path):
     import subprocess
     import sys
 
-    from conftest import global_norm_grad_reference, library_path
+    from support import global_norm_grad_reference, library_path
 
     rng = np.random.default_rng(23)
     shape = (4, 45, 47, 59)  # 499,140 elements: 7 workers of 2^16 and an uneven split

@@ -22,8 +22,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-# conftest sets TF_ENABLE_ONEDNN_OPTS and TF_CPP_MIN_LOG_LEVEL before TensorFlow loads.
-from conftest import (  # noqa: E402
+# support sets TF_ENABLE_ONEDNN_OPTS and TF_CPP_MIN_LOG_LEVEL before TensorFlow loads.
+from support import (  # noqa: E402
     fused_grad_reference,
     global_norm_grad_reference,
     library_path,

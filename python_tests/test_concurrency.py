@@ -22,7 +22,7 @@ import os
 import subprocess
 import sys
 
-from conftest import library_path
+from support import library_path
 
 THREADS = 8
 ROUNDS = 3

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import run_stock_global_norm_grad
+from support import run_stock_global_norm_grad
 
 FusedOp = collections.namedtuple("FusedOp", "gobn_name stock_name has_reserve_space_3")
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import (
+from support import (
     assert_as_accurate,
     assert_close,
     global_norm_grad_reference,

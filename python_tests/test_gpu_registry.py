@@ -11,6 +11,8 @@ registers none, so TensorFlow places every gobn op on the CPU.
 import pytest
 from tensorflow.python.framework import kernels as kernel_registry
 
+import gobn as gobn_package
+
 from test_cuda_build import cuda_mode
 
 # (T, U) of stock TensorFlow 2.21's GPU kernels (its GPU wheel's registry:
@@ -39,7 +41,15 @@ def registered(op, device_type):
     return out
 
 
-@pytest.mark.parametrize("op", sorted(GPU_BINDINGS))
+# Every op the library registers (gobn.OP_NAMES, opdef.All's order), without "Gobn>".
+OPS = [name.removeprefix("Gobn>") for name in gobn_package.OP_NAMES]
+
+
+def test_every_op_has_gpu_bindings():
+    assert sorted(GPU_BINDINGS) == sorted(OPS)
+
+
+@pytest.mark.parametrize("op", OPS)
 def test_gpu_kernels_registered(gobn, op):
     got = registered(op, "GPU")
     mode = cuda_mode()

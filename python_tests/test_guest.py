@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from conftest import REPO_ROOT, library_path
+from support import REPO_ROOT, library_path
 
 RELIABILITY = os.path.join(REPO_ROOT, "docs", "reliability.md")
 

@@ -24,7 +24,7 @@ import sys
 
 import pytest
 
-from conftest import REPO_ROOT, library_path
+from support import REPO_ROOT, library_path
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hostile_child.py")
 SUMMARY = os.path.join(REPO_ROOT, "build", "reliability", "hostile.json")

@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 import gobn
-from conftest import REPO_ROOT
+from support import REPO_ROOT
 
 # (input shape, axis): the fused layouts and the reshaped ones.
 LAYER_CASES = [

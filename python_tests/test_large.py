@@ -28,7 +28,7 @@ import sys
 
 import pytest
 
-from conftest import REPO_ROOT, library_path
+from support import REPO_ROOT, library_path
 
 ENABLED = os.environ.get("GOBN_LARGE_TESTS") == "1"
 REPORT = os.path.join(REPO_ROOT, "build", "reliability", "large.json")

@@ -25,7 +25,7 @@ import os
 import subprocess
 import sys
 
-from conftest import REPO_ROOT, library_path
+from support import REPO_ROOT, library_path
 
 WARMUP = 2000
 CALLS = 20000

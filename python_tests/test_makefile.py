@@ -3,7 +3,7 @@
 import os
 import re
 
-from conftest import REPO_ROOT
+from support import REPO_ROOT
 
 
 def test_help_lists_every_target():

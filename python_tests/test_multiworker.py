@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import REPO_ROOT, assert_close
+from support import REPO_ROOT, assert_close
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import multiworker_child as child  # noqa: E402

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import (
+from support import (
     CHANNELS_FIRST,
     assert_as_accurate,
     assert_close,
@@ -475,7 +475,7 @@ def test_results_independent_of_worker_count(gobn, gomaxprocs, tmp_path):
     import subprocess
     import sys
 
-    from conftest import global_norm_grad_reference, library_path
+    from support import global_norm_grad_reference, library_path
 
     rng = np.random.default_rng(23)
     shape = (4, 97, 95, 100)  # 3,685,600 elements: 7 ranges of 2^19 float32 elements, an uneven split

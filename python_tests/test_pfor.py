@@ -18,7 +18,7 @@ import pytest
 import tensorflow as tf
 
 import gobn
-from conftest import REPO_ROOT, CHANNELS_FIRST, assert_close, global_norm_grad_reference
+from support import REPO_ROOT, CHANNELS_FIRST, assert_close, global_norm_grad_reference
 
 SHAPES = {"NHWC": (3, 2, 3, 2), "NCHW": (3, 2, 2, 3), "NDHWC": (2, 2, 2, 3, 2), "NCDHW": (2, 2, 2, 2, 3)}
 S = 3  # iterations of the vectorized loops

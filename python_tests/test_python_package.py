@@ -2,7 +2,7 @@
 gobn.fused_batch_norm against tf.compat.v1.nn.fused_batch_norm, first-order
 gradients included (finite differences too).
 
-conftest.py puts <repo>/python on sys.path and points GOBN_LIBRARY at the
+support.py puts <repo>/python on sys.path and points GOBN_LIBRARY at the
 library the other tests load.
 """
 
@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 import gobn
-from conftest import REPO_ROOT, assert_close, library_path
+from support import REPO_ROOT, assert_close, library_path
 
 PACKAGE_DIR = os.path.join(REPO_ROOT, "python", "gobn")
 

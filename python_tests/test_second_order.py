@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 import gobn
-from conftest import CHANNELS_FIRST, assert_close
+from support import CHANNELS_FIRST, assert_close
 
 # op, stock op, formats, whether scale is float (V2, V3) or T (V1), reserve_space_3.
 FUSED = [

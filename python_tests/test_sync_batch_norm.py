@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 import gobn
-from conftest import CHANNELS_FIRST, assert_close
+from support import CHANNELS_FIRST, assert_close
 
 FORMATS = {"NHWC": (8, 3, 4, 3), "NCHW": (8, 3, 4, 5), "NDHWC": (8, 2, 3, 2, 3), "NCDHW": (8, 3, 2, 3, 2)}
 

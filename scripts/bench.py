@@ -104,7 +104,15 @@ def case_reps(shape, reps):
 
 
 def library_path():
-    return os.environ.get("GOBN_LIBRARY", os.path.join(ROOT, "build", "libgobn.so"))
+    """libgobn.so where gobn's own lookup finds it (gobn.library_path()).
+
+    Importing gobn imports TensorFlow: call this after load_tf has set
+    TensorFlow's environment.
+    """
+    if os.path.join(ROOT, "python") not in sys.path:
+        sys.path.insert(0, os.path.join(ROOT, "python"))
+    import gobn
+    return gobn.library_path()
 
 
 def load_tf(onednn):

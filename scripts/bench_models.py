@@ -58,7 +58,6 @@ def parse_args(argv=None):
 
 
 def child(args):
-    os.environ.setdefault("GOBN_LIBRARY", os.path.join(ROOT, "build", "libgobn.so"))
     sys.path.insert(0, os.path.join(ROOT, "python"))
     import keras
     import numpy as np

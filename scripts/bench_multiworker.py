@@ -137,7 +137,6 @@ def worker(args):
     import keras
 
     sys.path.insert(0, os.path.join(ROOT, "python"))
-    os.environ.setdefault("GOBN_LIBRARY", os.path.join(ROOT, "build", "libgobn.so"))
     import gobn
 
     index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]

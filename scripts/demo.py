@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """gobn demo: every op beside its stock TensorFlow twin, on ResNet-50-like inputs.
 
-Loads build/libgobn.so (or $GOBN_LIBRARY), runs each gobn op and the stock op
+Loads libgobn.so where gobn.library_path() finds it ($GOBN_LIBRARY, else beside
+the package or build/libgobn.so), runs each gobn op and the stock op
 on the same inputs, and prints a markdown table: the largest difference from
 stock (and from an exact float64 reference), whether it is within docs/design.md's
 tolerance, and the median time of each side (both run inside tf.function, or
@@ -27,16 +28,20 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO_ROOT, "python"))
 
-# (rtol, atol): |got - want| <= atol * max|want| + rtol * |want| element-wise.
-TOLERANCES = {
-    tf.float32: (1e-4, 1e-5),
-    tf.float16: (2e-3, 2e-3),
-    tf.bfloat16: (1.6e-2, 1.6e-2),
-    tf.float64: (1e-12, 1e-12),
-}
+# The library lookup, the tolerances (|got - want| <= atol * max|want| + rtol * |want|
+# element-wise) and the float64 references are the package's.
+import gobn  # noqa: E402
+from gobn._testing import (  # noqa: E402
+    CHANNELS_FIRST,
+    as_float64,
+    fused_grad_reference,
+    global_norm_grad_reference,
+    tolerance_bound,
+)
+
 EPSILON = 1e-3
-CHANNELS_FIRST = ("NCHW", "NCDHW")
 
 FUSED = {
     "FusedBatchNormGrad": "gobn_fused_batch_norm_grad",
@@ -51,20 +56,15 @@ SHAPE_5D = (2, 8, 28, 28, 32)
 
 
 def load_library():
-    path = os.environ.get("GOBN_LIBRARY") or os.path.join(REPO_ROOT, "build", "libgobn.so")
-    if not os.path.exists(path):
-        sys.exit(f"gobn library not found at {path}: run `make` in {REPO_ROOT}")
+    try:
+        path = gobn.library_path()
+    except FileNotFoundError as e:
+        sys.exit(str(e))
     return path, tf.load_op_library(path)
 
 
 # ---------------------------------------------------------------------------
 # Comparison
-
-
-def as_float64(value):
-    if isinstance(value, tf.Tensor):
-        value = value.numpy()
-    return np.asarray(value).astype(np.float64)
 
 
 def tolerance_used(got, want, dtype):
@@ -74,9 +74,8 @@ def tolerance_used(got, want, dtype):
         return np.inf
     if got.size == 0:
         return 0.0
-    rtol, atol = TOLERANCES[dtype]
     err = np.abs(got - want)
-    bound = atol * np.max(np.abs(want)) + rtol * np.abs(want)
+    bound = tolerance_bound(want, dtype)
     with np.errstate(divide="ignore", invalid="ignore"):
         used = np.where(bound > 0, err / bound, np.where(err > 0, np.inf, 0.0))
     return float(np.max(used))
@@ -87,8 +86,7 @@ def accuracy_excess(got, stock, reference, dtype):
     got, stock, reference = as_float64(got), as_float64(stock), as_float64(reference)
     if got.size == 0:
         return 0.0
-    rtol, atol = TOLERANCES[dtype]
-    bound = atol * np.max(np.abs(reference)) + rtol * np.abs(reference)
+    bound = tolerance_bound(reference, dtype)
     excess = np.abs(got - reference) - np.abs(stock - reference)
     with np.errstate(divide="ignore", invalid="ignore"):
         used = np.where(bound > 0, excess / bound, np.where(excess > 0, np.inf, 0.0))
@@ -97,44 +95,6 @@ def accuracy_excess(got, stock, reference, dtype):
 
 def max_abs_error(outputs, wants):
     return max(float(np.max(np.abs(as_float64(g) - as_float64(w)), initial=0.0)) for g, w in zip(outputs, wants))
-
-
-# ---------------------------------------------------------------------------
-# float64 references
-
-
-def fused_grad_reference(y_backprop, x, scale, mean, variance, is_training, data_format):
-    """Exact FusedBatchNormGrad*: (x_backprop, scale_backprop, offset_backprop)."""
-    channels_first = data_format in CHANNELS_FIRST
-    dy, x = as_float64(y_backprop), as_float64(x)
-    if channels_first:
-        dy, x = np.moveaxis(dy, 1, -1), np.moveaxis(x, 1, -1)
-    scale, mean, variance = as_float64(scale), as_float64(mean), as_float64(variance)
-    axes = tuple(range(dy.ndim - 1))
-    r = int(np.prod(dy.shape[:-1]))
-    c = 1.0 / np.sqrt(variance + np.float64(np.float32(EPSILON)))
-    centered = x - mean
-    sum_dy = dy.sum(axis=axes)
-    sum_dy_centered = np.einsum("rc,rc->c", dy.reshape(-1, dy.shape[-1]), centered.reshape(-1, dy.shape[-1]))
-    if is_training:
-        x_backprop = scale * c * (dy - sum_dy / r - centered * (c * c * sum_dy_centered / r))
-    else:
-        x_backprop = dy * (scale * c)
-    if channels_first:
-        x_backprop = np.moveaxis(x_backprop, -1, 1)
-    return x_backprop, sum_dy_centered * c, sum_dy
-
-
-def global_norm_grad_reference(t, m, v, gamma, backprop, scale_after_normalization):
-    """Exact BatchNormWithGlobalNormalizationGrad: (dx, dm, dv, db, dg)."""
-    x, dy = as_float64(t), as_float64(backprop)
-    m, v, gamma = as_float64(m), as_float64(v), as_float64(gamma)
-    s = 1.0 / np.sqrt(v + np.float64(np.float32(EPSILON)))
-    g = gamma if scale_after_normalization else np.ones_like(gamma)
-    db = dy.sum(axis=(0, 1, 2))
-    sum_dy_centered = np.einsum("rc,rc->c", dy.reshape(-1, dy.shape[-1]), (x - m).reshape(-1, dy.shape[-1]))
-    dg = s * sum_dy_centered if scale_after_normalization else np.zeros_like(gamma)
-    return dy * (s * g), -db * s * g, -0.5 * s**3 * g * sum_dy_centered, db, dg
 
 
 # ---------------------------------------------------------------------------
@@ -229,7 +189,7 @@ def fused_row(lib, stock_name, dtype, data_format, is_training, logical_shape, r
     stock_run = traced(getattr(tf.raw_ops, stock_name), inputs, attrs) if stock_runs else None
 
     got = list(gobn_run())[:3]
-    reference = fused_grad_reference(y_backprop, x, scale, mean, variance, is_training, data_format)
+    reference = fused_grad_reference(y_backprop, x, scale, mean, variance, EPSILON, is_training, data_format)
     row.err_ref = max_abs_error(got, reference)
     shapes_ok = got[0].shape == x.shape and all(g.shape == [channels] for g in got[1:])
     # Each output by its own dtype's tolerance: x_backprop by T's, the 1-D ones by U's (float32).
@@ -279,7 +239,8 @@ def global_norm_row(lib, dtype, shape, reps, rng, scale_after_normalization=True
     with tf.compat.v1.Session(graph=graph) as session:
         session.run(init)
         stock, got = session.run([list(stock_out), list(gobn_out)])
-        reference = global_norm_grad_reference(**arrays, scale_after_normalization=scale_after_normalization)
+        reference = global_norm_grad_reference(**arrays, variance_epsilon=EPSILON,
+                                               scale_after_normalization=scale_after_normalization)
         row.err_stock = max_abs_error(got, stock)
         row.err_ref = max_abs_error(got, reference)
         shapes_ok = got[0].shape == tuple(shape) and all(g.shape == (channels,) for g in got[1:])

@@ -21,7 +21,7 @@ global-normalization op is deprecated at GraphDef version 9, so it runs in a
 graph of producer version 8. oneDNN is switched off so that stock is the Eigen
 kernel.
 
-`check` loads gobn (build/libgobn.so, $GOBN_LIBRARY or --library), runs each
+`check` loads gobn (--library, else gobn.library_path()'s), runs each
 case and compares every output with the saved one within docs/design.md's
 tolerance for the case's dtype: |got - want| <= atol*max|want| + rtol*|want|.
 It prints one row per case: the largest absolute error, the largest error
@@ -58,19 +58,26 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO_ROOT, "python"))
+
+# The library lookup, the tolerance table and the float64 references are the package's.
+import gobn  # noqa: E402
+from gobn._testing import (  # noqa: E402
+    CHANNELS_FIRST,
+    as_float64,
+    from_channels_last,
+    tolerance,
+)
+from gobn._testing import fused_grad_reference as fused_reference  # noqa: E402
+from gobn._testing import global_norm_grad_reference as global_norm_reference  # noqa: E402
+
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
 EPSILON = 1e-3
 
-# (rtol, atol) per dtype name, from docs/design.md.
-TOLERANCES = {
-    "float": (1e-4, 1e-5),
-    "half": (2e-3, 2e-3),
-    "bfloat16": (1.6e-2, 1.6e-2),
-    "double": (1e-12, 1e-12),
-}
 TF_DTYPES = {"float": tf.float32, "double": tf.float64, "half": tf.float16, "bfloat16": tf.bfloat16}
-CHANNELS_FIRST = ("NCHW", "NCDHW")
+# The manifest's tolerance table, in this order: gobn._testing.TOLERANCES under the cases' T names.
+TOLERANCE_NAMES = ("float", "half", "bfloat16", "double")
 
 # Logical channels-last shapes (N, spatial..., C): more elements than one of
 # gobn's 2048-element blocks, C not a multiple of the SIMD width.
@@ -116,12 +123,6 @@ def decode(array, dtype):
     return tf.constant(array, TF_DTYPES[dtype])
 
 
-def as_float64(value):
-    if isinstance(value, tf.Tensor):
-        value = tf.cast(value, tf.float64).numpy()
-    return np.asarray(value, dtype=np.float64)
-
-
 def write_npz(path, arrays):
     """Writes arrays like np.savez_compressed, with fixed zip timestamps."""
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
@@ -136,51 +137,6 @@ def write_npz(path, arrays):
 def sha256(path):
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
-
-
-# ---------------------------------------------------------------------------
-# float64 references (docs/design.md formulas)
-
-
-def channels_last(array, data_format):
-    return np.moveaxis(array, 1, -1) if data_format in CHANNELS_FIRST else array
-
-
-def from_channels_last(array, data_format):
-    return np.moveaxis(array, -1, 1) if data_format in CHANNELS_FIRST else array
-
-
-def fused_reference(y_backprop, x, scale, mean, variance, epsilon, is_training, data_format):
-    """x_backprop, scale_backprop, offset_backprop in float64. With c = 1/sqrt(var+eps):
-    offset_backprop = sum(dy), scale_backprop = c*sum(dy*(x-mean)); x_backprop is
-    scale*c*(dy - sum(dy)/R - (x-mean)*c^2*sum(dy*(x-mean))/R) in training, dy*scale*c in inference.
-    """
-    dy, x = (channels_last(as_float64(a), data_format) for a in (y_backprop, x))
-    scale, mean, variance = (as_float64(a) for a in (scale, mean, variance))
-    axes = tuple(range(dy.ndim - 1))
-    r = int(np.prod(dy.shape[:-1]))
-    c = 1.0 / np.sqrt(variance + np.float64(np.float32(epsilon)))
-    centered = x - mean
-    sum_dy, sum_dy_centered = dy.sum(axis=axes), (dy * centered).sum(axis=axes)
-    if is_training:
-        x_backprop = scale * c * (dy - sum_dy / r - centered * c * c * sum_dy_centered / r)
-    else:
-        x_backprop = dy * scale * c
-    return from_channels_last(x_backprop, data_format), sum_dy_centered * c, sum_dy
-
-
-def global_norm_reference(t, m, v, gamma, backprop, variance_epsilon, scale_after_normalization):
-    """dx, dm, dv, db, dg in float64. With s = 1/sqrt(v+eps) and g = gamma (1 without scaling):
-    db = sum(dy), dx = dy*s*g, dm = -db*s*g, dg = s*sum(dy*(t-m)) (0 without scaling),
-    dv = -0.5*s^3*g*sum(dy*(t-m)).
-    """
-    x, dy, m, v, gamma = (as_float64(a) for a in (t, backprop, m, v, gamma))
-    s = 1.0 / np.sqrt(v + np.float64(np.float32(variance_epsilon)))
-    g = gamma if scale_after_normalization else np.ones_like(gamma)
-    db = dy.sum(axis=(0, 1, 2))
-    sum_dy_centered = (dy * (x - m)).sum(axis=(0, 1, 2))
-    dg = s * sum_dy_centered if scale_after_normalization else np.zeros_like(gamma)
-    return dy * s * g, -db * s * g, -0.5 * s**3 * g * sum_dy_centered, db, dg
 
 
 # ---------------------------------------------------------------------------
@@ -321,7 +277,7 @@ def gen(directory, seed):
         "generator": "scripts/golden.py gen",
         "tensorflow": tf.__version__,
         "seed": seed,
-        "tolerances": {k: {"rtol": r, "atol": a} for k, (r, a) in TOLERANCES.items()},
+        "tolerances": {k: dict(zip(("rtol", "atol"), tolerance(k))) for k in TOLERANCE_NAMES},
         "cases": cases,
     }
     with open(os.path.join(directory, MANIFEST), "w") as f:
@@ -371,7 +327,7 @@ def run_gobn(gobn, case, tensors):
 
 def compare(case, got, tensors):
     """Returns (max abs err, max err / max|want|, share of tolerance used, problems)."""
-    rtol, atol = TOLERANCES[case["T"]]
+    rtol, atol = tolerance(case["T"])
     max_abs = max_rel = used = 0.0
     problems = []
     for name, value, dtype in zip(case["outputs"], got, case["output_dtypes"]):
@@ -461,13 +417,20 @@ def main():
     g.add_argument("--seed", type=int, default=0, help="seed of the inputs (default 0)")
     c = commands.add_parser("check", help="run gobn on golden files and compare")
     c.add_argument("dir")
-    c.add_argument("--library", default=os.environ.get("GOBN_LIBRARY") or os.path.join(REPO_ROOT, "build", "libgobn.so"),
-                   help="path of libgobn.so (default $GOBN_LIBRARY, else build/libgobn.so)")
+    c.add_argument("--library", help="path of libgobn.so (default: where gobn.library_path() finds it: "
+                                     "$GOBN_LIBRARY, else beside the package or build/libgobn.so)")
     args = parser.parse_args()
     if args.command == "gen":
         gen(args.dir, args.seed)
         return 0
-    return check(args.dir, args.library)
+    library = args.library
+    if library is None:
+        try:
+            library = gobn.library_path()
+        except FileNotFoundError as e:
+            print(f"golden: {e}", file=sys.stderr)
+            return 1
+    return check(args.dir, library)
 
 
 if __name__ == "__main__":

@@ -45,6 +45,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gobncheck import CHANNELS_LAST, Lib, device_facts, dims  # noqa: E402
 
 TORCH_DTYPE = {"float": torch.float32, "half": torch.float16, "bfloat16": torch.bfloat16}
+# (rtol, atol): a copy of gobn._testing.TOLERANCES (docs/design.md), on purpose.
+# gpucheck runs on a GPU machine without TensorFlow or the gobn package, so it
+# is self-contained and cannot import the package's table; keep the two equal.
 TOL = {"float": (1e-4, 1e-5), "half": (2e-3, 2e-3), "bfloat16": (1.6e-2, 1.6e-2)}  # rtol, atol
 EPS = 1e-3
 EPS64 = float(torch.tensor(EPS, dtype=torch.float32).item())  # the float32 epsilon, exactly

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/gobn/gobn/internal/tolerance"
 	"github.com/gobn/gobn/kernels"
 	"github.com/gobn/gobn/opdef"
 	"github.com/sbinet/npyio/npy"
@@ -55,15 +56,6 @@ type goldenCase struct {
 	Inputs                  []string          `json:"inputs"`
 	Outputs                 []string          `json:"outputs"`
 	Arrays                  map[string]string `json:"arrays"` // array name → TensorFlow dtype
-}
-
-// goldenTolerances are (rtol, atol) per dtype, from docs/design.md: an element passes
-// when |got − want| ≤ atol·max|want| + rtol·|want|.
-var goldenTolerances = map[string][2]float64{
-	"float":    {1e-4, 1e-5},
-	"half":     {2e-3, 2e-3},
-	"bfloat16": {1.6e-2, 1.6e-2},
-	"double":   {1e-12, 1e-12},
 }
 
 func readGoldenManifest(t *testing.T) goldenManifest {
@@ -294,7 +286,7 @@ func (g golden) compare(name string, shape []int64, got []float64) {
 	g.t.Helper()
 	wantShape, want := g.readFloat64("want_" + name)
 	require.True(g.t, slices.Equal(wantShape, shape), "%s: shape %v, want %v", name, shape, wantShape)
-	tol := goldenTolerances[g.c.T]
+	tol := tolerance.ByDType[g.c.T]
 	scale := 0.0
 	for _, w := range want {
 		if !math.IsNaN(w) && !math.IsInf(w, 0) {
@@ -305,7 +297,7 @@ func (g golden) compare(name string, shape []int64, got []float64) {
 		if math.IsNaN(got[i]) && math.IsNaN(want[i]) {
 			continue
 		}
-		bound := tol[1]*scale + tol[0]*math.Abs(want[i])
+		bound := tol.Atol*scale + tol.Rtol*math.Abs(want[i])
 		if err := math.Abs(got[i] - want[i]); !(err <= bound) {
 			g.t.Fatalf("%s vs %s (%s tolerance): element %d: got %g, want %g, |err| %.3g > bound %.3g",
 				name, g.c.Reference, g.c.T, i, got[i], want[i], err, bound)

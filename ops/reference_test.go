@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	tf "github.com/galeone/tensorflow/tensorflow/go"
+
+	"github.com/gobn/gobn/internal/tolerance"
 )
 
 // geometry is an activation tensor seen as N × C × S (S the product of the
@@ -85,18 +87,12 @@ func globalNormalizationReference(g geometry, t, m, v, gamma, dy []float64, eps 
 	return [5][]float64{dx, dm, dv, db, dg}
 }
 
-// tolerances are (rtol, atol) per dtype, from docs/design.md: an element passes
-// when |got − want| ≤ atol·max|want| + rtol·|want|.
-var tolerances = map[tf.DataType][2]float64{
-	tf.Float:    {1e-4, 1e-5},
-	tf.Half:     {2e-3, 2e-3},
-	tf.Bfloat16: {1.6e-2, 1.6e-2},
-	tf.Double:   {1e-12, 1e-12},
-}
+// dtypeNames are the names internal/tolerance keys its bounds by.
+var dtypeNames = map[tf.DataType]string{tf.Float: "float", tf.Half: "half", tf.Bfloat16: "bfloat16", tf.Double: "double"}
 
 // bounds returns atol·max|want| + rtol·|want| element-wise.
 func bounds(want []float64, dtype tf.DataType) []float64 {
-	tol := tolerances[dtype]
+	tol := tolerance.ByDType[dtypeNames[dtype]]
 	scale := 0.0
 	for _, w := range want {
 		if !math.IsNaN(w) && !math.IsInf(w, 0) {
@@ -105,7 +101,7 @@ func bounds(want []float64, dtype tf.DataType) []float64 {
 	}
 	b := make([]float64, len(want))
 	for i, w := range want {
-		b[i] = tol[1]*scale + tol[0]*math.Abs(w)
+		b[i] = tol.Atol*scale + tol.Rtol*math.Abs(w)
 	}
 	return b
 }

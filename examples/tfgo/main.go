@@ -19,6 +19,7 @@ import (
 	tf "github.com/galeone/tensorflow/tensorflow/go"
 	"github.com/galeone/tensorflow/tensorflow/go/op"
 	tg "github.com/galeone/tfgo"
+	"github.com/gobn/gobn/internal/tolerance"
 	"github.com/gobn/gobn/ops"
 )
 
@@ -87,8 +88,9 @@ func compare() error {
 		for j := range got {
 			err := math.Abs(float64(got[j]) - float64(want[j]))
 			maxErr = math.Max(maxErr, err)
-			// float32's tolerance (docs/design.md): |got − want| ≤ 1e-5·max|want| + 1e-4·|want|.
-			pass = pass && err <= 1e-5*maxWant+1e-4*math.Abs(float64(want[j]))
+			// float32's tolerance (docs/design.md): |got − want| ≤ atol·max|want| + rtol·|want|.
+			tol := tolerance.ByDType["float"]
+			pass = pass && err <= tol.Atol*maxWant+tol.Rtol*math.Abs(float64(want[j]))
 		}
 		ok = ok && pass
 		fmt.Printf("  %-16s max |gobn - stock| %.3g (max |stock| %.3g) %s\n", name, maxErr, maxWant, verdict(pass))

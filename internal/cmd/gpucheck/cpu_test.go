@@ -8,6 +8,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/gobn/gobn/internal/tolerance"
 	"github.com/gobn/gobn/kernels"
 	"github.com/gobn/gobn/kernels/cuda"
 )
@@ -85,9 +86,10 @@ func channelOf(d kernels.Dims, i int) int {
 	return i / int(d.S) % int(d.C)
 }
 
-// tol is the dtype's tolerance on x_backprop, relative to its largest value.
+// tol is the dtype's tolerance on x_backprop, relative to its largest value:
+// its absolute bound (internal/tolerance).
 func tol(dtype int) float64 {
-	return map[int]float64{dtFloat32: 1e-5, dtHalf: 2e-3, dtBFloat16: 1.6e-2}[dtype]
+	return tolerance.ByDType[map[int]string{dtFloat32: "float", dtHalf: "half", dtBFloat16: "bfloat16"}[dtype]].Atol
 }
 
 func checkClose(t *testing.T, name string, got func(int) float64, want []float64, rel float64) {

@@ -1,0 +1,22 @@
+// Package tolerance is the one home, for gobn's Go tests, of the bounds
+// within which an output matches stock TensorFlow or the float64 reference
+// (docs/design.md): an element passes when
+//
+//	|got − want| ≤ Atol·max|want| + Rtol·|want|
+//
+// with max|want| over the output. Python's home of the same table is
+// python/gobn/_testing.py.
+package tolerance
+
+// Bound is one dtype's relative and absolute tolerance.
+type Bound struct {
+	Rtol, Atol float64
+}
+
+// ByDType maps TensorFlow's dtype names to their bounds.
+var ByDType = map[string]Bound{
+	"float":    {Rtol: 1e-4, Atol: 1e-5},
+	"half":     {Rtol: 2e-3, Atol: 2e-3},
+	"bfloat16": {Rtol: 1.6e-2, Atol: 1.6e-2},
+	"double":   {Rtol: 1e-12, Atol: 1e-12},
+}

@@ -173,6 +173,32 @@ func finalizeLaunch(k kernelID, C int64, p params) launch {
 		block: [3]uint32{finalizeLanes, finalizeSplitLanes, 1}, params: p}
 }
 
+// reducePlan plans the calls built on a reduce: job's layout kernel
+// (reduce, sweep or global) leaves each channel's partial sums, finalize
+// forms the 1-D outputs (and the coefficients), and for training apply
+// writes x_backprop. A tensor with no elements runs finalize alone, its sums
+// being zero. base holds the call's tensors and scalars; ptrs are the
+// activation tensors' addresses, whose alignment sets the vector width.
+func reducePlan(d kernels.Dims, t DType, job string, finalize kernelID, withApply bool, base params, ptrs ...Ptr) plan {
+	C := d.C
+	if d.Len() == 0 {
+		_, coef, total := workspaceLayout(0, C)
+		base.coef = Ptr(coef)
+		return plan{launches: []launch{finalizeLaunch(finalize, C, base)}, workspace: total}
+	}
+	g := layoutGeometry(d, t, targetBlocks, ptrs...)
+	partial, coef, total := workspaceLayout(g.splits, C)
+	base.partial, base.coef, base.splits = Ptr(partial), Ptr(coef), int32(g.splits)
+	p := plan{workspace: total, launches: []launch{
+		{kernel: kernelByName(g.name(job, t)), grid: g.grid, block: g.block, params: base},
+		finalizeLaunch(finalize, C, base),
+	}}
+	if withApply {
+		p.launches = append(p.launches, launch{kernel: kernelByName(g.name("apply", t)), grid: g.grid, block: g.block, params: base})
+	}
+	return p
+}
+
 func (a FusedGradArgs) plan() (plan, error) {
 	if err := checkDims(a.Dims, a.DType); err != nil {
 		return plan{}, err
@@ -188,33 +214,11 @@ func (a FusedGradArgs) plan() (plan, error) {
 		n:   d.N, c: d.C, s: d.S, count: d.PerChannel(),
 		epsilon: a.Epsilon,
 	}
-	finalize := kFinalizeInfer
 	if a.Training {
-		finalize = kFinalizeTrain
+		return reducePlan(d, a.DType, "reduce", kFinalizeTrain, true, base, a.YBackprop, a.X, a.XBackprop), nil
 	}
-	if d.Len() == 0 {
-		// The sums are zero: the finalize kernel alone writes the 1-D outputs.
-		_, coef, total := workspaceLayout(0, C)
-		base.coef = Ptr(coef)
-		return plan{launches: []launch{finalizeLaunch(finalize, C, base)}, workspace: total}, nil
-	}
-	g := layoutGeometry(d, a.DType, targetBlocks, a.YBackprop, a.X, a.XBackprop)
-	partial, coef, total := workspaceLayout(g.splits, C)
-	base.partial, base.coef, base.splits = Ptr(partial), Ptr(coef), int32(g.splits)
-	p := plan{workspace: total}
-	if a.Training {
-		p.launches = []launch{
-			{kernel: kernelByName(g.name("reduce", a.DType)), grid: g.grid, block: g.block, params: base},
-			finalizeLaunch(finalize, C, base),
-			{kernel: kernelByName(g.name("apply", a.DType)), grid: g.grid, block: g.block, params: base},
-		}
-	} else {
-		p.launches = []launch{
-			{kernel: kernelByName(g.name("sweep", a.DType)), grid: g.grid, block: g.block, params: base},
-			finalizeLaunch(finalize, C, base),
-		}
-	}
-	return p, nil
+	// Inference: x_backprop does not depend on the sums; the sweep writes it.
+	return reducePlan(d, a.DType, "sweep", kFinalizeInfer, false, base, a.YBackprop, a.X, a.XBackprop), nil
 }
 
 func (a GlobalNormalizationArgs) plan() (plan, error) {
@@ -245,18 +249,7 @@ func (a GlobalNormalizationArgs) plan() (plan, error) {
 		n:   d.N, c: d.C, s: d.S, count: d.PerChannel(),
 		epsilon: a.VarianceEpsilon, scaleAfterNormalization: sa,
 	}
-	if d.Len() == 0 {
-		_, coef, total := workspaceLayout(0, C)
-		base.coef = Ptr(coef)
-		return plan{launches: []launch{finalizeLaunch(finalize, C, base)}, workspace: total}, nil
-	}
-	g := layoutGeometry(d, a.DType, targetBlocks, a.Backprop, a.T, a.DX)
-	partial, coef, total := workspaceLayout(g.splits, C)
-	base.partial, base.coef, base.splits = Ptr(partial), Ptr(coef), int32(g.splits)
-	return plan{workspace: total, launches: []launch{
-		{kernel: kernelByName(g.name("global", a.DType)), grid: g.grid, block: g.block, params: base},
-		finalizeLaunch(finalize, C, base),
-	}}, nil
+	return reducePlan(d, a.DType, "global", finalize, false, base, a.Backprop, a.T, a.DX), nil
 }
 
 func (a GradReduceArgs) plan() (plan, error) {
@@ -272,18 +265,7 @@ func (a GradReduceArgs) plan() (plan, error) {
 		out: [5]Ptr{a.SumDy, a.SumDyXmu},
 		n:   d.N, c: d.C, s: d.S, count: d.PerChannel(),
 	}
-	if d.Len() == 0 {
-		_, coef, total := workspaceLayout(0, C)
-		base.coef = Ptr(coef)
-		return plan{launches: []launch{finalizeLaunch(kFinalizeReduce, C, base)}, workspace: total}, nil
-	}
-	g := layoutGeometry(d, a.DType, targetBlocks, a.YBackprop, a.X)
-	partial, coef, total := workspaceLayout(g.splits, C)
-	base.partial, base.coef, base.splits = Ptr(partial), Ptr(coef), int32(g.splits)
-	return plan{workspace: total, launches: []launch{
-		{kernel: kernelByName(g.name("reduce", a.DType)), grid: g.grid, block: g.block, params: base},
-		finalizeLaunch(kFinalizeReduce, C, base),
-	}}, nil
+	return reducePlan(d, a.DType, "reduce", kFinalizeReduce, false, base, a.YBackprop, a.X), nil
 }
 
 func (a GradApplyArgs) plan() (plan, error) {

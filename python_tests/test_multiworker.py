@@ -20,7 +20,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -34,6 +33,10 @@ from support import REPO_ROOT, assert_close
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import multiworker_child as child  # noqa: E402
 
+# The example's launcher helpers: free loopback ports, a worker's TF_CONFIG.
+sys.path.insert(0, os.path.join(REPO_ROOT, "examples", "multiworker"))
+from train import free_ports, tf_config  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLE = os.path.join(REPO_ROOT, "examples", "multiworker", "train.py")
 # A worker's start (TensorFlow's import, the cluster's handshake) takes 3-6 s
@@ -43,17 +46,6 @@ RUN_TIMEOUT_S = 60
 # peer's connections reset (about 1 s); the coordination service's heartbeat
 # notices a hung one in about 10 s.
 FAILURE_BOUND_S = 30
-
-
-def free_ports(n):
-    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 class Workers:
@@ -69,7 +61,7 @@ class Workers:
                    PYTHONPATH=os.path.join(REPO_ROOT, "python"))
         started = []
         for i in range(n):
-            env["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}})
+            env["TF_CONFIG"] = tf_config(cluster, i)
             out = open(self.tmp_path / f"worker{i}.out", "w")
             err = open(self.tmp_path / f"worker{i}.err", "w")
             proc = subprocess.Popen([sys.executable] + command, env=env, stdout=out, stderr=err, cwd=REPO_ROOT)

@@ -23,13 +23,16 @@ import argparse
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# The example's launcher helpers: free loopback ports, a worker's TF_CONFIG.
+sys.path.insert(0, os.path.join(ROOT, "examples", "multiworker"))
+from train import free_ports, tf_config  # noqa: E402
 CONFIGS = ("gobn", "gobn'", "keras")
 
 
@@ -48,17 +51,6 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def free_ports(n):
-    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(n)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
 def launch(args, argv):
     n = args.workers
     threads = args.threads or max(1, (os.cpu_count() or 1) // n)
@@ -67,7 +59,7 @@ def launch(args, argv):
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # runs the finally below
     try:
         for i in range(n):
-            env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}}))
+            env = dict(os.environ, TF_CONFIG=tf_config(cluster, i))
             env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
             procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__)] + list(argv)
                                           + ["--threads", str(threads)], env=env, stdout=subprocess.PIPE,

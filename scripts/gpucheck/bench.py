@@ -34,7 +34,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gobncheck import Lib, device_facts  # noqa: E402
+from gobncheck import Lib, context_broken, device_facts  # noqa: E402
 
 EPS = 1e-3
 TORCH_DTYPE = {"float": torch.float32, "half": torch.float16}
@@ -392,7 +392,7 @@ def main():
                 msg = "%s %s %s: %s: %s" % (shape, lay, dt, type(e).__name__, e)
                 errors.append(msg)
                 print("  ERROR " + msg)
-                if not args.cpu_smoke and context_broken():
+                if not args.cpu_smoke and context_broken(torch):
                     fatal = msg
                     print("FATAL: the CUDA context no longer runs kernels; nothing after this runs")
                     break
@@ -423,17 +423,6 @@ def main():
     write_json(args.json, result)
     print("bench.py: %d rows, %d errors, %.0f s" % (len(rows), len(errors), time.time() - t_start))
     return 0 if not errors else 1
-
-
-def context_broken():
-    """Whether the CUDA context no longer runs a kernel (a sticky error)."""
-    try:
-        torch.cuda.synchronize()
-        torch.ones(1, device="cuda").add_(1).item()
-        torch.cuda.synchronize()
-    except Exception:  # noqa: BLE001
-        return True
-    return False
 
 
 class _null:

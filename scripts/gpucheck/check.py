@@ -42,7 +42,7 @@ import zlib
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gobncheck import CHANNELS_LAST, Lib, device_facts, dims  # noqa: E402
+from gobncheck import CHANNELS_LAST, Lib, context_broken, device_facts, dims  # noqa: E402
 
 TORCH_DTYPE = {"float": torch.float32, "half": torch.float16, "bfloat16": torch.bfloat16}
 # (rtol, atol): a copy of gobn._testing.TOLERANCES (docs/design.md), on purpose.
@@ -102,13 +102,7 @@ def is_fatal(e):
         return True
     if not torch.cuda.is_available() or not torch.cuda.is_initialized():
         return False
-    try:
-        torch.cuda.synchronize()
-        torch.ones(1, device="cuda").add_(1).item()
-        torch.cuda.synchronize()
-    except Exception:  # noqa: BLE001
-        return True
-    return False
+    return context_broken(torch)
 
 
 # ---------------------------------------------------------------- buffers

@@ -153,3 +153,14 @@ def device_facts(torch):
     except Exception:  # noqa: BLE001
         pass
     return facts
+
+
+def context_broken(torch):
+    """Whether the CUDA context no longer runs a kernel (a sticky error)."""
+    try:
+        torch.cuda.synchronize()
+        torch.ones(1, device="cuda").add_(1).item()
+        torch.cuda.synchronize()
+    except Exception:  # noqa: BLE001
+        return True
+    return False

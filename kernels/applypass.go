@@ -43,6 +43,11 @@ func (j *applyJob[T]) runRange(_, lo, hi int) { j.run(lo, hi) }
 
 // run writes dx for the elements at [lo, hi).
 func (j *applyJob[T]) run(lo, hi int) {
+	if L, ok := bfloat16Rows[T](j.pd, lo, hi); ok && j.t.f32 != nil {
+		dy, x, dx := any(j.dy).([]BFloat16), any(j.x).([]BFloat16), any(j.dx).([]BFloat16)
+		simdApplyBFloat16(L, j.t.f32, dy[lo:hi], x[lo:hi], dx[lo:hi])
+		return
+	}
 	forBlocks(lo, hi, j.blk, j.dy, j.x, j.dx,
 		func(off int, dy, x, dx []float32) { applyAffine(j.pd, off, j.t, dy, x, dx) },
 		func(off int, dy, x, dx []float64) { applyAffine(j.pd, off, j.t, dy, x, dx) })

@@ -17,6 +17,29 @@ const (
 	splitRowC     = 512 // channels-last rows this wide sweep in two passes
 )
 
+// The sums pass alone (TrainingGrad's first, reduce) takes blocks of
+// sumsBlockLen elements in a tensor of at most maxTiledElements: enough
+// rows for the float32 tiles of the vector loops (sumsTiles) to sum rows of
+// hundreds of channels a tile at a time. A tile narrower than the row walks
+// each row in pieces, which the hardware prefetcher follows from L3 but not
+// from DRAM, so a larger tensor takes blocks of blockLen, too few elements
+// to tile unless the row is one tile wide (minWideTile).
+// BenchmarkTrainingGrad's channels-last cases chose both.
+const (
+	sumsBlockLen     = maxBlockLen
+	maxTiledElements = 1 << 22
+	minWideTile      = 8192
+)
+
+// sumsBlockFor returns the sums pass's block limit for a tensor of n
+// elements.
+func sumsBlockFor(n int) int {
+	if n <= maxTiledElements {
+		return sumsBlockLen
+	}
+	return blockLen
+}
+
 // blockFor returns the length of the blocks of at most limit elements (or
 // one row) for the period dims pd.
 func blockFor(pd Dims, limit int) int {

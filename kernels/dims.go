@@ -60,8 +60,10 @@ func (d Dims) periodic() (Dims, int) {
 // C = len(dst) real channels: dst[c] = Σ p[c + k·C].
 func fold(dst, p []float64) {
 	C := len(dst)
-	for i, v := range p {
-		dst[i%C] += v
+	for ; len(p) >= C; p = p[C:] {
+		for i, v := range p[:C] {
+			dst[i] += v
+		}
 	}
 }
 

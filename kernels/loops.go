@@ -96,6 +96,11 @@ var (
 	simdNarrowBFloat16 func(dst []BFloat16, src []float32)
 	simdWidenHalf      func(dst []float32, src []Half)
 	simdNarrowHalf     func(dst []Half, src []float32)
+	// simdSumsBFloat16 and simdApplyBFloat16 are channelSums and
+	// applyAffine over whole channels-last rows of L channels of bfloat16,
+	// L a multiple of 16, converting in the vector loops (AVX-512 only).
+	simdSumsBFloat16  func(L int, dy, x []BFloat16, mean, sumDy, sumDyXc []float64)
+	simdApplyBFloat16 func(L int, t *affine32, dy, x, dx []BFloat16)
 	// simdFence orders the calling thread's non-temporal stores (Stream)
 	// before its later stores.
 	simdFence func()
@@ -226,4 +231,15 @@ func applyScale[F native](d Dims, off int, A []float64, dy, dx []F) {
 		pos = 0
 		plane++
 	}
+}
+
+// bfloat16Rows reports whether the elements at [lo, hi) of a tensor of T
+// with period dims pd are whole channels-last rows of bfloat16 that the
+// bfloat16 vector loops take (simdSumsBFloat16), and their row length.
+func bfloat16Rows[T Element](pd Dims, lo, hi int) (L int, ok bool) {
+	if _, bf := any(*new(T)).(BFloat16); !bf || simdSumsBFloat16 == nil || pd.Layout != ChannelsLast {
+		return 0, false
+	}
+	L = int(pd.C)
+	return L, L%16 == 0 && lo%L == 0 && hi%L == 0
 }

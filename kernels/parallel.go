@@ -29,7 +29,7 @@ var minElementsPerWorker atomic.Int64
 // maxRanges bounds the ranges of one pass.
 const maxRanges = 16
 
-func init() { minElementsPerWorker.Store(1 << 19) }
+func init() { minElementsPerWorker.Store(1 << 18) }
 
 // SetMinElementsPerWorker sets the least number of elements per range and
 // returns the previous value. It is for tests and tuning; the kernels read it

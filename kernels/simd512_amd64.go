@@ -137,3 +137,223 @@ func applyRun512(scaleOnly bool, a, b, mdy, mu float32, dy, x, dx []float32) {
 	archsimd.ClearAVXUpperBits()
 	applyRun32(scaleOnly, a, b, mdy, mu, dy[j:], x[j:], dx[j:])
 }
+
+// mean16 returns the sixteen float64 means at p[i:] rounded to float32 (the
+// means are float32 inputs, so the rounding is exact).
+func mean16(p unsafe.Pointer, i int) archsimd.Float32x16 {
+	var v archsimd.Float32x16
+	return v.SetLo(load8d(p, i).ConvertToFloat32()).SetHi(load8d(p, i+8).ConvertToFloat32())
+}
+
+// fold16 adds the sixteen float32 partial sums v into the float64
+// accumulators at p[i:].
+func fold16(v archsimd.Float32x16, p unsafe.Pointer, i int) {
+	store8d(load8d(p, i).Add(v.GetLo().ConvertToFloat64()), p, i)
+	store8d(load8d(p, i+8).Add(v.GetHi().ConvertToFloat64()), p, i+8)
+}
+
+// sumsTile512 is sumsTile32 for 64 channels, in four vectors of sixteen.
+func sumsTile512(rows, W int, dy, x, mean, a, b unsafe.Pointer) {
+	var mu [64]float32
+	pm := unsafe.Pointer(&mu)
+	for i := 0; i < 64; i += 16 {
+		store16(mean16(mean, i), pm, i)
+	}
+	for rows > 0 {
+		k := min(rows, foldRows)
+		rows -= k
+		var a0, a1, a2, a3, b0, b1, b2, b3 archsimd.Float32x16
+		for ; k > 0; k-- {
+			g := load16(dy, 0)
+			a0, b0 = a0.Add(g), g.MulAdd(load16(x, 0).Sub(load16(pm, 0)), b0)
+			g = load16(dy, 16)
+			a1, b1 = a1.Add(g), g.MulAdd(load16(x, 16).Sub(load16(pm, 16)), b1)
+			g = load16(dy, 32)
+			a2, b2 = a2.Add(g), g.MulAdd(load16(x, 32).Sub(load16(pm, 32)), b2)
+			g = load16(dy, 48)
+			a3, b3 = a3.Add(g), g.MulAdd(load16(x, 48).Sub(load16(pm, 48)), b3)
+			dy, x = unsafe.Add(dy, 4*W), unsafe.Add(x, 4*W)
+		}
+		fold16(a0, a, 0)
+		fold16(a1, a, 16)
+		fold16(a2, a, 32)
+		fold16(a3, a, 48)
+		fold16(b0, b, 0)
+		fold16(b1, b, 16)
+		fold16(b2, b, 32)
+		fold16(b3, b, 48)
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
+// sumsTile1x512 is sumsTile512 for sixteen channels.
+func sumsTile1x512(rows, W int, dy, x, mean, a, b unsafe.Pointer) {
+	m := mean16(mean, 0)
+	for rows > 0 {
+		k := min(rows, foldRows)
+		rows -= k
+		var sa, sb archsimd.Float32x16
+		for ; k > 0; k-- {
+			g := load16(dy, 0)
+			sa = sa.Add(g)
+			sb = g.MulAdd(load16(x, 0).Sub(m), sb)
+			dy, x = unsafe.Add(dy, 4*W), unsafe.Add(x, 4*W)
+		}
+		fold16(sa, a, 0)
+		fold16(sb, b, 0)
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
+// widenBFloat16x16 is widenBFloat16 sixteen at a time.
+func widenBFloat16x16(dst []float32, src []BFloat16) {
+	n := len(src)
+	dst = dst[:n]
+	ps, pd := unsafe.Pointer(unsafe.SliceData(src)), ptr32(dst)
+	j := 0
+	for ; j+16 <= n; j += 16 {
+		u := archsimd.LoadUint16x16((*[16]uint16)(unsafe.Add(ps, 2*j)))
+		store16(u.ExtendToUint32().ShiftAllLeft(16).AsFloat32x16(), pd, j)
+	}
+	archsimd.ClearAVXUpperBits()
+	widenBFloat16(dst[j:], src[j:])
+}
+
+// narrowBFloat16x16 is narrowBFloat16 sixteen at a time.
+func narrowBFloat16x16(dst []BFloat16, src []float32) {
+	n := len(src)
+	dst = dst[:n]
+	ps, pd := ptr32(src), unsafe.Pointer(unsafe.SliceData(dst))
+	absMask, inf := archsimd.BroadcastUint32x16(0x7fffffff), archsimd.BroadcastInt32x16(0x7f800000)
+	bias, one, quiet := archsimd.BroadcastUint32x16(0x7fff), archsimd.BroadcastUint32x16(1), archsimd.BroadcastUint32x16(0x40)
+	by16 := archsimd.BroadcastUint32x16(16) // a vector count, as in narrowBFloat16
+	j := 0
+	for ; j+16 <= n; j += 16 {
+		u := load16(ps, j).AsUint32x16()
+		isNaN := u.And(absMask).AsInt32x16().Greater(inf)
+		hi := u.ShiftRight(by16)
+		rounded := u.Add(bias).Add(hi.And(one)).ShiftRight(by16)
+		hi.Or(quiet).Merge(rounded, isNaN).TruncateToUint16().Store((*[16]uint16)(unsafe.Add(pd, 2*j)))
+	}
+	archsimd.ClearAVXUpperBits()
+	narrowBFloat16(dst[j:], src[j:])
+}
+
+// The channels-last bfloat16 loops, which read and write bfloat16 in the
+// vector loops themselves instead of through float32 blocks (forBlocks):
+// the widening is a shift, and a block converted to memory and read back
+// costs more than the arithmetic. Each computes exactly what the float32
+// loops compute on the widened block, and rounds dx as narrowBFloat16.
+
+// wideBF16 returns the sixteen bfloat16s at p[i:] as float32s.
+func wideBF16(p unsafe.Pointer, i int) archsimd.Float32x16 {
+	return archsimd.LoadUint16x16((*[16]uint16)(unsafe.Add(p, 2*i))).ExtendToUint32().ShiftAllLeft(16).AsFloat32x16()
+}
+
+// sumsTileBF16 is sumsTile512 over bfloat16 rows.
+func sumsTileBF16(rows, W int, dy, x, mean, a, b unsafe.Pointer) {
+	var mu [64]float32
+	pm := unsafe.Pointer(&mu)
+	for i := 0; i < 64; i += 16 {
+		store16(mean16(mean, i), pm, i)
+	}
+	for rows > 0 {
+		k := min(rows, foldRows)
+		rows -= k
+		var a0, a1, a2, a3, b0, b1, b2, b3 archsimd.Float32x16
+		for ; k > 0; k-- {
+			g := wideBF16(dy, 0)
+			a0, b0 = a0.Add(g), g.MulAdd(wideBF16(x, 0).Sub(load16(pm, 0)), b0)
+			g = wideBF16(dy, 16)
+			a1, b1 = a1.Add(g), g.MulAdd(wideBF16(x, 16).Sub(load16(pm, 16)), b1)
+			g = wideBF16(dy, 32)
+			a2, b2 = a2.Add(g), g.MulAdd(wideBF16(x, 32).Sub(load16(pm, 32)), b2)
+			g = wideBF16(dy, 48)
+			a3, b3 = a3.Add(g), g.MulAdd(wideBF16(x, 48).Sub(load16(pm, 48)), b3)
+			dy, x = unsafe.Add(dy, 2*W), unsafe.Add(x, 2*W)
+		}
+		fold16(a0, a, 0)
+		fold16(a1, a, 16)
+		fold16(a2, a, 32)
+		fold16(a3, a, 48)
+		fold16(b0, b, 0)
+		fold16(b1, b, 16)
+		fold16(b2, b, 32)
+		fold16(b3, b, 48)
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
+// sumsTile1BF16 is sumsTileBF16 for sixteen channels.
+func sumsTile1BF16(rows, W int, dy, x, mean, a, b unsafe.Pointer) {
+	m := mean16(mean, 0)
+	for rows > 0 {
+		k := min(rows, foldRows)
+		rows -= k
+		var sa, sb archsimd.Float32x16
+		for ; k > 0; k-- {
+			g := wideBF16(dy, 0)
+			sa = sa.Add(g)
+			sb = g.MulAdd(wideBF16(x, 0).Sub(m), sb)
+			dy, x = unsafe.Add(dy, 2*W), unsafe.Add(x, 2*W)
+		}
+		fold16(sa, a, 0)
+		fold16(sb, b, 0)
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
+// sumsRowsBF16 is sumsTiles over whole rows of L channels of bfloat16, L a
+// multiple of sixteen.
+func sumsRowsBF16(L int, dy, x []BFloat16, mean, a, b []float64) {
+	rows := len(dy) / L
+	if len(x) < L*rows {
+		panic("kernels: slice shorter than the loop")
+	}
+	needLen(L, mean, a, b)
+	pdy, px := unsafe.Pointer(unsafe.SliceData(dy)), unsafe.Pointer(unsafe.SliceData(x))
+	if L > 64 {
+		prefetchLines(pdy, 2*L*rows)
+		prefetchLines(px, 2*L*rows)
+	}
+	c := 0
+	for ; c+64 <= L; c += 64 {
+		sumsTileBF16(rows, L, unsafe.Add(pdy, 2*c), unsafe.Add(px, 2*c), unsafe.Pointer(&mean[c]), unsafe.Pointer(&a[c]), unsafe.Pointer(&b[c]))
+	}
+	for ; c < L; c += 16 {
+		sumsTile1BF16(rows, L, unsafe.Add(pdy, 2*c), unsafe.Add(px, 2*c), unsafe.Pointer(&mean[c]), unsafe.Pointer(&a[c]), unsafe.Pointer(&b[c]))
+	}
+}
+
+// applyRowsBF16 writes dx over whole rows of L channels of bfloat16, L a
+// multiple of sixteen, as applyRow512 on the widened rows and
+// narrowBFloat16 on the result.
+func applyRowsBF16(L int, t *affine32, dy, x, dx []BFloat16) {
+	n := len(dy) / L * L
+	if len(x) < n || len(dx) < n {
+		panic("kernels: slice shorter than the loop")
+	}
+	needLen(L, t.A, t.B, t.MeanDy, t.Mean)
+	pdy, px, pdx := unsafe.Pointer(unsafe.SliceData(dy)), unsafe.Pointer(unsafe.SliceData(x)), unsafe.Pointer(unsafe.SliceData(dx))
+	pa, pb, pd, pm := ptr32(t.A), ptr32(t.B), ptr32(t.MeanDy), ptr32(t.Mean)
+	absMask, inf := archsimd.BroadcastUint32x16(0x7fffffff), archsimd.BroadcastInt32x16(0x7f800000)
+	bias, one, quiet := archsimd.BroadcastUint32x16(0x7fff), archsimd.BroadcastUint32x16(1), archsimd.BroadcastUint32x16(0x40)
+	by16 := archsimd.BroadcastUint32x16(16)
+	for o := 0; o < n; o += L {
+		for j := 0; j < L; j += 16 {
+			var v archsimd.Float32x16
+			if t.ScaleOnly {
+				v = wideBF16(pdy, o+j).Mul(load16(pa, j))
+			} else {
+				r := wideBF16(px, o+j).Sub(load16(pm, j)).Mul(load16(pb, j))
+				v = wideBF16(pdy, o+j).Sub(load16(pd, j)).MulAdd(load16(pa, j), r)
+			}
+			u := v.AsUint32x16()
+			isNaN := u.And(absMask).AsInt32x16().Greater(inf)
+			hi := u.ShiftRight(by16)
+			rounded := u.Add(bias).Add(hi.And(one)).ShiftRight(by16)
+			hi.Or(quiet).Merge(rounded, isNaN).TruncateToUint16().Store((*[16]uint16)(unsafe.Add(pdx, 2*(o+j))))
+		}
+	}
+	archsimd.ClearAVXUpperBits()
+}

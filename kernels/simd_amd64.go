@@ -28,13 +28,17 @@ import (
 type rowLoops struct {
 	sumStep, applyStep int
 	sums, sums2        func(n int, dy, x unsafe.Pointer, W int, mean, a, b unsafe.Pointer)
-	apply, apply2      func(n int, dy, x, dx unsafe.Pointer, W int, a, b, mdy, mu unsafe.Pointer)
-	scale              func(n int, dy, dx, a unsafe.Pointer)
+	// The sums over tiles of rows (sumsTiles): tile takes tileStep
+	// channels, tile1 one vector's.
+	tileStep      int
+	tile, tile1   func(rows, W int, dy, x, mean, a, b unsafe.Pointer)
+	apply, apply2 func(n int, dy, x, dx unsafe.Pointer, W int, a, b, mdy, mu unsafe.Pointer)
+	scale         func(n int, dy, dx, a unsafe.Pointer)
 }
 
 var (
-	avx2Rows   = &rowLoops{4, 8, sumsRow32, sumsRow2x32, applyRow32, applyRow2x32, scaleRow32}
-	avx512Rows = &rowLoops{8, 16, sumsRow512, sumsRow2x512, applyRow512, applyRow2x512, scaleRow512}
+	avx2Rows   = &rowLoops{4, 8, sumsRow32, sumsRow2x32, 32, sumsTile32, sumsTile1x32, applyRow32, applyRow2x32, scaleRow32}
+	avx512Rows = &rowLoops{8, 16, sumsRow512, sumsRow2x512, 64, sumsTile512, sumsTile1x512, applyRow512, applyRow2x512, scaleRow512}
 )
 
 // The row and run loops the float32 paths call: the AVX2 ones, or their
@@ -52,8 +56,12 @@ func canAVX512() bool { return archsimd.X86.AVX512() }
 func selectLoops(wide bool) {
 	if wide {
 		rowLoopsInUse, runSums, runApply = avx512Rows, runSums512, applyRun512
+		simdWidenBFloat16, simdNarrowBFloat16 = widenBFloat16x16, narrowBFloat16x16
+		simdSumsBFloat16, simdApplyBFloat16 = sumsRowsBF16, applyRowsBF16
 	} else {
 		rowLoopsInUse, runSums, runApply = avx2Rows, runSums32, applyRun32
+		simdWidenBFloat16, simdNarrowBFloat16 = widenBFloat16, narrowBFloat16
+		simdSumsBFloat16, simdApplyBFloat16 = nil, nil
 	}
 }
 
@@ -78,8 +86,6 @@ func init() {
 	}
 	simdFence = streamFence
 	invStdsInVectors = true
-	simdWidenBFloat16 = widenBFloat16
-	simdNarrowBFloat16 = narrowBFloat16
 	if hasF16C() {
 		simdWidenHalf = widenHalf
 		simdNarrowHalf = narrowHalf
@@ -185,6 +191,10 @@ func sumsRows(W, rows int, dy, x []float32, mean, a, b []float64) {
 	needLen(W*rows, dy, x)
 	needLen(W, mean, a, b)
 	l := rowLoopsInUse
+	if l.tiles(W, rows) {
+		sumsTiles(l, W, rows, dy, x, mean, a, b)
+		return
+	}
 	pm, pa, pb := ptr64(mean), ptr64(a), ptr64(b)
 	Wv := W / l.sumStep * l.sumStep
 	o := 0
@@ -198,6 +208,49 @@ func sumsRows(W, rows int, dy, x []float32, mean, a, b []float64) {
 		sumsTail(Wv, W, dy[o:], x[o:], mean, a, b)
 	}
 }
+
+// sumsTiles is sumsRows over tiles of rows: each tile of the channels,
+// tileStep wide (then one vector wide), walks the rows with its sums in
+// float32 registers and adds them into a and b every foldRows rows; the
+// channels past the last whole vector are summed row by row in float64.
+// Summing in registers removes the accumulators' loads and stores, and
+// float32 lanes are twice as many as float64 ones.
+func sumsTiles(l *rowLoops, W, rows int, dy, x []float32, mean, a, b []float64) {
+	v := l.tileStep / 4 // one vector's channels
+	if W > l.tileStep {
+		prefetchLines(unsafe.Pointer(&dy[0]), 4*W*rows)
+		prefetchLines(unsafe.Pointer(&x[0]), 4*W*rows)
+	}
+	c := 0
+	for ; c+l.tileStep <= W; c += l.tileStep {
+		l.tile(rows, W, unsafe.Pointer(&dy[c]), unsafe.Pointer(&x[c]), unsafe.Pointer(&mean[c]), unsafe.Pointer(&a[c]), unsafe.Pointer(&b[c]))
+	}
+	for ; c+v <= W; c += v {
+		l.tile1(rows, W, unsafe.Pointer(&dy[c]), unsafe.Pointer(&x[c]), unsafe.Pointer(&mean[c]), unsafe.Pointer(&a[c]), unsafe.Pointer(&b[c]))
+	}
+	if c < W {
+		for o := 0; o < W*rows; o += W {
+			sumsTail(c, W, dy[o:], x[o:], mean, a, b)
+		}
+	}
+}
+
+// tiles reports whether sumsRows sums rows rows of W channels in tiles:
+// rows enough for a tile, and a row one tile wide (the tile walks the rows
+// in memory order) or a call of at least minWideTile elements.
+func (l *rowLoops) tiles(W, rows int) bool {
+	return rows >= minTileRows && (W <= l.tileStep || W*rows >= minWideTile)
+}
+
+// foldRows is how many rows a tile sums in float32 before adding into the
+// float64 sums: a float32 sum of foldRows terms errs by at most about
+// foldRows·2⁻²⁴ of the terms' magnitudes, far below stock's float32 sum
+// over the whole channel. minTileRows is the least number of rows worth a
+// tile.
+const (
+	foldRows    = 16
+	minTileRows = 4
+)
 
 // twoRowMax bounds the rows the channels-last loops take two at a time:
 // two short rows halve the accumulator traffic, two long ones crowd L1.
@@ -215,6 +268,76 @@ func sumsRow2x32(n int, dy, x unsafe.Pointer, W int, mean, a, b unsafe.Pointer) 
 		xc0, xc1 := widen4(x, j).Sub(mu), widen4(x1, j).Sub(mu)
 		store4d(load4d(a, j).Add(g0.Add(g1)), a, j)
 		store4d(g1.MulAdd(xc1, g0.MulAdd(xc0, load4d(b, j))), b, j)
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
+// mean8 returns the eight float64 means at p[i:] rounded to float32
+// (exactly: the means are float32 inputs).
+func mean8(p unsafe.Pointer, i int) archsimd.Float32x8 {
+	var v archsimd.Float32x8
+	return v.SetLo(load4d(p, i).ConvertToFloat32()).SetHi(load4d(p, i+4).ConvertToFloat32())
+}
+
+// fold8 adds the eight float32 partial sums v into the float64 accumulators
+// at p[i:].
+func fold8(v archsimd.Float32x8, p unsafe.Pointer, i int) {
+	store4d(load4d(p, i).Add(v.GetLo().ConvertToFloat64()), p, i)
+	store4d(load4d(p, i+4).Add(v.GetHi().ConvertToFloat64()), p, i+4)
+}
+
+// sumsTile32 adds into the float64 sums a (Σdy) and b (Σdy·(x−mean)) of 32
+// channels their sums over rows rows W elements apart, formed in float32
+// registers foldRows rows at a time. The means are read from a float32 copy
+// on every row, which leaves the registers Go allocates to the sums.
+func sumsTile32(rows, W int, dy, x, mean, a, b unsafe.Pointer) {
+	var mu [32]float32
+	pm := unsafe.Pointer(&mu)
+	for i := 0; i < 32; i += 8 {
+		store8(mean8(mean, i), pm, i)
+	}
+	for rows > 0 {
+		k := min(rows, foldRows)
+		rows -= k
+		var a0, a1, a2, a3, b0, b1, b2, b3 archsimd.Float32x8
+		for ; k > 0; k-- {
+			g := load8(dy, 0)
+			a0, b0 = a0.Add(g), g.MulAdd(load8(x, 0).Sub(load8(pm, 0)), b0)
+			g = load8(dy, 8)
+			a1, b1 = a1.Add(g), g.MulAdd(load8(x, 8).Sub(load8(pm, 8)), b1)
+			g = load8(dy, 16)
+			a2, b2 = a2.Add(g), g.MulAdd(load8(x, 16).Sub(load8(pm, 16)), b2)
+			g = load8(dy, 24)
+			a3, b3 = a3.Add(g), g.MulAdd(load8(x, 24).Sub(load8(pm, 24)), b3)
+			dy, x = unsafe.Add(dy, 4*W), unsafe.Add(x, 4*W)
+		}
+		fold8(a0, a, 0)
+		fold8(a1, a, 8)
+		fold8(a2, a, 16)
+		fold8(a3, a, 24)
+		fold8(b0, b, 0)
+		fold8(b1, b, 8)
+		fold8(b2, b, 16)
+		fold8(b3, b, 24)
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
+// sumsTile1x32 is sumsTile32 for eight channels.
+func sumsTile1x32(rows, W int, dy, x, mean, a, b unsafe.Pointer) {
+	m := mean8(mean, 0)
+	for rows > 0 {
+		k := min(rows, foldRows)
+		rows -= k
+		var sa, sb archsimd.Float32x8
+		for ; k > 0; k-- {
+			g := load8(dy, 0)
+			sa = sa.Add(g)
+			sb = g.MulAdd(load8(x, 0).Sub(m), sb)
+			dy, x = unsafe.Add(dy, 4*W), unsafe.Add(x, 4*W)
+		}
+		fold8(sa, a, 0)
+		fold8(sb, b, 0)
 	}
 	archsimd.ClearAVXUpperBits()
 }
@@ -426,6 +549,8 @@ func streamRun(a, b, mdy, mu float32, dy, x, dx []float32) {
 	streamApplyRun(v, ptr32(dy), ptr32(x), ptr32(dx), a, b, mdy, mu)
 	applyRun32(false, a, b, mdy, mu, dy[v:], x[v:], dx[v:])
 }
+
+func prefetchLines(p unsafe.Pointer, bytes int)
 
 // The non-temporal loops and the fence (stream_amd64.s).
 func streamApplyRow(n int, dy, x, dx, a, b, mdy, mu unsafe.Pointer)

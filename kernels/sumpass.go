@@ -62,7 +62,7 @@ func newSums[T Element](s *scratch, d Dims, dy, x []T, mean []float64) sumsPass[
 	// into C channels at the end.
 	pd, L := d.periodic()
 	p.L = L
-	p.job = sweepJob[T]{pd: pd, blk: blockFor(pd, blockLen), dy: dy, x: x, mean: s.repeat(mean, L)}
+	p.job = sweepJob[T]{pd: pd, blk: blockFor(pd, sumsBlockFor(p.n)), dy: dy, x: x, mean: s.repeat(mean, L)}
 	// One range without a period sums straight into the result; otherwise
 	// each range has its partial sums, folded in range order.
 	p.ranges = rangesFor[T](p.n)
@@ -107,6 +107,18 @@ type sweepJob[T Element] struct {
 // run adds the sums of the elements at [lo, hi) into a and b, and writes
 // their dx.
 func (j *sweepJob[T]) run(lo, hi int, a, b []float64) {
+	if L, ok := bfloat16Rows[T](j.pd, lo, hi); ok && (L <= 64 || j.blk >= minWideTile) && (j.dx == nil || j.apply.f32 != nil) {
+		dy, x, dx := any(j.dy).([]BFloat16), any(j.x).([]BFloat16), any(j.dx).([]BFloat16)
+		blk := max(L, j.blk/L*L)
+		for o := lo; o < hi; o += blk {
+			e := min(o+blk, hi)
+			simdSumsBFloat16(L, dy[o:e], x[o:e], j.mean, a, b)
+			if dx != nil {
+				simdApplyBFloat16(L, j.apply.f32, dy[o:e], x[o:e], dx[o:e])
+			}
+		}
+		return
+	}
 	forBlocks(lo, hi, j.blk, j.dy, j.x, j.dx,
 		func(off int, dy, x, dx []float32) {
 			channelSums(j.pd, off, dy, x, j.mean, a, b)

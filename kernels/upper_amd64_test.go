@@ -81,6 +81,22 @@ func TestVectorLoopsClearUpperHalves(t *testing.T) {
 		requireUpperClear(t, name+" apply2")
 		l.scale(n, p32(dy), p32(dx), p32(a))
 		requireUpperClear(t, name+" scale")
+		l.tile(8, l.tileStep, p32(dy), p32(x), p64(mean), p64(sa), p64(sb))
+		requireUpperClear(t, name+" tile")
+		l.tile1(8, l.tileStep, p32(dy), p32(x), p64(mean), p64(sa), p64(sb))
+		requireUpperClear(t, name+" tile1")
+		if wide {
+			bf, bx, bd := make([]BFloat16, n), make([]BFloat16, n), make([]BFloat16, n)
+			sumsRowsBF16(128, bf, bx, mean, sa, sb)
+			requireUpperClear(t, name+" sumsRowsBF16")
+			t32 := &affine32{A: a, B: b, MeanDy: mdy, Mean: mu}
+			applyRowsBF16(128, t32, bf, bx, bd)
+			requireUpperClear(t, name+" applyRowsBF16")
+			widenBFloat16x16(dx[:n-1], bf[:n-1])
+			requireUpperClear(t, name+" widenBFloat16x16")
+			narrowBFloat16x16(bf[:n-1], dy[:n-1])
+			requireUpperClear(t, name+" narrowBFloat16x16")
+		}
 		for _, m := range []int{n, n - 1, 7} { // with and without a scalar tail
 			runSums(dy[:m], x[:m], 0.5)
 			requireUpperClear(t, name+" runSums")

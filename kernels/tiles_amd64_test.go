@@ -1,0 +1,150 @@
+//go:build goexperiment.simd && amd64
+
+package kernels
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The float32 tiles of the channels-last sums (sumsTiles) against sums
+// formed in float64 term by term: each tile's float32 partial sums over
+// foldRows rows err by at most about foldRows·2⁻²⁴ of the terms' absolute
+// sum, and are then added in float64.
+func TestSumsTilesMatchFloat64(t *testing.T) {
+	defer selectLoops(canAVX512())
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, wide := range []bool{false, true} {
+		if wide && !canAVX512() {
+			continue
+		}
+		selectLoops(wide)
+		l := rowLoopsInUse
+		// Widths of one tile, several, one vector past them and a scalar
+		// tail; rows below, at and past a fold.
+		for _, W := range []int{8, 16, 24, 40, 64, 72, 96, 130, 200, 1030} {
+			for _, rows := range []int{1, 4, 16, 17, 40} {
+				dy, x := make([]float32, W*rows), make([]float32, W*rows)
+				for i := range dy {
+					dy[i], x[i] = float32(rng.NormFloat64()), float32(3+rng.NormFloat64())
+				}
+				mean, a, b := make([]float64, W), make([]float64, W), make([]float64, W)
+				refA, refB, absA, absB := make([]float64, W), make([]float64, W), make([]float64, W), make([]float64, W)
+				for c := range W {
+					mean[c] = float64(float32(3 + 0.1*rng.NormFloat64()))
+					a[c], b[c] = float64(c), -float64(c) // sums already under way
+					refA[c], refB[c] = a[c], b[c]
+				}
+				for r := range rows {
+					for c := range W {
+						g, xc := float64(dy[r*W+c]), float64(x[r*W+c])-mean[c]
+						refA[c] += g
+						refB[c] += g * xc
+						absA[c] += math.Abs(g)
+						absB[c] += math.Abs(g * xc)
+					}
+				}
+				sumsTiles(l, W, rows, dy, x, mean, a, b)
+				bound := 2 * foldRows * 0x1p-24
+				for c := range W {
+					require.InDelta(t, refA[c], a[c], bound*absA[c]+1e-12, "wide=%v W=%d rows=%d channel %d Σdy", wide, W, rows, c)
+					require.InDelta(t, refB[c], b[c], bound*absB[c]+1e-12, "wide=%v W=%d rows=%d channel %d Σdy·(x−μ)", wide, W, rows, c)
+				}
+			}
+		}
+	}
+}
+
+// sumsRows takes the tiles where the kernels' blocks give it rows enough:
+// rows one tile wide in any block, wider rows in the sums pass's blocks of
+// a tensor up to maxTiledElements, not in the smaller blocks of a larger one.
+func TestSumsRowsTileChoice(t *testing.T) {
+	defer selectLoops(canAVX512())
+	for _, wide := range []bool{false, true} {
+		if wide && !canAVX512() {
+			continue
+		}
+		selectLoops(wide)
+		l := rowLoopsInUse
+		rowsIn := func(W, limit int) int { return blockFor(Dims{C: int64(W), Layout: ChannelsLast}, limit) / W }
+		require.True(t, l.tiles(l.tileStep, rowsIn(l.tileStep, blockLen)), "one tile wide, blockLen")
+		for _, W := range []int{256, 1024, 2048} {
+			require.True(t, l.tiles(W, rowsIn(W, sumsBlockFor(maxTiledElements))), "W=%d in a tensor of maxTiledElements", W)
+			require.False(t, l.tiles(W, rowsIn(W, sumsBlockFor(maxTiledElements+1))), "W=%d in a larger tensor", W)
+		}
+		require.False(t, l.tiles(l.tileStep, minTileRows-1))
+	}
+}
+
+// The bfloat16 loops that convert in registers (simdSumsBFloat16,
+// simdApplyBFloat16) against the same gradient through float32 blocks:
+// x_backprop bit for bit, the sums to float32 rounding. The shapes take
+// both paths through them (the inference sweep of short rows, two passes
+// of long ones) on one range and on several.
+func TestBFloat16RowsMatchBlocks(t *testing.T) {
+	if simdSumsBFloat16 == nil {
+		t.Skip("no AVX-512 bfloat16 loops on this CPU")
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, d := range []Dims{
+		{N: 2, S: 9, C: 64, Layout: ChannelsLast},
+		{N: 2, S: 5, C: 1024, Layout: ChannelsLast},
+		{N: 4, S: 6, C: 48, Layout: ChannelsLast},    // period 96: a tile and two vectors a row
+		{N: 16, S: 64, C: 128, Layout: ChannelsLast}, // several ranges
+		{N: 4, S: 16, C: 2048, Layout: ChannelsLast}, // several ranges, long rows
+	} {
+		for _, training := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%dx%dx%d/training=%v", d.N, d.S, d.C, training), func(t *testing.T) {
+				pd, _ := d.periodic()
+				_, ok := bfloat16Rows[BFloat16](pd, 0, d.Len())
+				require.True(t, ok, "the shape must take the bfloat16 loops")
+				n, C := d.Len(), int(d.C)
+				dy, x := make([]BFloat16, n), make([]BFloat16, n)
+				for i := range dy {
+					dy[i], x[i] = BFloat16FromFloat32(float32(rng.NormFloat64())), BFloat16FromFloat32(float32(1+rng.NormFloat64()))
+				}
+				per := func(base float64) []float32 {
+					s := make([]float32, C)
+					for i := range s {
+						s[i] = float32(base + 0.2*rng.Float64())
+					}
+					return s
+				}
+				scale, mean, variance := per(0.5), per(1), per(1)
+				run := func() ([]BFloat16, []float32, []float32) {
+					g := FusedGradArgs[BFloat16]{Dims: d, YBackprop: dy, X: x, Scale: scale, ReserveSpace1: mean,
+						ReserveSpace2: variance, Epsilon: 1e-3, XBackprop: make([]BFloat16, n),
+						ScaleBackprop: make([]float32, C), OffsetBackprop: make([]float32, C)}
+					if training {
+						TrainingGrad(g)
+					} else {
+						InferenceGrad(g)
+					}
+					return g.XBackprop, g.ScaleBackprop, g.OffsetBackprop
+				}
+				dx, ds, do := run()
+				sums, apply := simdSumsBFloat16, simdApplyBFloat16
+				simdSumsBFloat16, simdApplyBFloat16 = nil, nil
+				dxRef, dsRef, doRef := run()
+				simdSumsBFloat16, simdApplyBFloat16 = sums, apply
+				for c := range C {
+					require.InEpsilon(t, doRef[c], do[c], 1e-5, "offset_backprop[%d]", c)
+					require.InEpsilon(t, dsRef[c], ds[c], 1e-5, "scale_backprop[%d]", c)
+				}
+				if !training {
+					require.Equal(t, dxRef, dx, "x_backprop")
+					return
+				}
+				// Training's coefficients come from the sums, which the two
+				// ways round differently in float32: dx to a bfloat16 ulp.
+				for i := range dx {
+					require.InDelta(t, dxRef[i].Float32(), dx[i].Float32(), 1e-2*(1+math.Abs(float64(dxRef[i].Float32()))), "x_backprop[%d]", i)
+				}
+			})
+		}
+	}
+}

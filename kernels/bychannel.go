@@ -12,8 +12,8 @@ import "sync/atomic"
 // range size alone, so the result does not depend on how many goroutines
 // ran.
 //
-// A unit has about a range's elements (minElementsPerWorker, 2^19 float32):
-// 4 MiB of dy and x, which stay in L3 between the unit's two passes (units
+// A unit has about a range's elements (minElementsPerWorker, 2^18 float32):
+// 2 MiB of dy and x, which stay in L2 or L3 between the unit's two passes (units
 // sized for L2 make runs too short for the prefetcher to follow well).
 // BenchmarkTrainingGradByChannel chose the size; docs/performance.md has
 // the figures.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // A helper that starts after the last range was claimed finds nothing to do,
@@ -136,5 +137,17 @@ func TestParallelPassesPanics(t *testing.T) {
 			}
 			assert.LessOrEqual(t, runtime.NumGoroutine(), before, "helpers left running")
 		})
+	}
+}
+
+// rangesFor cuts by size alone, into an even number of ranges from two on,
+// at most maxRanges.
+func TestRangesForEven(t *testing.T) {
+	per := perRange[float32]()
+	for _, c := range []struct{ n, want int }{
+		{per - 1, 1}, {2*per - 1, 1}, {2 * per, 2}, {3 * per, 4}, {4*per + 1, 4}, {5 * per, 6},
+		{15 * per, 16}, {17 * per, maxRanges}, {100 * per, maxRanges},
+	} {
+		require.Equal(t, c.want, rangesFor[float32](c.n), "n = %d ranges' worth", c.n/per)
 	}
 }

@@ -22,7 +22,7 @@ func sweep[T Element](s *scratch, d Dims, dy, x, dx []T, mean []float64, t *affi
 	}
 	p := newSums(s, d, dy, x, mean)
 	if t != nil && p.ranges > 0 {
-		p.job.blk = blockFor(p.job.pd, fusedBlockLen)
+		p.job.blk = blockFor(p.job.pd, fusedBlockFor(p.n))
 		p.job.dx, p.job.apply = dx, t.repeated(s, p.L).withFloat32(s)
 	}
 	if p.ranges == 1 {

@@ -5,8 +5,9 @@ import "sync"
 // blockLen is the number of elements handled at a time: small enough that a
 // block of dy, x and dx stays in L1 between the passes over it. A pass that
 // sums and writes dx block by block (inference) over a tensor larger than
-// maxTiledElements takes blocks of half that, fusedBlockLen, to leave room in L1 for the float64 sums of a channels-last
-// row (rows of splitRowC channels or more take two passes, see sweep);
+// maxTiledElements takes blocks of half that, fusedBlockLen, to leave room
+// in L1 for the float64 sums of a channels-last row (see sweep for rows of
+// splitRowC channels or more);
 // BenchmarkInferenceGrad (-cpu 1) chose both. Channels-last blocks are
 // whole rows of the period instead, as many as fit in the block length and
 // at least one, unless a row exceeds maxBlockLen.
@@ -14,7 +15,11 @@ const (
 	blockLen      = 2048
 	fusedBlockLen = 1024
 	maxBlockLen   = 16384
-	splitRowC     = 512 // channels-last rows this wide sweep in two passes
+	// Channels-last rows of splitRowC channels or more sweep in blocks of
+	// wideSweepBlockLen, in tensors of at most wideSweepBytes (see sweep).
+	splitRowC         = 512
+	wideSweepBlockLen = 65536
+	wideSweepBytes    = 8 << 20
 )
 
 // The sums pass alone (TrainingGrad's first, reduce) takes blocks of
@@ -72,11 +77,10 @@ var bufferPool = sync.Pool{New: func() any { return new(blockBuffers) }}
 // forBlocks calls fn for the elements at [lo, hi) of dy and x (and dx, when
 // not nil), blk elements at a time in memory order (the hardware prefetcher
 // gives up on blocks walked backwards once data comes from DRAM), with
-// native slices: float32 and float64 tensors
-// directly, Half and BFloat16 ones converted to float32, with the block's dx
-// rounded back after fn returns.
+// native slices: float32 and float64 tensors directly, Half and BFloat16
+// ones converted to float32 in blocks of at most maxBlockLen, with the
+// block's dx rounded back after fn returns.
 func forBlocks[T Element](lo, hi, blk int, dy, x, dx []T, fn32 func(off int, dy, x, dx []float32), fn64 func(off int, dy, x, dx []float64)) {
-	blk = min(blk, maxBlockLen)
 	blocks := func(each func(b, e int)) {
 		for b := lo; b < hi; b += blk {
 			each(b, min(b+blk, hi))
@@ -106,6 +110,7 @@ func forBlocks[T Element](lo, hi, blk int, dy, x, dx []T, fn32 func(off int, dy,
 		})
 		return
 	}
+	blk = min(blk, maxBlockLen)
 	buf := bufferPool.Get().(*blockBuffers)
 	defer bufferPool.Put(buf)
 	blocks(func(b, e int) {

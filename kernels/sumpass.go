@@ -1,5 +1,7 @@
 package kernels
 
+import "unsafe"
+
 // reduce returns the per-channel sums Σdy and Σdy·(x−mean) over the whole
 // tensor, split over workers that each own their accumulators.
 func reduce[T Element](s *scratch, d Dims, dy, x []T, mean []float64) (sumDy, sumDyXc []float64) {
@@ -7,22 +9,28 @@ func reduce[T Element](s *scratch, d Dims, dy, x []T, mean []float64) (sumDy, su
 }
 
 // sweep is reduce, and when t is not nil it also writes dx by t block by
-// block in the same pass, while each block is in L1. Only a t that does not
-// depend on the sums (inference) can be applied so. Channels-last rows of
-// splitRowC channels or more take two passes instead, reduce then applyAll,
-// which is faster although it reads dy twice (probably because their
-// float64 sums and means, 24 bytes a channel, crowd L1 when dx streams
-// through it too). BenchmarkInferenceGrad's channels-last cases (-cpu 1)
-// chose splitRowC; docs/performance.md has the figures.
+// block in the same pass, while each block is in cache. Only a t that does
+// not depend on the sums (inference) can be applied so. Channels-last rows
+// of splitRowC channels or more sweep in blocks of wideSweepBlockLen in a
+// tensor of at most wideSweepBytes, and take two passes beyond, reduce then
+// applyAll, which is faster there although it reads dy twice.
+// BenchmarkInferenceGrad's channels-last cases chose both;
+// docs/performance.md has the figures.
 func sweep[T Element](s *scratch, d Dims, dy, x, dx []T, mean []float64, t *affine) (sumDy, sumDyXc []float64) {
-	if t != nil && d.Layout == ChannelsLast && d.C >= splitRowC {
+	wide := t != nil && d.Layout == ChannelsLast && d.C >= splitRowC
+	if wide && d.Len()*int(unsafe.Sizeof(dy[0])) > wideSweepBytes {
 		sumDy, sumDyXc = reduce(s, d, dy, x, mean)
 		applyAll(s, d, *t, dy, x, dx)
 		return sumDy, sumDyXc
 	}
 	p := newSums(s, d, dy, x, mean)
+	// The ranges start on rows, whatever the blocks.
+	align := blockFor(p.job.pd, blockLen)
 	if t != nil && p.ranges > 0 {
 		p.job.blk = blockFor(p.job.pd, fusedBlockFor(p.n))
+		if wide {
+			p.job.blk = blockFor(p.job.pd, wideSweepBlockLen)
+		}
 		p.job.dx, p.job.apply = dx, t.repeated(s, p.L).withFloat32(s)
 	}
 	if p.ranges == 1 {
@@ -30,7 +38,7 @@ func sweep[T Element](s *scratch, d Dims, dy, x, dx []T, mean []float64, t *affi
 	} else if p.ranges > 1 {
 		shared := new(sumsPass[T]) // only a pass that helpers share is copied to the heap
 		*shared = p
-		parallel(p.n, p.ranges, p.job.blk, false, shared.run)
+		parallel(p.n, p.ranges, align, false, shared.run)
 	}
 	p.fold()
 	return p.sumDy, p.sumDyXc

@@ -131,9 +131,18 @@ func TestBFloat16RowsMatchBlocks(t *testing.T) {
 				simdSumsBFloat16, simdApplyBFloat16 = nil, nil
 				dxRef, dsRef, doRef := run()
 				simdSumsBFloat16, simdApplyBFloat16 = sums, apply
+				// The sums fold their float32 tiles at other rows, so they
+				// differ by float32 roundings of the channels' magnitudes.
+				largest := func(v []float32) float64 {
+					m := 0.0
+					for _, e := range v {
+						m = max(m, math.Abs(float64(e)))
+					}
+					return m
+				}
 				for c := range C {
-					require.InEpsilon(t, doRef[c], do[c], 1e-5, "offset_backprop[%d]", c)
-					require.InEpsilon(t, dsRef[c], ds[c], 1e-5, "scale_backprop[%d]", c)
+					require.InDelta(t, doRef[c], do[c], 1e-5*largest(doRef), "offset_backprop[%d]", c)
+					require.InDelta(t, dsRef[c], ds[c], 1e-5*largest(dsRef), "scale_backprop[%d]", c)
 				}
 				if !training {
 					require.Equal(t, dxRef, dx, "x_backprop")

@@ -6,9 +6,11 @@ its own way.
 Against stock's Eigen kernel (TF_ENABLE_ONEDNN_OPTS=0, in the main process)
 every case of the suite is timed as lone calls of a tf.function from Python,
 stock's and gobn's alternating call by call. The first table reports medians,
-the ratio stock/gobn, and gobn's effective bandwidth at 20 bytes per element
-(read x and dy twice, write dx: a fused two-pass kernel) against the machine's
-STREAM-style triad bandwidth measured in the same run (internal/cmd/triad).
+the ratio stock/gobn, and gobn's effective bandwidth counting 12 bytes per
+float32 element (x and dy read once, dx written once: the least any kernel
+must move; a two-pass training gradient moves 20 where its second pass finds
+nothing in cache) against the machine's STREAM-style triad bandwidth
+measured in the same run (internal/cmd/triad).
 A lone call carries about a quarter of a millisecond of calling the
 tf.function from Python, alike on both sides, which pulls every ratio of the
 first table towards 1: the more the smaller the case.
@@ -359,9 +361,15 @@ def run_onednn(reps, only=""):
 
 
 def add_bandwidth(r, bw):
-    """Adds gobn's GB/s at 20 bytes per element and its % of triad bw."""
-    r["gobn_gbs_20B"] = 20 * r["elements"] / (r["gobn_ms"] * 1e-3) / 1e9
-    r["pct_bandwidth"] = 100 * r["gobn_gbs_20B"] / bw
+    """Adds gobn's GB/s counting 12 bytes per element (x and dy read once, dx
+    written once: the least a float32 gradient must move, the issue's
+    measure) and its % of the triad bandwidth bw, and its GB/s at the 20
+    bytes a two-pass training gradient moves when the second pass finds
+    nothing in cache."""
+    seconds = r["gobn_ms"] * 1e-3
+    r["gobn_gbs_20B"] = 20 * r["elements"] / seconds / 1e9
+    r["gobn_gbs_12B"] = 12 * r["elements"] / seconds / 1e9
+    r["pct_triad_12B"] = 100 * r["gobn_gbs_12B"] / bw
 
 
 THRESHOLD_ROWS = [64, 1024, 2048, 4096, 8192, 16384, 32768, 65536]
@@ -516,7 +524,7 @@ def main():
     train32 = [r for r in rows if r["dtype"] == "float32" and r["is_training"]]
     f32 = [r for r in train32 if r["label"] != BEYOND]
     geo = geomean(r["ratio"] for r in f32)
-    large = [r["pct_bandwidth"] for r in train32 if r["larger_than_l3"]]
+    large = [r["pct_triad_12B"] for r in train32 if r["larger_than_l3"]]
     slowest, slowest_f32 = (min(rs, key=lambda r: r["ratio"]) if rs else None for rs in (suite_rows, f32))
     # Against oneDNN: the issue's goal, 1.2x on every case of at least
     # ONEDNN_MIN_ELEMENTS elements and 2x in geometric mean, beside the noise
@@ -529,9 +537,9 @@ def main():
                    min_ratio_eigen=slowest and slowest["ratio"],
                    min_ratio_eigen_f32_training=slowest_f32 and slowest_f32["ratio"],
                    min_ratio_eigen_chained=min((r["ratio"] for r in chained), default=None),
-                   mean_pct_bandwidth_larger_than_l3=statistics.mean(large) if large else None,
-                   mean_pct_bandwidth_larger_than_l3_in_graph=(
-                       statistics.mean(r["pct_bandwidth"] for r in chained_large) if chained_large else None),
+                   mean_pct_triad_12B_larger_than_l3=statistics.mean(large) if large else None,
+                   mean_pct_triad_12B_larger_than_l3_in_graph=(
+                       statistics.mean(r["pct_triad_12B"] for r in chained_large) if chained_large else None),
                    onednn_dtypes=list(onednn_dtypes()), onednn_min_elements=ONEDNN_MIN_ELEMENTS,
                    onednn_cases=len(vs_onednn),
                    geomean_ratio_onednn=geomean(r["ratio_onednn"] for r in vs_onednn),
@@ -548,18 +556,18 @@ def main():
           f"TensorFlow's BFC allocator on the CPU ({', '.join(f'{k}={v}' for k, v in BFC.items())})\n")
     print("gobn against stock Eigen (TF_ENABLE_ONEDNN_OPTS=0), lone calls of a tf.function from Python, "
           "each carrying the calling alike on both sides:\n")
-    print("| case | dtype | format | mode | shape | stock Eigen ms | gobn ms | ratio | gobn GB/s @20B | % of triad |")
+    print("| case | dtype | format | mode | shape | stock Eigen ms | gobn ms | ratio | gobn GB/s @12B | % of triad @12B |")
     print("| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
         print(f"| {r['label']} | {r['dtype']} | {r['data_format']} | {'train' if r['is_training'] else 'infer'} | "
               f"{'x'.join(map(str, r['shape']))} | {r['stock_ms']:.3f} | {r['gobn_ms']:.3f} | {r['ratio']:.2f} | "
-              f"{r['gobn_gbs_20B']:.1f} | {r['pct_bandwidth']:.0f}% |")
+              f"{r['gobn_gbs_12B']:.1f} | {r['pct_triad_12B']:.0f}% |")
     aside = f" (the {BEYOND} case aside)" if len(f32) < len(train32) else ""
     if f32:
         print(f"\nfloat32 training{aside}: geometric-mean ratio {geo:.2f}x vs Eigen; "
               f"slowest of them {summary['min_ratio_eigen_f32_training']:.2f}x ({name(slowest_f32)}); "
-              + (f"mean {summary['mean_pct_bandwidth_larger_than_l3']:.0f}% of triad bandwidth on shapes larger "
-                 f"than L3 as a lone call, {summary['mean_pct_bandwidth_larger_than_l3_in_graph']:.0f}% in a graph "
+              + (f"mean {summary['mean_pct_triad_12B_larger_than_l3']:.0f}% of triad bandwidth (at 12 B an element) on shapes larger "
+                 f"than L3 as a lone call, {summary['mean_pct_triad_12B_larger_than_l3_in_graph']:.0f}% in a graph "
                  "(below). " if large else "no shape larger than L3 within an eighth of this machine's memory, "
                  "so no bandwidth figure for them. ") +
               f"Slowest of all the cases above{aside}: {summary['min_ratio_eigen']:.2f}x ({name(slowest)})")
@@ -587,11 +595,11 @@ def main():
         print(f"\nThe float32 training cases larger than L3 against Eigen, timed as chains of {CHAIN_LARGE} calls "
               "inside one tf.function (each call's x_backprop the next one's y_backprop, which gobn writes over "
               "where TensorFlow allows), per call:\n")
-        print("| format | shape | stock Eigen ms | gobn ms | ratio | gobn GB/s @20B | % of triad |")
+        print("| format | shape | stock Eigen ms | gobn ms | ratio | gobn GB/s @12B | % of triad @12B |")
         print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
         for r in chained_large:
             print(f"| {r['data_format']} | {'x'.join(map(str, r['shape']))} | {r['stock_ms']:.3f} | "
-                  f"{r['gobn_ms']:.3f} | {r['ratio']:.2f} | {r['gobn_gbs_20B']:.1f} | {r['pct_bandwidth']:.0f}% |")
+                  f"{r['gobn_ms']:.3f} | {r['ratio']:.2f} | {r['gobn_gbs_12B']:.1f} | {r['pct_triad_12B']:.0f}% |")
 
     if chained:
         print(f"\nThe float32 cases of at most {SMALL} elements against Eigen, timed as chains of {CHAIN} calls "
@@ -605,12 +613,12 @@ def main():
     if default_malloc:
         print("\nThe same float32 cases larger than L3 under TensorFlow's default CPU allocator, glibc's malloc, "
               "which maps and zeroes every large output afresh on each call:\n")
-        print("| format | shape | stock Eigen ms | gobn ms | ratio | gobn GB/s @20B | % of triad |")
+        print("| format | shape | stock Eigen ms | gobn ms | ratio | gobn GB/s @12B | % of triad @12B |")
         print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
         for r in default_malloc:
             add_bandwidth(r, bw)
             print(f"| {r['data_format']} | {'x'.join(map(str, r['shape']))} | {r['stock_ms']:.3f} | "
-                  f"{r['gobn_ms']:.3f} | {r['ratio']:.2f} | {r['gobn_gbs_20B']:.1f} | {r['pct_bandwidth']:.0f}% |")
+                  f"{r['gobn_ms']:.3f} | {r['ratio']:.2f} | {r['gobn_gbs_12B']:.1f} | {r['pct_triad_12B']:.0f}% |")
 
     procs = ["1", "default"]
     if sizes:

@@ -159,20 +159,21 @@ func sumsTile512(rows, W int, dy, x, mean, a, b unsafe.Pointer) {
 	for i := 0; i < 64; i += 16 {
 		store16(mean16(mean, i), pm, i)
 	}
+	o := 0 // the row's offset: no pointer past the last row is formed
 	for rows > 0 {
 		k := min(rows, foldRows)
 		rows -= k
 		var a0, a1, a2, a3, b0, b1, b2, b3 archsimd.Float32x16
 		for ; k > 0; k-- {
-			g := load16(dy, 0)
-			a0, b0 = a0.Add(g), g.MulAdd(load16(x, 0).Sub(load16(pm, 0)), b0)
-			g = load16(dy, 16)
-			a1, b1 = a1.Add(g), g.MulAdd(load16(x, 16).Sub(load16(pm, 16)), b1)
-			g = load16(dy, 32)
-			a2, b2 = a2.Add(g), g.MulAdd(load16(x, 32).Sub(load16(pm, 32)), b2)
-			g = load16(dy, 48)
-			a3, b3 = a3.Add(g), g.MulAdd(load16(x, 48).Sub(load16(pm, 48)), b3)
-			dy, x = unsafe.Add(dy, 4*W), unsafe.Add(x, 4*W)
+			g := load16(dy, o)
+			a0, b0 = a0.Add(g), g.MulAdd(load16(x, o).Sub(load16(pm, 0)), b0)
+			g = load16(dy, o+16)
+			a1, b1 = a1.Add(g), g.MulAdd(load16(x, o+16).Sub(load16(pm, 16)), b1)
+			g = load16(dy, o+32)
+			a2, b2 = a2.Add(g), g.MulAdd(load16(x, o+32).Sub(load16(pm, 32)), b2)
+			g = load16(dy, o+48)
+			a3, b3 = a3.Add(g), g.MulAdd(load16(x, o+48).Sub(load16(pm, 48)), b3)
+			o += W
 		}
 		fold16(a0, a, 0)
 		fold16(a1, a, 16)
@@ -189,15 +190,16 @@ func sumsTile512(rows, W int, dy, x, mean, a, b unsafe.Pointer) {
 // sumsTile1x512 is sumsTile512 for sixteen channels.
 func sumsTile1x512(rows, W int, dy, x, mean, a, b unsafe.Pointer) {
 	m := mean16(mean, 0)
+	o := 0 // the row's offset: no pointer past the last row is formed
 	for rows > 0 {
 		k := min(rows, foldRows)
 		rows -= k
 		var sa, sb archsimd.Float32x16
 		for ; k > 0; k-- {
-			g := load16(dy, 0)
+			g := load16(dy, o)
 			sa = sa.Add(g)
-			sb = g.MulAdd(load16(x, 0).Sub(m), sb)
-			dy, x = unsafe.Add(dy, 4*W), unsafe.Add(x, 4*W)
+			sb = g.MulAdd(load16(x, o).Sub(m), sb)
+			o += W
 		}
 		fold16(sa, a, 0)
 		fold16(sb, b, 0)
@@ -257,20 +259,21 @@ func sumsTileBF16(rows, W int, dy, x, mean, a, b unsafe.Pointer) {
 	for i := 0; i < 64; i += 16 {
 		store16(mean16(mean, i), pm, i)
 	}
+	o := 0 // the row's offset: no pointer past the last row is formed
 	for rows > 0 {
 		k := min(rows, foldRows)
 		rows -= k
 		var a0, a1, a2, a3, b0, b1, b2, b3 archsimd.Float32x16
 		for ; k > 0; k-- {
-			g := wideBF16(dy, 0)
-			a0, b0 = a0.Add(g), g.MulAdd(wideBF16(x, 0).Sub(load16(pm, 0)), b0)
-			g = wideBF16(dy, 16)
-			a1, b1 = a1.Add(g), g.MulAdd(wideBF16(x, 16).Sub(load16(pm, 16)), b1)
-			g = wideBF16(dy, 32)
-			a2, b2 = a2.Add(g), g.MulAdd(wideBF16(x, 32).Sub(load16(pm, 32)), b2)
-			g = wideBF16(dy, 48)
-			a3, b3 = a3.Add(g), g.MulAdd(wideBF16(x, 48).Sub(load16(pm, 48)), b3)
-			dy, x = unsafe.Add(dy, 2*W), unsafe.Add(x, 2*W)
+			g := wideBF16(dy, o)
+			a0, b0 = a0.Add(g), g.MulAdd(wideBF16(x, o).Sub(load16(pm, 0)), b0)
+			g = wideBF16(dy, o+16)
+			a1, b1 = a1.Add(g), g.MulAdd(wideBF16(x, o+16).Sub(load16(pm, 16)), b1)
+			g = wideBF16(dy, o+32)
+			a2, b2 = a2.Add(g), g.MulAdd(wideBF16(x, o+32).Sub(load16(pm, 32)), b2)
+			g = wideBF16(dy, o+48)
+			a3, b3 = a3.Add(g), g.MulAdd(wideBF16(x, o+48).Sub(load16(pm, 48)), b3)
+			o += W
 		}
 		fold16(a0, a, 0)
 		fold16(a1, a, 16)
@@ -287,15 +290,16 @@ func sumsTileBF16(rows, W int, dy, x, mean, a, b unsafe.Pointer) {
 // sumsTile1BF16 is sumsTileBF16 for sixteen channels.
 func sumsTile1BF16(rows, W int, dy, x, mean, a, b unsafe.Pointer) {
 	m := mean16(mean, 0)
+	o := 0 // the row's offset: no pointer past the last row is formed
 	for rows > 0 {
 		k := min(rows, foldRows)
 		rows -= k
 		var sa, sb archsimd.Float32x16
 		for ; k > 0; k-- {
-			g := wideBF16(dy, 0)
+			g := wideBF16(dy, o)
 			sa = sa.Add(g)
-			sb = g.MulAdd(wideBF16(x, 0).Sub(m), sb)
-			dy, x = unsafe.Add(dy, 2*W), unsafe.Add(x, 2*W)
+			sb = g.MulAdd(wideBF16(x, o).Sub(m), sb)
+			o += W
 		}
 		fold16(sa, a, 0)
 		fold16(sb, b, 0)

@@ -296,20 +296,21 @@ func sumsTile32(rows, W int, dy, x, mean, a, b unsafe.Pointer) {
 	for i := 0; i < 32; i += 8 {
 		store8(mean8(mean, i), pm, i)
 	}
+	o := 0 // the row's offset: no pointer past the last row is formed
 	for rows > 0 {
 		k := min(rows, foldRows)
 		rows -= k
 		var a0, a1, a2, a3, b0, b1, b2, b3 archsimd.Float32x8
 		for ; k > 0; k-- {
-			g := load8(dy, 0)
-			a0, b0 = a0.Add(g), g.MulAdd(load8(x, 0).Sub(load8(pm, 0)), b0)
-			g = load8(dy, 8)
-			a1, b1 = a1.Add(g), g.MulAdd(load8(x, 8).Sub(load8(pm, 8)), b1)
-			g = load8(dy, 16)
-			a2, b2 = a2.Add(g), g.MulAdd(load8(x, 16).Sub(load8(pm, 16)), b2)
-			g = load8(dy, 24)
-			a3, b3 = a3.Add(g), g.MulAdd(load8(x, 24).Sub(load8(pm, 24)), b3)
-			dy, x = unsafe.Add(dy, 4*W), unsafe.Add(x, 4*W)
+			g := load8(dy, o)
+			a0, b0 = a0.Add(g), g.MulAdd(load8(x, o).Sub(load8(pm, 0)), b0)
+			g = load8(dy, o+8)
+			a1, b1 = a1.Add(g), g.MulAdd(load8(x, o+8).Sub(load8(pm, 8)), b1)
+			g = load8(dy, o+16)
+			a2, b2 = a2.Add(g), g.MulAdd(load8(x, o+16).Sub(load8(pm, 16)), b2)
+			g = load8(dy, o+24)
+			a3, b3 = a3.Add(g), g.MulAdd(load8(x, o+24).Sub(load8(pm, 24)), b3)
+			o += W
 		}
 		fold8(a0, a, 0)
 		fold8(a1, a, 8)
@@ -326,15 +327,16 @@ func sumsTile32(rows, W int, dy, x, mean, a, b unsafe.Pointer) {
 // sumsTile1x32 is sumsTile32 for eight channels.
 func sumsTile1x32(rows, W int, dy, x, mean, a, b unsafe.Pointer) {
 	m := mean8(mean, 0)
+	o := 0 // the row's offset: no pointer past the last row is formed
 	for rows > 0 {
 		k := min(rows, foldRows)
 		rows -= k
 		var sa, sb archsimd.Float32x8
 		for ; k > 0; k-- {
-			g := load8(dy, 0)
+			g := load8(dy, o)
 			sa = sa.Add(g)
-			sb = g.MulAdd(load8(x, 0).Sub(m), sb)
-			dy, x = unsafe.Add(dy, 4*W), unsafe.Add(x, 4*W)
+			sb = g.MulAdd(load8(x, o).Sub(m), sb)
+			o += W
 		}
 		fold8(sa, a, 0)
 		fold8(sb, b, 0)

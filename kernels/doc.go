@@ -46,8 +46,8 @@
 //   - dims.go: Dims, Layout, Element and the channels-last period.
 //   - loops.go: the portable per-block loops (channelSums, applyAffine) and
 //     the affine coefficients they apply.
-//   - simd_amd64.go, simd512_amd64.go, stream_amd64.s, f16c_amd64.s,
-//     prefetch_amd64.s: the AVX2/AVX-512 forms of those loops
+//   - simd_amd64.go, simd512_amd64.go, stream_amd64.s, f16c_amd64.s: the
+//     AVX2/AVX-512 forms of those loops
 //     (GOEXPERIMENT=simd), among them the channels-last sums in float32
 //     tiles and the bfloat16 rows converted in registers; simd_other.go
 //     where they are absent.

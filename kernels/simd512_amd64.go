@@ -316,10 +316,6 @@ func sumsRowsBF16(L int, dy, x []BFloat16, mean, a, b []float64) {
 	}
 	needLen(L, mean, a, b)
 	pdy, px := unsafe.Pointer(unsafe.SliceData(dy)), unsafe.Pointer(unsafe.SliceData(x))
-	if L > 64 {
-		prefetchLines(pdy, 2*L*rows)
-		prefetchLines(px, 2*L*rows)
-	}
 	c := 0
 	for ; c+64 <= L; c += 64 {
 		sumsTileBF16(rows, L, unsafe.Add(pdy, 2*c), unsafe.Add(px, 2*c), unsafe.Pointer(&mean[c]), unsafe.Pointer(&a[c]), unsafe.Pointer(&b[c]))

@@ -217,10 +217,6 @@ func sumsRows(W, rows int, dy, x []float32, mean, a, b []float64) {
 // float32 lanes are twice as many as float64 ones.
 func sumsTiles(l *rowLoops, W, rows int, dy, x []float32, mean, a, b []float64) {
 	v := l.tileStep / 4 // one vector's channels
-	if W > l.tileStep {
-		prefetchLines(unsafe.Pointer(&dy[0]), 4*W*rows)
-		prefetchLines(unsafe.Pointer(&x[0]), 4*W*rows)
-	}
 	c := 0
 	for ; c+l.tileStep <= W; c += l.tileStep {
 		l.tile(rows, W, unsafe.Pointer(&dy[c]), unsafe.Pointer(&x[c]), unsafe.Pointer(&mean[c]), unsafe.Pointer(&a[c]), unsafe.Pointer(&b[c]))
@@ -551,8 +547,6 @@ func streamRun(a, b, mdy, mu float32, dy, x, dx []float32) {
 	streamApplyRun(v, ptr32(dy), ptr32(x), ptr32(dx), a, b, mdy, mu)
 	applyRun32(false, a, b, mdy, mu, dy[v:], x[v:], dx[v:])
 }
-
-func prefetchLines(p unsafe.Pointer, bytes int)
 
 // The non-temporal loops and the fence (stream_amd64.s).
 func streamApplyRow(n int, dy, x, dx, a, b, mdy, mu unsafe.Pointer)

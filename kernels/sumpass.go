@@ -27,7 +27,7 @@ func sweep[T Element](s *scratch, d Dims, dy, x, dx []T, mean []float64, t *affi
 	// The ranges start on rows, whatever the blocks.
 	align := blockFor(p.job.pd, blockLen)
 	if t != nil && p.ranges > 0 {
-		p.job.blk = blockFor(p.job.pd, fusedBlockFor(p.n))
+		p.job.blk = blockFor(p.job.pd, fusedBlockFor(p.n*int(unsafe.Sizeof(dy[0]))))
 		if wide {
 			p.job.blk = blockFor(p.job.pd, wideSweepBlockLen)
 		}
@@ -70,7 +70,7 @@ func newSums[T Element](s *scratch, d Dims, dy, x []T, mean []float64) sumsPass[
 	// into C channels at the end.
 	pd, L := d.periodic()
 	p.L = L
-	p.job = sweepJob[T]{pd: pd, blk: blockFor(pd, sumsBlockFor(p.n)), dy: dy, x: x, mean: s.repeat(mean, L)}
+	p.job = sweepJob[T]{pd: pd, blk: blockFor(pd, sumsBlockFor(p.n*int(unsafe.Sizeof(dy[0])))), dy: dy, x: x, mean: s.repeat(mean, L)}
 	// One range without a period sums straight into the result; otherwise
 	// each range has its partial sums, folded in range order.
 	p.ranges = rangesFor[T](p.n)
@@ -115,7 +115,7 @@ type sweepJob[T Element] struct {
 // run adds the sums of the elements at [lo, hi) into a and b, and writes
 // their dx.
 func (j *sweepJob[T]) run(lo, hi int, a, b []float64) {
-	if L, ok := bfloat16Rows[T](j.pd, lo, hi); ok && (L <= 64 || j.blk >= minWideTile) && (j.dx == nil || j.apply.f32 != nil) {
+	if L, ok := bfloat16Rows[T](j.pd, lo, hi); ok && (j.dx == nil || j.apply.f32 != nil) {
 		dy, x, dx := any(j.dy).([]BFloat16), any(j.x).([]BFloat16), any(j.dx).([]BFloat16)
 		blk := max(L, j.blk/L*L)
 		for o := lo; o < hi; o += blk {

@@ -61,7 +61,8 @@ func TestSumsTilesMatchFloat64(t *testing.T) {
 
 // sumsRows takes the tiles where the kernels' blocks give it rows enough:
 // rows one tile wide in any block, wider rows in the sums pass's blocks of
-// a tensor up to maxTiledElements, not in the smaller blocks of a larger one.
+// a float32 tensor up to maxTiledBytes, not in the smaller blocks of a
+// larger one.
 func TestSumsRowsTileChoice(t *testing.T) {
 	defer selectLoops(canAVX512())
 	for _, wide := range []bool{false, true} {
@@ -73,8 +74,8 @@ func TestSumsRowsTileChoice(t *testing.T) {
 		rowsIn := func(W, limit int) int { return blockFor(Dims{C: int64(W), Layout: ChannelsLast}, limit) / W }
 		require.True(t, l.tiles(l.tileStep, rowsIn(l.tileStep, blockLen)), "one tile wide, blockLen")
 		for _, W := range []int{256, 1024, 2048} {
-			require.True(t, l.tiles(W, rowsIn(W, sumsBlockFor(maxTiledElements))), "W=%d in a tensor of maxTiledElements", W)
-			require.False(t, l.tiles(W, rowsIn(W, sumsBlockFor(maxTiledElements+1))), "W=%d in a larger tensor", W)
+			require.True(t, l.tiles(W, rowsIn(W, sumsBlockFor(maxTiledBytes))), "W=%d in a tensor of maxTiledBytes", W)
+			require.False(t, l.tiles(W, rowsIn(W, sumsBlockFor(maxTiledBytes+4))), "W=%d in a larger tensor", W)
 		}
 		require.False(t, l.tiles(l.tileStep, minTileRows-1))
 	}

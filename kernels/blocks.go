@@ -16,10 +16,9 @@ const (
 	fusedBlockLen = 1024
 	maxBlockLen   = 16384
 	// Channels-last rows of splitRowC channels or more sweep in blocks of
-	// wideSweepBlockLen, in tensors of at most wideSweepBytes (see sweep).
+	// wideSweepBlockLen where the sums tile (see sweep).
 	splitRowC         = 512
 	wideSweepBlockLen = 65536
-	wideSweepBytes    = 8 << 20
 )
 
 // The sums pass alone (TrainingGrad's first, reduce) takes blocks of
@@ -38,25 +37,18 @@ const (
 	minWideTile   = 8192
 )
 
-// sumsBlockFor returns the sums pass's block limit for a tensor of the
-// given size in bytes.
-func sumsBlockFor(bytes int) int {
+// tiledBlock returns the block limit of a pass that sums over a tensor of
+// the given size in bytes: sumsBlockLen where the sums tile, beyond (the
+// pass's own limit) in a larger tensor. A pass that also writes dx block by
+// block (sweep) takes the same blocks where the sums tile, the block then
+// staying in L2 for its dx: BenchmarkInferenceGrad's channels-last cases
+// chose it (8x28x28x128 bfloat16, single core: 0.41 to 0.24 ms; 8x56x56x64
+// float32 0.59 to 0.51).
+func tiledBlock(bytes, beyond int) int {
 	if bytes <= maxTiledBytes {
 		return sumsBlockLen
 	}
-	return blockLen
-}
-
-// fusedBlockFor returns the block limit of a pass that sums and writes dx
-// block by block (sweep): sumsBlockLen where the sums tile, as the sums
-// pass, the block then staying in L2 for its dx; fusedBlockLen beyond.
-// BenchmarkInferenceGrad's channels-last cases chose it (8x28x28x128
-// bfloat16, single core: 0.41 to 0.24 ms; 8x56x56x64 float32 0.59 to 0.51).
-func fusedBlockFor(bytes int) int {
-	if bytes <= maxTiledBytes {
-		return sumsBlockLen
-	}
-	return fusedBlockLen
+	return beyond
 }
 
 // blockFor returns the length of the blocks of at most limit elements (or

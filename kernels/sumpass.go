@@ -12,13 +12,14 @@ func reduce[T Element](s *scratch, d Dims, dy, x []T, mean []float64) (sumDy, su
 // block in the same pass, while each block is in cache. Only a t that does
 // not depend on the sums (inference) can be applied so. Channels-last rows
 // of splitRowC channels or more sweep in blocks of wideSweepBlockLen in a
-// tensor of at most wideSweepBytes, and take two passes beyond, reduce then
-// applyAll, which is faster there although it reads dy twice.
+// tensor whose sums tile (maxTiledBytes), and take two passes beyond,
+// reduce then applyAll, which is faster there although it reads dy twice.
 // BenchmarkInferenceGrad's channels-last cases chose both;
 // docs/performance.md has the figures.
 func sweep[T Element](s *scratch, d Dims, dy, x, dx []T, mean []float64, t *affine) (sumDy, sumDyXc []float64) {
+	bytes := d.Len() * int(unsafe.Sizeof(dy[0]))
 	wide := t != nil && d.Layout == ChannelsLast && d.C >= splitRowC
-	if wide && d.Len()*int(unsafe.Sizeof(dy[0])) > wideSweepBytes {
+	if wide && bytes > maxTiledBytes {
 		sumDy, sumDyXc = reduce(s, d, dy, x, mean)
 		applyAll(s, d, *t, dy, x, dx)
 		return sumDy, sumDyXc
@@ -27,10 +28,11 @@ func sweep[T Element](s *scratch, d Dims, dy, x, dx []T, mean []float64, t *affi
 	// The ranges start on rows, whatever the blocks.
 	align := blockFor(p.job.pd, blockLen)
 	if t != nil && p.ranges > 0 {
-		p.job.blk = blockFor(p.job.pd, fusedBlockFor(p.n*int(unsafe.Sizeof(dy[0]))))
+		limit := tiledBlock(bytes, fusedBlockLen)
 		if wide {
-			p.job.blk = blockFor(p.job.pd, wideSweepBlockLen)
+			limit = wideSweepBlockLen
 		}
+		p.job.blk = blockFor(p.job.pd, limit)
 		p.job.dx, p.job.apply = dx, t.repeated(s, p.L).withFloat32(s)
 	}
 	if p.ranges == 1 {
@@ -70,7 +72,7 @@ func newSums[T Element](s *scratch, d Dims, dy, x []T, mean []float64) sumsPass[
 	// into C channels at the end.
 	pd, L := d.periodic()
 	p.L = L
-	p.job = sweepJob[T]{pd: pd, blk: blockFor(pd, sumsBlockFor(p.n*int(unsafe.Sizeof(dy[0])))), dy: dy, x: x, mean: s.repeat(mean, L)}
+	p.job = sweepJob[T]{pd: pd, blk: blockFor(pd, tiledBlock(p.n*int(unsafe.Sizeof(dy[0])), blockLen)), dy: dy, x: x, mean: s.repeat(mean, L)}
 	// One range without a period sums straight into the result; otherwise
 	// each range has its partial sums, folded in range order.
 	p.ranges = rangesFor[T](p.n)

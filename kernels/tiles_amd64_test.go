@@ -74,8 +74,8 @@ func TestSumsRowsTileChoice(t *testing.T) {
 		rowsIn := func(W, limit int) int { return blockFor(Dims{C: int64(W), Layout: ChannelsLast}, limit) / W }
 		require.True(t, l.tiles(l.tileStep, rowsIn(l.tileStep, blockLen)), "one tile wide, blockLen")
 		for _, W := range []int{256, 1024, 2048} {
-			require.True(t, l.tiles(W, rowsIn(W, sumsBlockFor(maxTiledBytes))), "W=%d in a tensor of maxTiledBytes", W)
-			require.False(t, l.tiles(W, rowsIn(W, sumsBlockFor(maxTiledBytes+4))), "W=%d in a larger tensor", W)
+			require.True(t, l.tiles(W, rowsIn(W, tiledBlock(maxTiledBytes, blockLen))), "W=%d in a tensor of maxTiledBytes", W)
+			require.False(t, l.tiles(W, rowsIn(W, tiledBlock(maxTiledBytes+4, blockLen))), "W=%d in a larger tensor", W)
 		}
 		require.False(t, l.tiles(l.tileStep, minTileRows-1))
 	}

@@ -17,13 +17,18 @@ func applyAll[T Element](s *scratch, d Dims, t affine, dy, x, dx []T) {
 	}
 	shared := new(applyJob[T]) // only a job that helpers share is copied to the heap
 	*shared = job
-	parallel(n, ranges, job.blk, true, shared.runRange)
+	pd, _ := d.periodic()
+	parallel(n, ranges, blockFor(pd, blockLen), true, shared.runRange)
 }
 
 // newApply prepares applyAll's job.
 func newApply[T Element](s *scratch, d Dims, t affine, dy, x, dx []T) applyJob[T] {
 	pd, L := d.periodic()
-	job := applyJob[T]{pd: pd, blk: blockFor(pd, blockLen), dy: dy, x: x, dx: dx, t: t.repeated(s, L).withFloat32(s)}
+	blk := blockFor(pd, blockLen)
+	if pd.Layout == ChannelsLast && int(pd.C) > applyChunk && !t.ScaleOnly {
+		blk = blockFor(pd, chunkRows*int(pd.C)) // rows enough for the chunks (applyRows)
+	}
+	job := applyJob[T]{pd: pd, blk: blk, dy: dy, x: x, dx: dx, t: t.repeated(s, L).withFloat32(s)}
 	if !t.ScaleOnly && streams(pd, dy, x, dx) {
 		job.t.f32.Stream = true // the scale-only loops have no streaming form
 	}

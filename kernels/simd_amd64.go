@@ -435,6 +435,10 @@ func applyRows(W, rows int, t *affine32, c0 int, dy, x, dx []float32) {
 		}
 		return
 	}
+	if W == Wv && !t.ScaleOnly && W > applyChunk {
+		applyChunks(l, W, rows, dy, x, dx, pa, pb, pd, pm)
+		return
+	}
 	if W == Wv && !t.ScaleOnly && W < twoRowMax {
 		for ; o+2*W <= W*rows; o += 2 * W {
 			l.apply2(Wv, unsafe.Pointer(&dy[o]), unsafe.Pointer(&x[o]), unsafe.Pointer(&dx[o]), W, pa, pb, pd, pm)
@@ -448,6 +452,22 @@ func applyRows(W, rows int, t *affine32, c0 int, dy, x, dx []float32) {
 			l.apply(Wv, rdy, rx, rdx, W, pa, pb, pd, pm)
 		}
 		applyTail(Wv, W, t.ScaleOnly, a, b, mdy, mu, dy[o:], x[o:], dx[o:])
+	}
+}
+
+// applyChunks is applyRows' training loop for rows of W (a multiple of the
+// vector step, more than applyChunk) channels: chunkRows rows at a time,
+// applyChunk channels at a time.
+func applyChunks(l *rowLoops, W, rows int, dy, x, dx []float32, pa, pb, pd, pm unsafe.Pointer) {
+	for r0 := 0; r0 < rows; r0 += chunkRows {
+		r1 := min(rows, r0+chunkRows)
+		for c := 0; c < W; c += applyChunk {
+			n := min(applyChunk, W-c)
+			ca, cb, cd, cm := unsafe.Add(pa, 4*c), unsafe.Add(pb, 4*c), unsafe.Add(pd, 4*c), unsafe.Add(pm, 4*c)
+			for o := r0*W + c; o < r1*W; o += W {
+				l.apply(n, unsafe.Pointer(&dy[o]), unsafe.Pointer(&x[o]), unsafe.Pointer(&dx[o]), W, ca, cb, cd, cm)
+			}
+		}
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 )
@@ -155,6 +156,49 @@ func TestBFloat16RowsMatchBlocks(t *testing.T) {
 					require.InDelta(t, dxRef[i].Float32(), dx[i].Float32(), 1e-2*(1+math.Abs(float64(dxRef[i].Float32()))), "x_backprop[%d]", i)
 				}
 			})
+		}
+	}
+}
+
+// The training apply of rows wider than applyChunk, in chunks of channels
+// over chunkRows rows (applyChunks, which applyRows takes for them),
+// against the same loop along each whole row: x_backprop bit for bit, the
+// operations on each element being the same. Widths of two chunks, of a
+// chunk and a vector, of three chunks; rows below, at and past chunkRows.
+func TestApplyChunksMatchRows(t *testing.T) {
+	defer selectLoops(canAVX512())
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, wide := range []bool{false, true} {
+		if wide && !canAVX512() {
+			continue
+		}
+		selectLoops(wide)
+		l := rowLoopsInUse
+		for _, W := range []int{2 * applyChunk, applyChunk + 16, 3 * applyChunk} {
+			for _, rows := range []int{1, chunkRows - 1, chunkRows, chunkRows + 3, 2*chunkRows + 5} {
+				dy, x := make([]float32, W*rows), make([]float32, W*rows)
+				for i := range dy {
+					dy[i], x[i] = float32(rng.NormFloat64()), float32(3+rng.NormFloat64())
+				}
+				per := func() []float32 {
+					s := make([]float32, W)
+					for i := range s {
+						s[i] = float32(rng.NormFloat64())
+					}
+					return s
+				}
+				tr := &affine32{A: per(), B: per(), MeanDy: per(), Mean: per()}
+				pa, pb, pd, pm := ptr32(tr.A), ptr32(tr.B), ptr32(tr.MeanDy), ptr32(tr.Mean)
+				want := make([]float32, W*rows)
+				for o := 0; o < W*rows; o += W {
+					l.apply(W, unsafe.Pointer(&dy[o]), unsafe.Pointer(&x[o]), unsafe.Pointer(&want[o]), W, pa, pb, pd, pm)
+				}
+				chunked, viaRows := make([]float32, W*rows), make([]float32, W*rows)
+				applyChunks(l, W, rows, dy, x, chunked, pa, pb, pd, pm)
+				applyRows(W, rows, tr, 0, dy, x, viaRows)
+				require.Equal(t, want, chunked, "wide=%v W=%d rows=%d applyChunks", wide, W, rows)
+				require.Equal(t, want, viaRows, "wide=%v W=%d rows=%d applyRows", wide, W, rows)
+			}
 		}
 	}
 }

@@ -152,40 +152,22 @@ func fold16(v archsimd.Float32x16, p unsafe.Pointer, i int) {
 	store8d(load8d(p, i+8).Add(v.GetHi().ConvertToFloat64()), p, i+8)
 }
 
-// sumsTile512 is sumsTile32 for 64 channels, in four vectors of sixteen.
+// sumsTile512 is sumsTile32 for 64 channels, in four vectors of sixteen:
+// its loop is sumsTileRows512 (tile_amd64.s).
 func sumsTile512(rows, W int, dy, x, mean, a, b unsafe.Pointer) {
 	var mu [64]float32
 	pm := unsafe.Pointer(&mu)
 	for i := 0; i < 64; i += 16 {
 		store16(mean16(mean, i), pm, i)
 	}
-	o := 0 // the row's offset: no pointer past the last row is formed
-	for rows > 0 {
-		k := min(rows, foldRows)
-		rows -= k
-		var a0, a1, a2, a3, b0, b1, b2, b3 archsimd.Float32x16
-		for ; k > 0; k-- {
-			g := load16(dy, o)
-			a0, b0 = a0.Add(g), g.MulAdd(load16(x, o).Sub(load16(pm, 0)), b0)
-			g = load16(dy, o+16)
-			a1, b1 = a1.Add(g), g.MulAdd(load16(x, o+16).Sub(load16(pm, 16)), b1)
-			g = load16(dy, o+32)
-			a2, b2 = a2.Add(g), g.MulAdd(load16(x, o+32).Sub(load16(pm, 32)), b2)
-			g = load16(dy, o+48)
-			a3, b3 = a3.Add(g), g.MulAdd(load16(x, o+48).Sub(load16(pm, 48)), b3)
-			o += W
-		}
-		fold16(a0, a, 0)
-		fold16(a1, a, 16)
-		fold16(a2, a, 32)
-		fold16(a3, a, 48)
-		fold16(b0, b, 0)
-		fold16(b1, b, 16)
-		fold16(b2, b, 32)
-		fold16(b3, b, 48)
-	}
+	sumsTileRows512(rows, W, dy, x, pm, a, b)
 	archsimd.ClearAVXUpperBits()
 }
+
+// sumsTileRows512 is sumsTile512's loop over the rows (tile_amd64.s).
+//
+//go:noescape
+func sumsTileRows512(rows, W int, dy, x, mean, a, b unsafe.Pointer)
 
 // sumsTile1x512 is sumsTile512 for sixteen channels.
 func sumsTile1x512(rows, W int, dy, x, mean, a, b unsafe.Pointer) {
@@ -252,39 +234,78 @@ func wideBF16(p unsafe.Pointer, i int) archsimd.Float32x16 {
 	return archsimd.LoadUint16x16((*[16]uint16)(unsafe.Add(p, 2*i))).ExtendToUint32().ShiftAllLeft(16).AsFloat32x16()
 }
 
-// sumsTileBF16 is sumsTile512 over bfloat16 rows.
+// sumsTileBF16 is sumsTile512 over bfloat16 rows. It loads 32 channels at
+// a time and widens them by interleaving their 16-bit halves with zeros
+// (VPUNPCKLWD, VPUNPCKHWD), which works within each 128-bit lane: the low
+// vector holds channels 0-3, 8-11, 16-19 and 24-27 of the 32, the high one
+// the others (lanePerm). The means are laid out the same way, and the sums
+// are put back in channel order when folded; each channel's float32 sum is
+// what widening in order (wideBF16) gives, one cross-lane widening of 16
+// channels costing as much as the two interleavings of 32.
 func sumsTileBF16(rows, W int, dy, x, mean, a, b unsafe.Pointer) {
-	var mu [64]float32
-	pm := unsafe.Pointer(&mu)
-	for i := 0; i < 64; i += 16 {
-		store16(mean16(mean, i), pm, i)
+	sumsTile32BF16(rows, W, dy, x, mean, a, b)
+	sumsTile32BF16(rows, W, unsafe.Add(dy, 64), unsafe.Add(x, 64), unsafe.Add(mean, 256), unsafe.Add(a, 256), unsafe.Add(b, 256))
+}
+
+// sumsTile32BF16 is sumsTileBF16 for 32 channels.
+func sumsTile32BF16(rows, W int, dy, x, mean, a, b unsafe.Pointer) {
+	var mu [32]float32
+	for c := range 32 {
+		mu[lanePos(c)] = float32(*(*float64)(unsafe.Add(mean, 8*c)))
 	}
+	mlo, mhi := load16(unsafe.Pointer(&mu), 0), load16(unsafe.Pointer(&mu), 16)
+	var zero archsimd.Uint16x32
 	o := 0 // the row's offset: no pointer past the last row is formed
 	for rows > 0 {
 		k := min(rows, foldRows)
 		rows -= k
-		var a0, a1, a2, a3, b0, b1, b2, b3 archsimd.Float32x16
+		var a0, a1, b0, b1 archsimd.Float32x16
 		for ; k > 0; k-- {
-			g := wideBF16(dy, o)
-			a0, b0 = a0.Add(g), g.MulAdd(wideBF16(x, o).Sub(load16(pm, 0)), b0)
-			g = wideBF16(dy, o+16)
-			a1, b1 = a1.Add(g), g.MulAdd(wideBF16(x, o+16).Sub(load16(pm, 16)), b1)
-			g = wideBF16(dy, o+32)
-			a2, b2 = a2.Add(g), g.MulAdd(wideBF16(x, o+32).Sub(load16(pm, 32)), b2)
-			g = wideBF16(dy, o+48)
-			a3, b3 = a3.Add(g), g.MulAdd(wideBF16(x, o+48).Sub(load16(pm, 48)), b3)
+			v, w := load32x16(dy, o), load32x16(x, o)
+			g, h := zero.InterleaveLoGrouped(v).AsFloat32x16(), zero.InterleaveHiGrouped(v).AsFloat32x16()
+			a0, b0 = a0.Add(g), g.MulAdd(zero.InterleaveLoGrouped(w).AsFloat32x16().Sub(mlo), b0)
+			a1, b1 = a1.Add(h), h.MulAdd(zero.InterleaveHiGrouped(w).AsFloat32x16().Sub(mhi), b1)
 			o += W
 		}
-		fold16(a0, a, 0)
-		fold16(a1, a, 16)
-		fold16(a2, a, 32)
-		fold16(a3, a, 48)
-		fold16(b0, b, 0)
-		fold16(b1, b, 16)
-		fold16(b2, b, 32)
-		fold16(b3, b, 48)
+		first, second := laneOrder()
+		fold16(a0.ConcatPermute(a1, first), a, 0)
+		fold16(a0.ConcatPermute(a1, second), a, 16)
+		fold16(b0.ConcatPermute(b1, first), b, 0)
+		fold16(b0.ConcatPermute(b1, second), b, 16)
 	}
 	archsimd.ClearAVXUpperBits()
+}
+
+// load32x16 returns the 32 bfloat16 bits at p[i:].
+func load32x16(p unsafe.Pointer, i int) archsimd.Uint16x32 {
+	return archsimd.LoadUint16x32((*[32]uint16)(unsafe.Add(p, 2*i)))
+}
+
+// lanePos returns where channel c (< 32) of 32 loaded together lands in the
+// pair of vectors that interleaving with zeros widens them into: the low
+// one (positions 0-15) or the high one (16-31).
+func lanePos(c int) int {
+	pos := 4*(c/8) + c%4
+	if c%8 >= 4 {
+		pos += 16
+	}
+	return pos
+}
+
+// laneIndex holds, for channels 0-15 and then 16-31 of 32 widened by
+// interleaving, their positions in the pair of vectors (lanePos), the
+// indices of ConcatPermute.
+var laneIndex = func() (ix [32]uint32) {
+	for c := range ix {
+		ix[c] = uint32(lanePos(c))
+	}
+	return ix
+}()
+
+// laneOrder returns the ConcatPermute indices that put the first and the
+// second sixteen of 32 channels widened by interleaving back in order.
+func laneOrder() (first, second archsimd.Uint32x16) {
+	return archsimd.LoadUint32x16((*[16]uint32)(laneIndex[:16])), archsimd.LoadUint32x16((*[16]uint32)(laneIndex[16:]))
 }
 
 // sumsTile1BF16 is sumsTileBF16 for sixteen channels.

@@ -202,3 +202,36 @@ func TestApplyChunksMatchRows(t *testing.T) {
 		}
 	}
 }
+
+// The bfloat16 tile (sumsTileBF16, which widens by interleaving and puts the
+// channels back in order when folding) against the float32 tile
+// (sumsTile512, tile_amd64.s) over the same rows widened in order: each
+// channel's sums take the same operations in the same order, so they agree
+// bit for bit.
+func TestBFloat16TileMatchesFloat32Tile(t *testing.T) {
+	if simdSumsBFloat16 == nil {
+		t.Skip("no AVX-512 bfloat16 loops on this CPU")
+	}
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, W := range []int{64, 128, 1024} {
+		for _, rows := range []int{1, 5, foldRows, foldRows + 1, 40} {
+			dy, x := make([]BFloat16, W*rows), make([]BFloat16, W*rows)
+			dy32, x32 := make([]float32, W*rows), make([]float32, W*rows)
+			for i := range dy {
+				dy[i], x[i] = BFloat16FromFloat32(float32(rng.NormFloat64())), BFloat16FromFloat32(float32(3+rng.NormFloat64()))
+				dy32[i], x32[i] = dy[i].Float32(), x[i].Float32()
+			}
+			mean := make([]float64, 64)
+			a16, b16, a32, b32 := make([]float64, 64), make([]float64, 64), make([]float64, 64), make([]float64, 64)
+			for c := range mean {
+				mean[c] = 3 + 0.1*rng.NormFloat64()
+				a16[c], b16[c] = float64(c), -float64(c) // sums already under way
+				a32[c], b32[c] = a16[c], b16[c]
+			}
+			sumsTileBF16(rows, W, unsafe.Pointer(&dy[0]), unsafe.Pointer(&x[0]), unsafe.Pointer(&mean[0]), unsafe.Pointer(&a16[0]), unsafe.Pointer(&b16[0]))
+			sumsTile512(rows, W, unsafe.Pointer(&dy32[0]), unsafe.Pointer(&x32[0]), unsafe.Pointer(&mean[0]), unsafe.Pointer(&a32[0]), unsafe.Pointer(&b32[0]))
+			require.Equal(t, a32, a16, "W=%d rows=%d Σdy", W, rows)
+			require.Equal(t, b32, b16, "W=%d rows=%d Σdy·(x−μ)", W, rows)
+		}
+	}
+}

@@ -1,0 +1,97 @@
+//go:build goexperiment.simd && amd64
+
+#include "textflag.h"
+
+// The float32 channels-last sums over a tile of 64 channels (AVX-512), the
+// loop of sumsTile512 with its eight sums in registers: the compiler's
+// register allocation uses sixteen vector registers, and kept one of the
+// eight sums on the stack, stored and reloaded on every row. Every element
+// takes the same operations in the same order as in Go, so the sums are bit
+// for bit the same.
+
+#define FOLD(z, y, p, off) \
+	VEXTRACTF32X8 $1, z, Y20; \
+	VCVTPS2PD     y, Z21; \
+	VADDPD        off(p), Z21, Z21; \
+	VMOVUPD       Z21, off(p); \
+	VCVTPS2PD     Y20, Z22; \
+	VADDPD        off+64(p), Z22, Z22; \
+	VMOVUPD       Z22, off+64(p)
+
+// func sumsTileRows512(rows, W int, dy, x, mean unsafe.Pointer, a, b unsafe.Pointer)
+// For rows rows W float32s apart from dy and x, adds into the float64 a[c]
+// and b[c], c < 64, Σ dy and Σ dy·(x−mean[c]) (mean: 64 float32s), summed
+// in float32 over foldRows (16) rows at a time.
+TEXT ·sumsTileRows512(SB), NOSPLIT, $0-56
+	MOVQ rows+0(FP), CX
+	MOVQ W+8(FP), DX
+	SHLQ $2, DX
+	MOVQ dy+16(FP), SI
+	MOVQ x+24(FP), DI
+	MOVQ mean+32(FP), R10
+	MOVQ a+40(FP), R8
+	MOVQ b+48(FP), R9
+	VMOVUPS 0(R10), Z16
+	VMOVUPS 64(R10), Z17
+	VMOVUPS 128(R10), Z18
+	VMOVUPS 192(R10), Z19
+	JMP  fold_test
+
+fold_loop:
+	MOVQ   CX, BX
+	CMPQ   BX, $16
+	JLE    count
+	MOVQ   $16, BX
+
+count:
+	SUBQ   BX, CX
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+
+row_loop:
+	VMOVUPS     0(SI), Z8
+	VMOVUPS     64(SI), Z9
+	VMOVUPS     128(SI), Z10
+	VMOVUPS     192(SI), Z11
+	VMOVUPS     0(DI), Z12
+	VMOVUPS     64(DI), Z13
+	VMOVUPS     128(DI), Z14
+	VMOVUPS     192(DI), Z15
+	VSUBPS      Z16, Z12, Z12
+	VSUBPS      Z17, Z13, Z13
+	VSUBPS      Z18, Z14, Z14
+	VSUBPS      Z19, Z15, Z15
+	VADDPS      Z8, Z0, Z0
+	VADDPS      Z9, Z1, Z1
+	VADDPS      Z10, Z2, Z2
+	VADDPS      Z11, Z3, Z3
+	VFMADD231PS Z12, Z8, Z4
+	VFMADD231PS Z13, Z9, Z5
+	VFMADD231PS Z14, Z10, Z6
+	VFMADD231PS Z15, Z11, Z7
+	ADDQ        DX, SI
+	ADDQ        DX, DI
+	DECQ        BX
+	JNZ         row_loop
+
+	// Fold: each sum's low and high eight lanes, widened, into a and b.
+	FOLD(Z0, Y0, R8, 0)
+	FOLD(Z1, Y1, R8, 128)
+	FOLD(Z2, Y2, R8, 256)
+	FOLD(Z3, Y3, R8, 384)
+	FOLD(Z4, Y4, R9, 0)
+	FOLD(Z5, Y5, R9, 128)
+	FOLD(Z6, Y6, R9, 256)
+	FOLD(Z7, Y7, R9, 384)
+
+fold_test:
+	TESTQ CX, CX
+	JG    fold_loop
+	VZEROUPPER
+	RET

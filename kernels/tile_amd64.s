@@ -7,7 +7,8 @@
 // register allocation uses sixteen vector registers, and kept one of the
 // eight sums on the stack, stored and reloaded on every row. Every element
 // takes the same operations in the same order as in Go, so the sums are bit
-// for bit the same.
+// for bit the same. Each vector's loads and sums come together: loading all
+// eight first was slower on tensors in L3 (NHWC 8x28x28x128, 8x56x56x64).
 
 #define FOLD(z, y, p, off) \
 	VEXTRACTF32X8 $1, z, Y20; \
@@ -56,24 +57,24 @@ count:
 
 row_loop:
 	VMOVUPS     0(SI), Z8
-	VMOVUPS     64(SI), Z9
-	VMOVUPS     128(SI), Z10
-	VMOVUPS     192(SI), Z11
 	VMOVUPS     0(DI), Z12
-	VMOVUPS     64(DI), Z13
-	VMOVUPS     128(DI), Z14
-	VMOVUPS     192(DI), Z15
 	VSUBPS      Z16, Z12, Z12
-	VSUBPS      Z17, Z13, Z13
-	VSUBPS      Z18, Z14, Z14
-	VSUBPS      Z19, Z15, Z15
 	VADDPS      Z8, Z0, Z0
-	VADDPS      Z9, Z1, Z1
-	VADDPS      Z10, Z2, Z2
-	VADDPS      Z11, Z3, Z3
 	VFMADD231PS Z12, Z8, Z4
+	VMOVUPS     64(SI), Z9
+	VMOVUPS     64(DI), Z13
+	VSUBPS      Z17, Z13, Z13
+	VADDPS      Z9, Z1, Z1
 	VFMADD231PS Z13, Z9, Z5
+	VMOVUPS     128(SI), Z10
+	VMOVUPS     128(DI), Z14
+	VSUBPS      Z18, Z14, Z14
+	VADDPS      Z10, Z2, Z2
 	VFMADD231PS Z14, Z10, Z6
+	VMOVUPS     192(SI), Z11
+	VMOVUPS     192(DI), Z15
+	VSUBPS      Z19, Z15, Z15
+	VADDPS      Z11, Z3, Z3
 	VFMADD231PS Z15, Z11, Z7
 	ADDQ        DX, SI
 	ADDQ        DX, DI

@@ -234,52 +234,29 @@ func wideBF16(p unsafe.Pointer, i int) archsimd.Float32x16 {
 	return archsimd.LoadUint16x16((*[16]uint16)(unsafe.Add(p, 2*i))).ExtendToUint32().ShiftAllLeft(16).AsFloat32x16()
 }
 
-// sumsTileBF16 is sumsTile512 over bfloat16 rows. It loads 32 channels at
-// a time and widens them by interleaving their 16-bit halves with zeros
-// (VPUNPCKLWD, VPUNPCKHWD), which works within each 128-bit lane: the low
-// vector holds channels 0-3, 8-11, 16-19 and 24-27 of the 32, the high one
-// the others (lanePerm). The means are laid out the same way, and the sums
-// are put back in channel order when folded; each channel's float32 sum is
-// what widening in order (wideBF16) gives, one cross-lane widening of 16
-// channels costing as much as the two interleavings of 32.
+// sumsTileBF16 is sumsTile512 over bfloat16 rows: its loop is
+// sumsTileRowsBF16 (tile_amd64.s), which loads 32 channels at a time and
+// widens them by interleaving their 16-bit halves with zeros within each
+// 128-bit lane, two instructions for 32 channels where a cross-lane
+// widening took one for 16. The low vector then holds channels 0-3, 8-11,
+// 16-19 and 24-27 of the 32, the high one the others (lanePos); the means
+// are laid out the same way, and the sums are put back in channel order as
+// they are folded. Each channel's float32 sums are those of widening in
+// order (wideBF16), bit for bit.
 func sumsTileBF16(rows, W int, dy, x, mean, a, b unsafe.Pointer) {
-	sumsTile32BF16(rows, W, dy, x, mean, a, b)
-	sumsTile32BF16(rows, W, unsafe.Add(dy, 64), unsafe.Add(x, 64), unsafe.Add(mean, 256), unsafe.Add(a, 256), unsafe.Add(b, 256))
-}
-
-// sumsTile32BF16 is sumsTileBF16 for 32 channels.
-func sumsTile32BF16(rows, W int, dy, x, mean, a, b unsafe.Pointer) {
-	var mu [32]float32
-	for c := range 32 {
-		mu[lanePos(c)] = float32(*(*float64)(unsafe.Add(mean, 8*c)))
+	var mu [64]float32
+	for c := range 64 {
+		mu[c&^31+lanePos(c&31)] = float32(*(*float64)(unsafe.Add(mean, 8*c)))
 	}
-	mlo, mhi := load16(unsafe.Pointer(&mu), 0), load16(unsafe.Pointer(&mu), 16)
-	var zero archsimd.Uint16x32
-	o := 0 // the row's offset: no pointer past the last row is formed
-	for rows > 0 {
-		k := min(rows, foldRows)
-		rows -= k
-		var a0, a1, b0, b1 archsimd.Float32x16
-		for ; k > 0; k-- {
-			v, w := load32x16(dy, o), load32x16(x, o)
-			g, h := zero.InterleaveLoGrouped(v).AsFloat32x16(), zero.InterleaveHiGrouped(v).AsFloat32x16()
-			a0, b0 = a0.Add(g), g.MulAdd(zero.InterleaveLoGrouped(w).AsFloat32x16().Sub(mlo), b0)
-			a1, b1 = a1.Add(h), h.MulAdd(zero.InterleaveHiGrouped(w).AsFloat32x16().Sub(mhi), b1)
-			o += W
-		}
-		first, second := laneOrder()
-		fold16(a0.ConcatPermute(a1, first), a, 0)
-		fold16(a0.ConcatPermute(a1, second), a, 16)
-		fold16(b0.ConcatPermute(b1, first), b, 0)
-		fold16(b0.ConcatPermute(b1, second), b, 16)
-	}
+	sumsTileRowsBF16(rows, W, dy, x, unsafe.Pointer(&mu), a, b, unsafe.Pointer(&laneIndex))
 	archsimd.ClearAVXUpperBits()
 }
 
-// load32x16 returns the 32 bfloat16 bits at p[i:].
-func load32x16(p unsafe.Pointer, i int) archsimd.Uint16x32 {
-	return archsimd.LoadUint16x32((*[32]uint16)(unsafe.Add(p, 2*i)))
-}
+// sumsTileRowsBF16 is sumsTileBF16's loop over the rows (tile_amd64.s);
+// order is laneIndex.
+//
+//go:noescape
+func sumsTileRowsBF16(rows, W int, dy, x, mean, a, b, order unsafe.Pointer)
 
 // lanePos returns where channel c (< 32) of 32 loaded together lands in the
 // pair of vectors that interleaving with zeros widens them into: the low
@@ -293,8 +270,8 @@ func lanePos(c int) int {
 }
 
 // laneIndex holds, for channels 0-15 and then 16-31 of 32 widened by
-// interleaving, their positions in the pair of vectors (lanePos), the
-// indices of ConcatPermute.
+// interleaving, their positions in the pair of vectors (lanePos): the
+// indices of the VPERMI2PS that puts them back in order.
 var laneIndex = func() (ix [32]uint32) {
 	for c := range ix {
 		ix[c] = uint32(lanePos(c))
@@ -302,11 +279,6 @@ var laneIndex = func() (ix [32]uint32) {
 	return ix
 }()
 
-// laneOrder returns the ConcatPermute indices that put the first and the
-// second sixteen of 32 channels widened by interleaving back in order.
-func laneOrder() (first, second archsimd.Uint32x16) {
-	return archsimd.LoadUint32x16((*[16]uint32)(laneIndex[:16])), archsimd.LoadUint32x16((*[16]uint32)(laneIndex[16:]))
-}
 
 // sumsTile1BF16 is sumsTileBF16 for sixteen channels.
 func sumsTile1BF16(rows, W int, dy, x, mean, a, b unsafe.Pointer) {

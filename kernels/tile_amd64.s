@@ -96,3 +96,100 @@ fold_test:
 	JG    fold_loop
 	VZEROUPPER
 	RET
+
+// UNPERMUTE folds the pair lo, hi of 32 channels widened by interleaving
+// into the float64 sums at off(p): channels 0-15 from Z26's indices, 16-31
+// from Z27's.
+#define UNPERMUTE(lo, hi, p, off) \
+	VMOVUPS   Z26, Z28; \
+	VPERMI2PS hi, lo, Z28; \
+	VMOVUPS   Z27, Z29; \
+	VPERMI2PS hi, lo, Z29; \
+	FOLD(Z28, Y28, p, off); \
+	FOLD(Z29, Y29, p, off+128)
+
+// func sumsTileRowsBF16(rows, W int, dy, x, mean, a, b, order unsafe.Pointer)
+// sumsTileRows512 over bfloat16 rows (W of them apart): each load of 32
+// channels widened by interleaving its 16-bit halves with zeros within
+// 128-bit lanes (VPUNPCKLWD, VPUNPCKHWD), which leaves channels 0-3, 8-11,
+// 16-19, 24-27 in the low vector and the others in the high one. mean holds
+// the 64 float32 means laid out alike; order the two VPERMI2PS indices (32
+// uint32s) that put each pair of vectors back in channel order as it is
+// folded.
+TEXT ·sumsTileRowsBF16(SB), NOSPLIT, $0-64
+	MOVQ    rows+0(FP), CX
+	MOVQ    W+8(FP), DX
+	SHLQ    $1, DX
+	MOVQ    dy+16(FP), SI
+	MOVQ    x+24(FP), DI
+	MOVQ    mean+32(FP), R10
+	MOVQ    a+40(FP), R8
+	MOVQ    b+48(FP), R9
+	MOVQ    order+56(FP), R11
+	VMOVUPS 0(R10), Z16
+	VMOVUPS 64(R10), Z17
+	VMOVUPS 128(R10), Z18
+	VMOVUPS 192(R10), Z19
+	VMOVUPS 0(R11), Z26
+	VMOVUPS 64(R11), Z27
+	VPXORD  Z24, Z24, Z24
+	JMP     bf_fold_test
+
+bf_fold_loop:
+	MOVQ   CX, BX
+	CMPQ   BX, $16
+	JLE    bf_count
+	MOVQ   $16, BX
+
+bf_count:
+	SUBQ   BX, CX
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	VXORPS Z2, Z2, Z2
+	VXORPS Z3, Z3, Z3
+	VXORPS Z4, Z4, Z4
+	VXORPS Z5, Z5, Z5
+	VXORPS Z6, Z6, Z6
+	VXORPS Z7, Z7, Z7
+
+bf_row_loop:
+	VMOVDQU64   0(SI), Z8
+	VMOVDQU64   0(DI), Z12
+	VPUNPCKLWD  Z8, Z24, Z9
+	VPUNPCKHWD  Z8, Z24, Z10
+	VPUNPCKLWD  Z12, Z24, Z13
+	VPUNPCKHWD  Z12, Z24, Z14
+	VSUBPS      Z16, Z13, Z13
+	VSUBPS      Z17, Z14, Z14
+	VADDPS      Z9, Z0, Z0
+	VFMADD231PS Z13, Z9, Z4
+	VADDPS      Z10, Z1, Z1
+	VFMADD231PS Z14, Z10, Z5
+	VMOVDQU64   64(SI), Z8
+	VMOVDQU64   64(DI), Z12
+	VPUNPCKLWD  Z8, Z24, Z9
+	VPUNPCKHWD  Z8, Z24, Z10
+	VPUNPCKLWD  Z12, Z24, Z13
+	VPUNPCKHWD  Z12, Z24, Z14
+	VSUBPS      Z18, Z13, Z13
+	VSUBPS      Z19, Z14, Z14
+	VADDPS      Z9, Z2, Z2
+	VFMADD231PS Z13, Z9, Z6
+	VADDPS      Z10, Z3, Z3
+	VFMADD231PS Z14, Z10, Z7
+	ADDQ        DX, SI
+	ADDQ        DX, DI
+	DECQ        BX
+	JNZ         bf_row_loop
+
+	// Each pair back in channel order, then folded as in sumsTileRows512.
+	UNPERMUTE(Z0, Z1, R8, 0)
+	UNPERMUTE(Z2, Z3, R8, 256)
+	UNPERMUTE(Z4, Z5, R9, 0)
+	UNPERMUTE(Z6, Z7, R9, 256)
+
+bf_fold_test:
+	TESTQ CX, CX
+	JG    bf_fold_loop
+	VZEROUPPER
+	RET

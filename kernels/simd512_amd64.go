@@ -279,7 +279,6 @@ var laneIndex = func() (ix [32]uint32) {
 	return ix
 }()
 
-
 // sumsTile1BF16 is sumsTileBF16 for sixteen channels.
 func sumsTile1BF16(rows, W int, dy, x, mean, a, b unsafe.Pointer) {
 	m := mean16(mean, 0)

@@ -19,41 +19,49 @@
 	VADDPD        off+64(p), Z22, Z22; \
 	VMOVUPD       Z22, off+64(p)
 
+// TILE_ARGS loads the arguments both loops share: rows (CX), the row
+// stride W·size in bytes (DX), dy (SI), x (DI), a (R8), b (R9), and the 64
+// float32 means into Z16-Z19.
+#define TILE_ARGS(size) \
+	MOVQ    rows+0(FP), CX; \
+	MOVQ    W+8(FP), DX; \
+	IMULQ   $size, DX; \
+	MOVQ    dy+16(FP), SI; \
+	MOVQ    x+24(FP), DI; \
+	MOVQ    mean+32(FP), R10; \
+	MOVQ    a+40(FP), R8; \
+	MOVQ    b+48(FP), R9; \
+	VMOVUPS 0(R10), Z16; \
+	VMOVUPS 64(R10), Z17; \
+	VMOVUPS 128(R10), Z18; \
+	VMOVUPS 192(R10), Z19
+
+// FOLD_START takes the next min(CX, 16) rows into BX, out of CX, and clears
+// the eight sums Z0-Z7.
+#define FOLD_START \
+	MOVQ    $16, BX; \
+	CMPQ    CX, BX; \
+	CMOVQLT CX, BX; \
+	SUBQ    BX, CX; \
+	VXORPS  Z0, Z0, Z0; \
+	VXORPS  Z1, Z1, Z1; \
+	VXORPS  Z2, Z2, Z2; \
+	VXORPS  Z3, Z3, Z3; \
+	VXORPS  Z4, Z4, Z4; \
+	VXORPS  Z5, Z5, Z5; \
+	VXORPS  Z6, Z6, Z6; \
+	VXORPS  Z7, Z7, Z7
+
 // func sumsTileRows512(rows, W int, dy, x, mean unsafe.Pointer, a, b unsafe.Pointer)
 // For rows rows W float32s apart from dy and x, adds into the float64 a[c]
 // and b[c], c < 64, Σ dy and Σ dy·(x−mean[c]) (mean: 64 float32s), summed
 // in float32 over foldRows (16) rows at a time.
 TEXT ·sumsTileRows512(SB), NOSPLIT, $0-56
-	MOVQ rows+0(FP), CX
-	MOVQ W+8(FP), DX
-	SHLQ $2, DX
-	MOVQ dy+16(FP), SI
-	MOVQ x+24(FP), DI
-	MOVQ mean+32(FP), R10
-	MOVQ a+40(FP), R8
-	MOVQ b+48(FP), R9
-	VMOVUPS 0(R10), Z16
-	VMOVUPS 64(R10), Z17
-	VMOVUPS 128(R10), Z18
-	VMOVUPS 192(R10), Z19
-	JMP  fold_test
+	TILE_ARGS(4)
+	JMP fold_test
 
 fold_loop:
-	MOVQ   CX, BX
-	CMPQ   BX, $16
-	JLE    count
-	MOVQ   $16, BX
-
-count:
-	SUBQ   BX, CX
-	VXORPS Z0, Z0, Z0
-	VXORPS Z1, Z1, Z1
-	VXORPS Z2, Z2, Z2
-	VXORPS Z3, Z3, Z3
-	VXORPS Z4, Z4, Z4
-	VXORPS Z5, Z5, Z5
-	VXORPS Z6, Z6, Z6
-	VXORPS Z7, Z7, Z7
+	FOLD_START
 
 row_loop:
 	VMOVUPS     0(SI), Z8
@@ -117,40 +125,15 @@ fold_test:
 // uint32s) that put each pair of vectors back in channel order as it is
 // folded.
 TEXT ·sumsTileRowsBF16(SB), NOSPLIT, $0-64
-	MOVQ    rows+0(FP), CX
-	MOVQ    W+8(FP), DX
-	SHLQ    $1, DX
-	MOVQ    dy+16(FP), SI
-	MOVQ    x+24(FP), DI
-	MOVQ    mean+32(FP), R10
-	MOVQ    a+40(FP), R8
-	MOVQ    b+48(FP), R9
+	TILE_ARGS(2)
 	MOVQ    order+56(FP), R11
-	VMOVUPS 0(R10), Z16
-	VMOVUPS 64(R10), Z17
-	VMOVUPS 128(R10), Z18
-	VMOVUPS 192(R10), Z19
 	VMOVUPS 0(R11), Z26
 	VMOVUPS 64(R11), Z27
 	VPXORD  Z24, Z24, Z24
 	JMP     bf_fold_test
 
 bf_fold_loop:
-	MOVQ   CX, BX
-	CMPQ   BX, $16
-	JLE    bf_count
-	MOVQ   $16, BX
-
-bf_count:
-	SUBQ   BX, CX
-	VXORPS Z0, Z0, Z0
-	VXORPS Z1, Z1, Z1
-	VXORPS Z2, Z2, Z2
-	VXORPS Z3, Z3, Z3
-	VXORPS Z4, Z4, Z4
-	VXORPS Z5, Z5, Z5
-	VXORPS Z6, Z6, Z6
-	VXORPS Z7, Z7, Z7
+	FOLD_START
 
 bf_row_loop:
 	VMOVDQU64   0(SI), Z8

@@ -46,11 +46,12 @@
 //   - dims.go: Dims, Layout, Element and the channels-last period.
 //   - loops.go: the portable per-block loops (channelSums, applyAffine) and
 //     the affine coefficients they apply.
-//   - simd_amd64.go, simd512_amd64.go, stream_amd64.s, f16c_amd64.s: the
-//     AVX2/AVX-512 forms of those loops
+//   - simd_amd64.go, simd512_amd64.go, stream_amd64.s, f16c_amd64.s,
+//     tile_amd64.s, bf16_amd64.s: the AVX2/AVX-512 forms of those loops
 //     (GOEXPERIMENT=simd), among them the channels-last sums in float32
-//     tiles and the bfloat16 rows converted in registers; simd_other.go
-//     where they are absent.
+//     tiles and the bfloat16 rows converted in registers (rounded with
+//     AVX512_BF16 where the CPU has it); simd_other.go where they are
+//     absent.
 //   - xinuse_amd64.go, xinuse_amd64.s: the tests' probe that the vector
 //     loops leave the upper register halves clear.
 //   - float16.go: Half and BFloat16; scratch.go: pooled per-call memory.

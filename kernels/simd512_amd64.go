@@ -328,6 +328,14 @@ func applyRowsBF16(L int, t *affine32, dy, x, dx []BFloat16) {
 	needLen(L, t.A, t.B, t.MeanDy, t.Mean)
 	pdy, px, pdx := unsafe.Pointer(unsafe.SliceData(dy)), unsafe.Pointer(unsafe.SliceData(x)), unsafe.Pointer(unsafe.SliceData(dx))
 	pa, pb, pd, pm := ptr32(t.A), ptr32(t.B), ptr32(t.MeanDy), ptr32(t.Mean)
+	if avx512BF16 && L%32 == 0 {
+		if t.ScaleOnly {
+			scaleRowsBF16(n/L, L, pdy, pdx, pa)
+		} else {
+			affineRowsBF16(n/L, L, pdy, px, pdx, pa, pb, pd, pm)
+		}
+		return
+	}
 	absMask, inf := archsimd.BroadcastUint32x16(0x7fffffff), archsimd.BroadcastInt32x16(0x7f800000)
 	bias, one, quiet := archsimd.BroadcastUint32x16(0x7fff), archsimd.BroadcastUint32x16(1), archsimd.BroadcastUint32x16(0x40)
 	by16 := archsimd.BroadcastUint32x16(16)
@@ -349,3 +357,20 @@ func applyRowsBF16(L int, t *affine32, dy, x, dx []BFloat16) {
 	}
 	archsimd.ClearAVXUpperBits()
 }
+
+// avx512BF16 reports whether the CPU has AVX512_BF16, for the bfloat16
+// apply loops of bf16_amd64.s (applyRowsBF16).
+var avx512BF16 = canAVX512() && hasAVX512BF16()
+
+// hasAVX512BF16 reports whether the CPU has AVX512_BF16 (bf16_amd64.s); only
+// a CPU with AVX-512 may call it.
+func hasAVX512BF16() bool
+
+// scaleRowsBF16 and affineRowsBF16 are applyRowsBF16's loops with
+// AVX512_BF16 (bf16_amd64.s), for L a multiple of 32.
+//
+//go:noescape
+func scaleRowsBF16(rows, L int, dy, dx, a unsafe.Pointer)
+
+//go:noescape
+func affineRowsBF16(rows, L int, dy, x, dx, a, b, mdy, mu unsafe.Pointer)

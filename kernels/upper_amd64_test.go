@@ -92,6 +92,9 @@ func TestVectorLoopsClearUpperHalves(t *testing.T) {
 			t32 := &affine32{A: a, B: b, MeanDy: mdy, Mean: mu}
 			applyRowsBF16(128, t32, bf, bx, bd)
 			requireUpperClear(t, name+" applyRowsBF16")
+			t32.ScaleOnly = true
+			applyRowsBF16(128, t32, bf, bx, bd)
+			requireUpperClear(t, name+" applyRowsBF16, scale only")
 			widenBFloat16x16(dx[:n-1], bf[:n-1])
 			requireUpperClear(t, name+" widenBFloat16x16")
 			narrowBFloat16x16(bf[:n-1], dy[:n-1])

@@ -2,7 +2,7 @@
 
 #include "textflag.h"
 
-// The bfloat16 channels-last apply loops (applyRowsBF16) with AVX512_BF16,
+// The bfloat16 channels-last apply loop (applyRowsBF16) with AVX512_BF16,
 // 32 channels at a time: dy and x widened by a zero extension and a shift,
 // dx formed in float32 exactly as the Go loop forms it, and rounded to
 // bfloat16 by VCVTNE2PS2BF16, which rounds to nearest even and quiets NaNs
@@ -87,49 +87,13 @@ slow: \
 	VPSLLD    $16, lo, lo; \
 	VPSLLD    $16, hi, hi
 
-// func scaleRowsBF16(rows, L int, dy, dx, a unsafe.Pointer)
-// For rows rows of L bfloat16s (L a positive multiple of 32), writes
-// dx[i] = bfloat16(float32(dy[i]) · a[i mod L]), a being L float32s. dx may
-// be dy.
-TEXT ·scaleRowsBF16(SB), NOSPLIT, $0-40
-	MOVQ rows+0(FP), CX
-	MOVQ L+8(FP), DX
-	MOVQ dy+16(FP), SI
-	MOVQ dx+24(FP), DI
-	MOVQ a+32(FP), R8
-	BF16_CONSTANTS
-	SHLQ $2, DX // the row's coefficients in bytes
-	TESTQ CX, CX
-	JZ    scale_done
-
-scale_row:
-	XORQ R9, R9
-
-scale_col:
-	WIDEN(SI, Z0, Z1)
-	VMULPS (R8)(R9*1), Z0, Z2
-	VMULPS 64(R8)(R9*1), Z1, Z3
-	NARROW(scale_slow, scale_stored)
-	ADDQ $64, SI
-	ADDQ $64, DI
-	ADDQ $128, R9
-	CMPQ R9, DX
-	JB   scale_col
-	DECQ CX
-	JNZ  scale_row
-
-scale_done:
-	VZEROUPPER
-	RET
-
-	SLOW_NARROW(scale_slow, scale_stored)
-
-// func affineRowsBF16(rows, L int, dy, x, dx, a, b, mdy, mu unsafe.Pointer)
+// func applyRowsBF16x32(rows, L int, dy, x, dx, a, b, mdy, mu unsafe.Pointer)
 // For rows rows of L bfloat16s (L a positive multiple of 32), writes
 // dx[i] = bfloat16((dy[i] − mdy[c])·a[c] + (x[i] − mu[c])·b[c]), c = i mod
-// L, the coefficients L float32s each and dx formed as applyRowsBF16 forms
-// it. dx may be dy or x.
-TEXT ·affineRowsBF16(SB), NOSPLIT, $0-72
+// L, or where x is nil (scale only) dx[i] = bfloat16(dy[i]·a[c]), the
+// coefficients L float32s each and dx formed as applyRowsBF16 forms it. dx
+// may be dy or x.
+TEXT ·applyRowsBF16x32(SB), NOSPLIT, $0-72
 	MOVQ rows+0(FP), CX
 	MOVQ L+8(FP), DX
 	MOVQ dy+16(FP), SI
@@ -140,14 +104,16 @@ TEXT ·affineRowsBF16(SB), NOSPLIT, $0-72
 	MOVQ mdy+56(FP), R11
 	MOVQ mu+64(FP), R12
 	BF16_CONSTANTS
-	SHLQ  $2, DX
+	SHLQ  $2, DX // the row's coefficients in bytes
 	TESTQ CX, CX
-	JZ    affine_done
+	JZ    done
 
-affine_row:
+row:
 	XORQ R9, R9
 
-affine_col:
+col:
+	TESTQ R13, R13
+	JZ    scale
 	WIDEN(R13, Z0, Z1)
 	VSUBPS      (R12)(R9*1), Z0, Z0
 	VSUBPS      64(R12)(R9*1), Z1, Z1
@@ -158,18 +124,26 @@ affine_col:
 	VSUBPS      64(R11)(R9*1), Z3, Z3
 	VFMADD132PS (R8)(R9*1), Z0, Z2
 	VFMADD132PS 64(R8)(R9*1), Z1, Z3
-	NARROW(affine_slow, affine_stored)
+	ADDQ        $64, R13
+	JMP         narrow
+
+scale:
+	WIDEN(SI, Z0, Z1)
+	VMULPS (R8)(R9*1), Z0, Z2
+	VMULPS 64(R8)(R9*1), Z1, Z3
+
+narrow:
+	NARROW(slow, stored)
 	ADDQ $64, SI
-	ADDQ $64, R13
 	ADDQ $64, DI
 	ADDQ $128, R9
 	CMPQ R9, DX
-	JB   affine_col
+	JB   col
 	DECQ CX
-	JNZ  affine_row
+	JNZ  row
 
-affine_done:
+done:
 	VZEROUPPER
 	RET
 
-	SLOW_NARROW(affine_slow, affine_stored)
+	SLOW_NARROW(slow, stored)

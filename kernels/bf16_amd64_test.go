@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The AVX512_BF16 apply loops (bf16_amd64.s) against the Go loop they
-// replace (applyRowsBF16 without them) and, for the scale-only loop,
+// The AVX512_BF16 apply loop (bf16_amd64.s), both forms, against the Go
+// loop it replaces (applyRowsBF16 without it) and, for the scale-only form,
 // against narrowBFloat16's scalar rounding of the float32 product: bit for
 // bit, on rows whose 32-element chunks are all normal (VCVTNE2PS2BF16's
 // path) and on rows with special values: ties, overflow to infinity,

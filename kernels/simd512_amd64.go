@@ -330,10 +330,9 @@ func applyRowsBF16(L int, t *affine32, dy, x, dx []BFloat16) {
 	pa, pb, pd, pm := ptr32(t.A), ptr32(t.B), ptr32(t.MeanDy), ptr32(t.Mean)
 	if avx512BF16 && L%32 == 0 {
 		if t.ScaleOnly {
-			scaleRowsBF16(n/L, L, pdy, pdx, pa)
-		} else {
-			affineRowsBF16(n/L, L, pdy, px, pdx, pa, pb, pd, pm)
+			px = nil // the loop's scale-only form
 		}
+		applyRowsBF16x32(n/L, L, pdy, px, pdx, pa, pb, pd, pm)
 		return
 	}
 	absMask, inf := archsimd.BroadcastUint32x16(0x7fffffff), archsimd.BroadcastInt32x16(0x7f800000)
@@ -366,11 +365,9 @@ var avx512BF16 = canAVX512() && hasAVX512BF16()
 // a CPU with AVX-512 may call it.
 func hasAVX512BF16() bool
 
-// scaleRowsBF16 and affineRowsBF16 are applyRowsBF16's loops with
-// AVX512_BF16 (bf16_amd64.s), for L a multiple of 32.
+// applyRowsBF16x32 is applyRowsBF16's loop with AVX512_BF16
+// (bf16_amd64.s), for L a multiple of 32; x nil selects the scale-only
+// form.
 //
 //go:noescape
-func scaleRowsBF16(rows, L int, dy, dx, a unsafe.Pointer)
-
-//go:noescape
-func affineRowsBF16(rows, L int, dy, x, dx, a, b, mdy, mu unsafe.Pointer)
+func applyRowsBF16x32(rows, L int, dy, x, dx, a, b, mdy, mu unsafe.Pointer)

@@ -12,19 +12,26 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The float32 tiles of the channels-last sums (sumsTiles) against sums
-// formed in float64 term by term: each tile's float32 partial sums over
-// foldRows rows err by at most about foldRows·2⁻²⁴ of the terms' absolute
-// sum, and are then added in float64.
-func TestSumsTilesMatchFloat64(t *testing.T) {
+// forEachLoopSet calls fn with the AVX2 loops selected, then with the
+// AVX-512 ones where the CPU has them, and leaves the CPU's own selected.
+func forEachLoopSet(fn func(wide bool, l *rowLoops)) {
 	defer selectLoops(canAVX512())
-	rng := rand.New(rand.NewPCG(3, 4))
 	for _, wide := range []bool{false, true} {
 		if wide && !canAVX512() {
 			continue
 		}
 		selectLoops(wide)
-		l := rowLoopsInUse
+		fn(wide, rowLoopsInUse)
+	}
+}
+
+// The float32 tiles of the channels-last sums (sumsTiles) against sums
+// formed in float64 term by term: each tile's float32 partial sums over
+// foldRows rows err by at most about foldRows·2⁻²⁴ of the terms' absolute
+// sum, and are then added in float64.
+func TestSumsTilesMatchFloat64(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	forEachLoopSet(func(wide bool, l *rowLoops) {
 		// Widths of one tile, several, one vector past them and a scalar
 		// tail; rows below, at and past a fold.
 		for _, W := range []int{8, 16, 24, 40, 64, 72, 96, 130, 200, 1030} {
@@ -57,7 +64,7 @@ func TestSumsTilesMatchFloat64(t *testing.T) {
 				}
 			}
 		}
-	}
+	})
 }
 
 // sumsRows takes the tiles where the kernels' blocks give it rows enough:
@@ -65,13 +72,7 @@ func TestSumsTilesMatchFloat64(t *testing.T) {
 // a float32 tensor up to maxTiledBytes, not in the smaller blocks of a
 // larger one.
 func TestSumsRowsTileChoice(t *testing.T) {
-	defer selectLoops(canAVX512())
-	for _, wide := range []bool{false, true} {
-		if wide && !canAVX512() {
-			continue
-		}
-		selectLoops(wide)
-		l := rowLoopsInUse
+	forEachLoopSet(func(wide bool, l *rowLoops) {
 		rowsIn := func(W, limit int) int { return blockFor(Dims{C: int64(W), Layout: ChannelsLast}, limit) / W }
 		require.True(t, l.tiles(l.tileStep, rowsIn(l.tileStep, blockLen)), "one tile wide, blockLen")
 		for _, W := range []int{256, 1024, 2048} {
@@ -79,7 +80,7 @@ func TestSumsRowsTileChoice(t *testing.T) {
 			require.False(t, l.tiles(W, rowsIn(W, tiledBlock(maxTiledBytes+4, blockLen))), "W=%d in a larger tensor", W)
 		}
 		require.False(t, l.tiles(l.tileStep, minTileRows-1))
-	}
+	})
 }
 
 // The bfloat16 loops that convert in registers (simdSumsBFloat16,
@@ -166,14 +167,8 @@ func TestBFloat16RowsMatchBlocks(t *testing.T) {
 // operations on each element being the same. Widths of two chunks, of a
 // chunk and a vector, of three chunks; rows below, at and past chunkRows.
 func TestApplyChunksMatchRows(t *testing.T) {
-	defer selectLoops(canAVX512())
 	rng := rand.New(rand.NewPCG(7, 8))
-	for _, wide := range []bool{false, true} {
-		if wide && !canAVX512() {
-			continue
-		}
-		selectLoops(wide)
-		l := rowLoopsInUse
+	forEachLoopSet(func(wide bool, l *rowLoops) {
 		for _, W := range []int{2 * applyChunk, applyChunk + 16, 3 * applyChunk} {
 			for _, rows := range []int{1, chunkRows - 1, chunkRows, chunkRows + 3, 2*chunkRows + 5} {
 				dy, x := make([]float32, W*rows), make([]float32, W*rows)
@@ -200,7 +195,7 @@ func TestApplyChunksMatchRows(t *testing.T) {
 				require.Equal(t, want, viaRows, "wide=%v W=%d rows=%d applyRows", wide, W, rows)
 			}
 		}
-	}
+	})
 }
 
 // The bfloat16 tile (sumsTileBF16, which widens by interleaving and puts the

@@ -63,14 +63,8 @@ func TestVectorLoopsClearUpperHalves(t *testing.T) {
 	p32 := func(s []float32) unsafe.Pointer { return unsafe.Pointer(&s[0]) }
 	p64 := func(s []float64) unsafe.Pointer { return unsafe.Pointer(&s[0]) }
 
-	defer selectLoops(canAVX512())
-	for _, wide := range []bool{false, true} {
-		if wide && !canAVX512() {
-			continue
-		}
-		selectLoops(wide)
+	forEachLoopSet(func(wide bool, l *rowLoops) {
 		name := map[bool]string{false: "AVX2", true: "AVX-512"}[wide]
-		l := rowLoopsInUse
 		l.sums(n/2, p32(dy), p32(x), n/2, p64(mean), p64(sa), p64(sb))
 		requireUpperClear(t, name+" sums")
 		l.sums2(n/2, p32(dy), p32(x), n/2, p64(mean), p64(sa), p64(sb))
@@ -108,7 +102,7 @@ func TestVectorLoopsClearUpperHalves(t *testing.T) {
 				requireUpperClear(t, name+" runApply")
 			}
 		}
-	}
+	})
 	invStdsVector(mean, a, 1e-3)
 	requireUpperClear(t, "invStdsVector")
 	streamRun(1, 2, 3, 4, dy[:n-1], x[:n-1], dx[:n-1])

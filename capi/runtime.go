@@ -19,8 +19,11 @@ func goRuntime() string { return runtime.Version() }
 // a kernel fans out wait for the calling thread to finish its own share, so
 // the halves of a large gradient run one after the other instead of side by
 // side. So, unless the user set GOMAXPROCS, gobn gives Go
-// room for the calling threads besides one worker per core. The kernels still
-// start at most one worker per core (kernels.workersFor).
+// room for the calling threads besides one worker per core, and for the
+// kernels' helper threads, which keep a P each while they sleep (they are
+// used only while GOMAXPROCS leaves room for them, see kernels'
+// threads_linux.go). The kernels still start at most one worker per core
+// (kernels.workersFor).
 func init() {
 	if os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(2*runtime.NumCPU() + 4)

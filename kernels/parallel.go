@@ -150,16 +150,20 @@ func parallelPasses(first pass, between func(), second pass) {
 		// find the gate open and no range to claim.
 		defer g.release(c2)
 	}
-	for h := range helpers {
-		go func() {
-			c1.work(h)
-			if c2 != nil {
-				g.await()
-				c2.work(h)
-			}
-		}()
+	helper := func(h int) {
+		c1.work(h)
+		if c2 != nil {
+			g.await()
+			c2.work(h)
+		}
 	}
-	if helpers > 0 {
+	// Pinned threads first where there are any (threads_linux.go), then
+	// goroutines.
+	h := onHelperThreads(helpers, helper)
+	for i := h; i < helpers; i++ {
+		go helper(i)
+	}
+	if h < helpers {
 		// Go puts the goroutine a go statement starts in its P's one-slot
 		// "run next" place, and another thread that takes a goroutine from
 		// there first sleeps 3 us (50 us or more once Linux's timer slack

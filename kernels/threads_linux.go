@@ -1,0 +1,175 @@
+//go:build linux && (amd64 || arm64)
+
+package kernels
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+)
+
+// Helper threads pinned to CPUs.
+//
+// A go statement's goroutine runs on whichever thread Go's scheduler wakes
+// for it, and Linux puts a woken thread where it last ran or beside the
+// thread that woke it. Inside TensorFlow that was often the calling thread's
+// own CPU: in chains of NHWC gradients (8x56x56x64, 8x28x28x128) in a
+// tf.function on two cores, a quarter of the helper goroutines started on
+// the caller's CPU, and those waited there for the caller to finish its
+// share (a median of 0.4-0.9 ms, up to 2.4: the call ran on one core),
+// while the others started 25-60 us after the go statement. So on Linux a
+// call's helpers run on threads of gobn's own, one pinned to each CPU the
+// process may use (the first maxHelperThreads of them), each asleep on a
+// futex between calls: a call wakes threads pinned to CPUs other than the
+// one it runs on, which start 12-32 us later and never on the caller's
+// CPU. A call that finds no such thread free (other calls hold them), or a
+// process whose GOMAXPROCS leaves no room for them (below), starts
+// goroutines instead.
+
+// helperThread is one pinned thread and the task a call hands it.
+type helperThread struct {
+	wake atomic.Uint32 // the futex word, bumped for each task
+	busy atomic.Bool   // from a call's claim until the task returns
+	fn   func(int)     // the task: fn(arg)
+	arg  int
+	cpu  int // the CPU it is pinned to, or -1 where pinning failed
+}
+
+var helperThreads struct {
+	once sync.Once
+	all  []*helperThread
+}
+
+// maxHelperThreads bounds the pinned threads.
+const maxHelperThreads = 64
+
+// helperThreadTasks counts the tasks handed to pinned threads, for tests.
+var helperThreadTasks atomic.Uint64
+
+// onHelperThreads hands fn(0), fn(1), ... to up to n free pinned threads on
+// CPUs other than the caller's, and returns how many it handed: fn(i) for i
+// from that count on is the caller's to run. A thread asleep in a system
+// call keeps its P (Go's token to run Go code) until Go's monitor thread
+// takes it back, which can take 10 ms, so the threads are used only while
+// GOMAXPROCS leaves a P for the caller and one more besides one per thread
+// (capi sets 2·cores+4).
+func onHelperThreads(n int, fn func(int)) int {
+	if n == 0 {
+		return 0
+	}
+	helperThreads.once.Do(startHelperThreads)
+	all := helperThreads.all
+	if len(all) == 0 || runtime.GOMAXPROCS(0) < len(all)+2 {
+		return 0
+	}
+	cpu := currentCPU()
+	handed := 0
+	for _, t := range all {
+		if handed == n {
+			break
+		}
+		if (t.cpu == cpu && cpu >= 0) || !t.busy.CompareAndSwap(false, true) {
+			continue
+		}
+		t.fn, t.arg = fn, handed
+		t.wake.Add(1) // publishes fn and arg to the thread, which loads wake
+		futexWake(&t.wake)
+		handed++
+	}
+	helperThreadTasks.Add(uint64(handed))
+	return handed
+}
+
+// startHelperThreads starts one pinned thread per CPU the process may use,
+// none where it may use only one.
+func startHelperThreads() {
+	cpus := allowedCPUs()
+	if len(cpus) < 2 {
+		return
+	}
+	cpus = cpus[:min(len(cpus), maxHelperThreads)]
+	all := make([]*helperThread, len(cpus))
+	var started sync.WaitGroup
+	for i, cpu := range cpus {
+		all[i] = &helperThread{cpu: cpu}
+		started.Add(1)
+		go all[i].serve(&started)
+	}
+	started.Wait()
+	helperThreads.all = all
+}
+
+// serve pins the thread and runs the tasks handed to it, asleep on wake in
+// between.
+func (t *helperThread) serve(started *sync.WaitGroup) {
+	runtime.LockOSThread() // for good: the pinned thread runs this goroutine alone
+	if !pinThread(t.cpu) {
+		t.cpu = -1
+	}
+	seen := t.wake.Load()
+	started.Done()
+	for {
+		for t.wake.Load() == seen {
+			futexWait(&t.wake, seen)
+		}
+		seen = t.wake.Load()
+		fn, arg := t.fn, t.arg
+		t.fn = nil
+		fn(arg)
+		t.busy.Store(false)
+	}
+}
+
+const (
+	futexWaitPrivate = 128 // FUTEX_WAIT | FUTEX_PRIVATE_FLAG
+	futexWakePrivate = 129 // FUTEX_WAKE | FUTEX_PRIVATE_FLAG
+)
+
+// futexWait sleeps while *addr is val (or until a spurious wake-up). It
+// enters the system call as Go's own blocking calls do, so the runtime
+// counts the goroutine as in a system call.
+func futexWait(addr *atomic.Uint32, val uint32) {
+	syscall.Syscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWaitPrivate, uintptr(val), 0, 0, 0)
+}
+
+// futexWake wakes the thread asleep on addr, if any.
+func futexWake(addr *atomic.Uint32) {
+	syscall.RawSyscall6(syscall.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWakePrivate, 1, 0, 0, 0)
+}
+
+// cpuMask is a Linux CPU set of up to 1024 CPUs.
+type cpuMask [16]uint64
+
+// allowedCPUs returns the CPUs the calling thread may run on, in order.
+func allowedCPUs() []int {
+	var m cpuMask
+	if _, _, e := syscall.RawSyscall(syscall.SYS_SCHED_GETAFFINITY, 0, unsafe.Sizeof(m), uintptr(unsafe.Pointer(&m))); e != 0 {
+		return nil
+	}
+	var cpus []int
+	for i := range len(m) * 64 {
+		if m[i/64]&(1<<(i%64)) != 0 {
+			cpus = append(cpus, i)
+		}
+	}
+	return cpus
+}
+
+// pinThread restricts the calling thread to cpu, and reports whether it did.
+func pinThread(cpu int) bool {
+	var m cpuMask
+	m[cpu/64] = 1 << (cpu % 64)
+	_, _, e := syscall.RawSyscall(syscall.SYS_SCHED_SETAFFINITY, 0, unsafe.Sizeof(m), uintptr(unsafe.Pointer(&m)))
+	return e == 0
+}
+
+// currentCPU returns the CPU the calling thread runs on, or -1.
+func currentCPU() int {
+	var cpu uint32
+	if _, _, e := syscall.RawSyscall(sysGetcpu, uintptr(unsafe.Pointer(&cpu)), 0, 0); e != 0 {
+		return -1
+	}
+	return int(cpu)
+}

@@ -1,0 +1,5 @@
+package kernels
+
+import "syscall"
+
+const sysGetcpu = syscall.SYS_GETCPU

@@ -1,0 +1,103 @@
+//go:build linux && (amd64 || arm64)
+
+package kernels
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// helperThreadsOrSkip starts the pinned threads and returns them, with
+// GOMAXPROCS raised so that calls use them (as capi's setting does); it
+// skips where the process may use one CPU only, which has none.
+func helperThreadsOrSkip(t *testing.T) []*helperThread {
+	helperThreads.once.Do(startHelperThreads)
+	all := helperThreads.all
+	if len(all) == 0 {
+		t.Skipf("no helper threads: the process may use %d CPU(s)", len(allowedCPUs()))
+	}
+	prev := runtime.GOMAXPROCS(len(all) + 2)
+	t.Cleanup(func() { runtime.GOMAXPROCS(prev) })
+	idle(t, all) // a thread may still be returning from an earlier test's call
+	return all
+}
+
+// Each helper thread runs on the one CPU it is pinned to, a CPU of its own,
+// and a call hands tasks to every thread but the one on its own CPU.
+func TestHelperThreadsPinned(t *testing.T) {
+	all := helperThreadsOrSkip(t)
+	type seen struct {
+		cpu  int
+		mask []int
+	}
+	got := make([]seen, len(all))
+	var wg sync.WaitGroup
+	wg.Add(len(all))
+	handed := onHelperThreads(len(all), func(i int) {
+		defer wg.Done()
+		got[i] = seen{currentCPU(), allowedCPUs()}
+	})
+	for range len(all) - handed {
+		wg.Done()
+	}
+	wg.Wait()
+	require.Equal(t, len(all)-1, handed, "threads handed a task: all but the caller's CPU's")
+	cpus := map[int]bool{}
+	for i, s := range got[:handed] {
+		require.Len(t, s.mask, 1, "task %d: thread not pinned to one CPU: %v", i, s.mask)
+		assert.Equal(t, s.mask[0], s.cpu, "task %d ran off its thread's CPU", i)
+		assert.False(t, cpus[s.cpu], "task %d: CPU %d holds two threads", i, s.cpu)
+		cpus[s.cpu] = true
+	}
+	idle(t, all)
+}
+
+// parallelPasses hands its helpers to pinned threads where GOMAXPROCS leaves
+// room for them, goroutines where it does not, and runs every range once
+// either way.
+func TestParallelPassesOnHelperThreads(t *testing.T) {
+	all := helperThreadsOrSkip(t)
+	workers := min(len(all), runtime.NumCPU(), maxRanges)
+	for _, roomy := range []bool{true, false} {
+		if !roomy {
+			runtime.GOMAXPROCS(len(all) + 1)
+		}
+		before := helperThreadTasks.Load()
+		var ran [maxRanges]atomic.Int32
+		for range 20 {
+			parallelPasses(pass{maxRanges, maxRanges, 1, false, func(r, _, _ int) {
+				ran[r].Add(1)
+			}}, nil, pass{})
+			idle(t, all) // a thread still returning from the last call is not free
+		}
+		for r := range ran {
+			assert.Equal(t, int32(20), ran[r].Load(), "range %d", r)
+		}
+		handed := helperThreadTasks.Load() - before
+		if roomy {
+			helpers := min(workers, runtime.GOMAXPROCS(0)) - 1
+			assert.Equal(t, uint64(20*helpers), handed, "helpers on pinned threads")
+		} else {
+			assert.Zero(t, handed, "pinned threads used with GOMAXPROCS %d", runtime.GOMAXPROCS(0))
+		}
+	}
+}
+
+// idle waits until no helper thread is busy, or fails after a second.
+func idle(t *testing.T, all []*helperThread) {
+	deadline := time.Now().Add(time.Second)
+	for _, th := range all {
+		for th.busy.Load() {
+			if time.Now().After(deadline) {
+				t.Fatalf("thread on CPU %d still busy after a second", th.cpu)
+			}
+			runtime.Gosched()
+		}
+	}
+}

@@ -56,7 +56,9 @@ var helperThreadTasks atomic.Uint64
 // GOMAXPROCS leaves a P for the caller and one more besides one per thread
 // (capi sets 2·cores+4).
 func onHelperThreads(n int, fn func(int)) int {
-	if n == 0 {
+	// NumCPU counts the CPUs the process may use, as startHelperThreads
+	// does: a process without room for the threads never starts them.
+	if n == 0 || runtime.GOMAXPROCS(0) < min(runtime.NumCPU(), maxHelperThreads)+2 {
 		return 0
 	}
 	helperThreads.once.Do(startHelperThreads)

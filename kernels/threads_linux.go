@@ -62,8 +62,8 @@ func onHelperThreads(n int, fn func(int)) int {
 		return 0
 	}
 	helperThreads.once.Do(startHelperThreads)
-	all := helperThreads.all
-	if len(all) == 0 || runtime.GOMAXPROCS(0) < len(all)+2 {
+	all := helperThreads.all // at most the NumCPU threads checked above
+	if len(all) == 0 {
 		return 0
 	}
 	cpu := currentCPU()
@@ -85,13 +85,14 @@ func onHelperThreads(n int, fn func(int)) int {
 }
 
 // startHelperThreads starts one pinned thread per CPU the process may use,
-// none where it may use only one.
+// at most runtime.NumCPU (onHelperThreads' room check counts those), none
+// where it may use only one.
 func startHelperThreads() {
 	cpus := allowedCPUs()
 	if len(cpus) < 2 {
 		return
 	}
-	cpus = cpus[:min(len(cpus), maxHelperThreads)]
+	cpus = cpus[:min(len(cpus), runtime.NumCPU(), maxHelperThreads)]
 	all := make([]*helperThread, len(cpus))
 	var started sync.WaitGroup
 	for i, cpu := range cpus {

@@ -36,4 +36,9 @@ func ResetSplitStats() {
 	splits.calls.Store(0)
 	splits.maxRanges.Store(0)
 	splits.maxWorkers.Store(0)
+	splits.affine.Store(0)
 }
+
+// AffineSplits reports how many calls since ResetSplitStats ran a second
+// pass with each range on the worker that ran it in the first (pass.affine).
+func AffineSplits() uint64 { return splits.affine.Load() }

@@ -81,24 +81,39 @@ func TrainingGrad[T Element](g FusedGradArgs[T]) {
 }
 
 // trainingPasses is TrainingGrad's two passes over a tensor of more than
-// one range: the sums, then x_backprop by the coefficients formed from
-// them, with the same helper goroutines for both (parallelPasses). t has
-// Mean set.
+// one range, x_backprop's coefficients formed from the sums in between
+// (twoPasses). t has Mean set.
 func trainingPasses[T Element](s *scratch, g FusedGradArgs[T], mean []float64, t affine) {
-	d := g.Dims
+	twoPasses(s, g.Dims, g.YBackprop, g.X, g.XBackprop, mean, t, func(sumDy, sumDyXc []float64) {
+		g.coefficients(t, sumDy, sumDyXc, 0, int(g.Dims.C))
+	})
+}
+
+// twoPasses sums a tensor of more than one range, then writes dx by t,
+// with the same helper goroutines for both passes (parallelPasses) and each
+// range of the second on the worker that summed it where it can
+// (pass.affine; SetAffinePasses). form, where not nil, sets t's
+// coefficients from the sums in between. It returns the sums. t has Mean
+// set.
+func twoPasses[T Element](s *scratch, d Dims, dy, x, dx []T, mean []float64, t affine,
+	form func(sumDy, sumDyXc []float64)) (sumDy, sumDyXc []float64) {
 	sums := new(sumsPass[T])
-	*sums = newSums(s, d, g.YBackprop, g.X, mean)
+	*sums = newSums(s, d, dy, x, mean)
 	apply := new(applyJob[T])
 	pd, _ := d.periodic()
 	parallelPasses(
-		pass{sums.n, sums.ranges, sums.job.blk, false, sums.run},
+		pass{n: sums.n, ranges: sums.ranges, align: sums.job.blk, fn: sums.run},
 		func() {
 			sums.fold()
-			g.coefficients(t, sums.sumDy, sums.sumDyXc, 0, int(d.C))
-			*apply = newApply(s, d, t, g.YBackprop, g.X, g.XBackprop)
+			if form != nil {
+				form(sums.sumDy, sums.sumDyXc)
+			}
+			*apply = newApply(s, d, t, dy, x, dx)
 		},
-		// Last range first, as applyAll.
-		pass{sums.n, sums.ranges, blockFor(pd, blockLen), true, apply.runRange})
+		// Last range first, as applyAll, where not affine.
+		pass{n: sums.n, ranges: sums.ranges, align: blockFor(pd, blockLen), fn: apply.runRange,
+			reverse: true, affine: affinePasses.Load()})
+	return sums.sumDy, sums.sumDyXc
 }
 
 // coefficients writes the 1-D outputs of channels [c0, c1) from their sums,

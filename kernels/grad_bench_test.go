@@ -4,9 +4,11 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/gobn/gobn/kernels"
@@ -234,5 +236,56 @@ func BenchmarkTrainingGradByChannel(b *testing.B) {
 				benchFusedGrad[float32](b, true, kernels.ChannelsFirst, s.N, s.C, s.S)
 			})
 		}
+	}
+}
+
+// BenchmarkTrainingGradAffine times float32 NHWC training gradients of
+// more than one range, dx written over dy, with each range of the second pass on the
+// worker that summed it (affine, as the kernels run) and on whichever worker
+// claims it (free), alternating call by call so that both meet the same
+// machine. It reports the median and the 90th percentile of each way's
+// calls in ms; a long -benchtime (a minute) is what shows the stretches in
+// which the free way is slow (see pass.affine in parallel.go).
+func BenchmarkTrainingGradAffine(b *testing.B) {
+	for _, s := range benchShapes {
+		if s.N*s.C*s.S < 2*(1<<18) {
+			continue
+		}
+		b.Run("ChannelsLast/"+s.name, func(b *testing.B) {
+			defer kernels.SetAffinePasses(kernels.SetAffinePasses(true))
+			d := kernels.Dims{N: s.N, C: s.C, S: s.S, Layout: kernels.ChannelsLast}
+			n := d.Len()
+			rng := rand.New(rand.NewPCG(1, 2))
+			dy, x := make([]float32, n), make([]float32, n)
+			for i := range x {
+				dy[i], x[i] = float32(rng.NormFloat64()), float32(1+rng.NormFloat64())
+			}
+			ones := func() []float32 {
+				p := make([]float32, s.C)
+				for c := range p {
+					p[c] = 1
+				}
+				return p
+			}
+			args := kernels.FusedGradArgs[float32]{
+				Dims: d, YBackprop: dy, X: x, Scale: ones(), ReserveSpace1: ones(), ReserveSpace2: ones(),
+				Epsilon: 1e-3, XBackprop: dy, ScaleBackprop: make([]float32, s.C), OffsetBackprop: make([]float32, s.C),
+			}
+			var times [2][]float64 // affine, free
+			for b.Loop() {
+				for way := range times {
+					kernels.SetAffinePasses(way == 0)
+					start := time.Now()
+					kernels.TrainingGrad(args)
+					times[way] = append(times[way], float64(time.Since(start).Nanoseconds())/1e6)
+				}
+			}
+			for way, name := range []string{"affine", "free"} {
+				slices.Sort(times[way])
+				t := times[way]
+				b.ReportMetric(t[len(t)/2], name+"-ms-median")
+				b.ReportMetric(t[len(t)*9/10], name+"-ms-p90")
+			}
+		})
 	}
 }

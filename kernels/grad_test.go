@@ -661,6 +661,44 @@ func TestFusedGradWorkerSplits(t *testing.T) {
 	}
 }
 
+// Two-pass gradients run each range of the second pass on the worker that
+// summed it (pass.affine), and are right whether dx is a buffer of its own
+// or written over dy: NHWC float32 training, and inference with rows of
+// splitRowC channels or more in a tensor over maxTiledBytes (N=1, C=512,
+// S=4200: 8.6 MB), which sweeps in two passes too.
+func TestFusedGradAffinePasses(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 || runtime.NumCPU() < 2 {
+		t.Skipf("one worker here (NumCPU %d, GOMAXPROCS %d): the passes do not split", runtime.NumCPU(), runtime.GOMAXPROCS(0))
+	}
+	rng := rand.New(rand.NewPCG(43, 44))
+	for _, training := range []bool{true, false} {
+		t.Run(fmt.Sprintf("training=%v", training), func(t *testing.T) {
+			sc := shapeCase{"", 1, 512, 4200}
+			in := newFusedInputs[float32](rng, training, kernels.ChannelsLast, sc)
+			kernels.ResetSplitStats()
+			checkFused(t, training, in, 1e-5)
+			require.Equal(t, uint64(1), kernels.AffineSplits(), "the call's second pass was not affine")
+			wantDx, wantScale, wantOffset := runFused(t, training, in)
+			args := kernels.FusedGradArgs[float32]{
+				Dims: in.dims, YBackprop: in.dy, X: in.x,
+				Scale: in.scale, ReserveSpace1: in.mean, ReserveSpace2: in.variance, Epsilon: in.epsilon,
+				ScaleBackprop: make([]float32, sc.C), OffsetBackprop: make([]float32, sc.C),
+			}
+			writeOver(&args.YBackprop, &args.XBackprop)
+			kernels.ResetSplitStats()
+			if training {
+				kernels.TrainingGrad(args)
+			} else {
+				kernels.InferenceGrad(args)
+			}
+			require.Equal(t, uint64(1), kernels.AffineSplits(), "in place: the call's second pass was not affine")
+			requireUnchanged(t, "x_backprop in place", args.XBackprop, wantDx)
+			requireUnchanged(t, "scale_backprop", args.ScaleBackprop, wantScale)
+			requireUnchanged(t, "offset_backprop", args.OffsetBackprop, wantOffset)
+		})
+	}
+}
+
 // TestFusedGradIndependentOfWorkers checks that the outputs are bit-equal
 // whatever the number of goroutines: the partial sums of the ranges are added
 // in range order, whichever goroutine formed them, and by channel units each

@@ -58,14 +58,18 @@ func TestClaimsWaitsForClaimedRange(t *testing.T) {
 // last range of the first pass and before the first of the second, whatever
 // the number of workers.
 func TestParallelPassesOrder(t *testing.T) {
-	for _, procs := range []int{1, 2, 4} {
-		t.Run(fmt.Sprintf("GOMAXPROCS=%d", procs), func(t *testing.T) {
+	for _, c := range []struct {
+		procs  int
+		affine bool
+	}{{1, false}, {2, false}, {4, false}, {1, true}, {2, true}, {4, true}} {
+		procs := c.procs
+		t.Run(fmt.Sprintf("GOMAXPROCS=%d/affine=%v", procs, c.affine), func(t *testing.T) {
 			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
 			for range 50 {
 				var first, second [7]atomic.Int32
 				var firstDone, secondStarted, betweenCalls atomic.Int32
 				parallelPasses(
-					pass{70, 7, 10, false, func(r, lo, hi int) {
+					pass{n: 70, ranges: 7, align: 10, reverse: false, fn: func(r, lo, hi int) {
 						assert.Equal(t, [2]int{10 * r, 10 * (r + 1)}, [2]int{lo, hi})
 						assert.Zero(t, betweenCalls.Load(), "first-pass range %d after between", r)
 						first[r].Add(1)
@@ -76,7 +80,7 @@ func TestParallelPassesOrder(t *testing.T) {
 						assert.Zero(t, secondStarted.Load(), "between after the second pass began")
 						betweenCalls.Add(1)
 					},
-					pass{65, 7, 10, true, func(r, lo, hi int) {
+					pass{n: 65, ranges: 7, align: 10, reverse: true, affine: c.affine, fn: func(r, lo, hi int) {
 						assert.Equal(t, [2]int{min(10*r, 65), min(10*(r+1), 65)}, [2]int{lo, hi})
 						assert.Equal(t, int32(1), betweenCalls.Load(), "second-pass range %d before between", r)
 						secondStarted.Add(1)
@@ -102,11 +106,15 @@ func TestParallelPassesPanics(t *testing.T) {
 			}
 		}
 	}
-	for _, at := range []string{"first", "between", "second"} {
-		t.Run(at, func(t *testing.T) {
+	for _, c := range []struct {
+		at     string
+		affine bool
+	}{{"first", false}, {"between", false}, {"second", false}, {"first", true}, {"between", true}, {"second", true}} {
+		at := c.at
+		t.Run(fmt.Sprintf("%s/affine=%v", at, c.affine), func(t *testing.T) {
 			// A first call starts whatever lasts (helper threads, where the
 			// system has them).
-			parallelPasses(pass{40, 4, 1, false, func(int, int, int) {}}, nil, pass{})
+			parallelPasses(pass{n: 40, ranges: 4, align: 1, reverse: false, fn: func(int, int, int) {}}, nil, pass{})
 			before := runtime.NumGoroutine()
 			var secondRan atomic.Int32
 			assert.PanicsWithValue(t, func() any {
@@ -116,13 +124,13 @@ func TestParallelPassesPanics(t *testing.T) {
 				return "kernels: worker panicked: boom in " + at
 			}(), func() {
 				parallelPasses(
-					pass{40, 4, 1, false, func(r, _, _ int) {
+					pass{n: 40, ranges: 4, align: 1, reverse: false, fn: func(r, _, _ int) {
 						if r == 2 {
 							boom(at, "first")()
 						}
 					}},
 					boom(at, "between"),
-					pass{40, 4, 1, false, func(r, _, _ int) {
+					pass{n: 40, ranges: 4, align: 1, affine: c.affine, fn: func(r, _, _ int) {
 						secondRan.Add(1)
 						if r == 1 {
 							boom(at, "second")()
@@ -141,6 +149,91 @@ func TestParallelPassesPanics(t *testing.T) {
 			assert.LessOrEqual(t, runtime.NumGoroutine(), before, "helpers left running")
 		})
 	}
+}
+
+// An affine pass has a worker run the ranges it ran in the pass before,
+// last first, then the others left, last first, skipping those claimed.
+func TestAffineClaimOrder(t *testing.T) {
+	first := &claims{ranges: 6}
+	first.owner = [maxRanges]int32{1, 2, 1, 2, 2, 1} // worker 0 ran 0, 2 and 5
+	var order []int
+	c := &claims{n: 60, ranges: 6, size: 10, after: first, panics: make([]any, 2), done: make(chan struct{}, 1),
+		fn: func(r, lo, hi int) {
+			assert.Equal(t, [2]int{10 * r, 10 * (r + 1)}, [2]int{lo, hi})
+			order = append(order, r)
+		}}
+	c.taken[3].Store(true) // worker 1 has claimed range 3
+	c.work(0)
+	assert.Equal(t, []int{5, 2, 0, 4, 1}, order)
+	assert.Zero(t, c.pending.Load())
+	c.work(1) // nothing left
+	assert.Equal(t, []int{5, 2, 0, 4, 1}, order)
+	assert.Zero(t, c.pending.Load())
+}
+
+// In a two-pass call on two workers, each range of an affine second pass
+// runs on the goroutine that ran it in the first. The ranges' functions
+// wait for each other so that the workers take turns: in the first pass
+// one runs ranges 0 and 2 and the other 1 and 3, and in the second each
+// must take its own two ranges, which the barriers let no other steal.
+func TestParallelPassesAffineOnSameWorker(t *testing.T) {
+	if workersFor(4) < 2 {
+		t.Skipf("one worker here (NumCPU %d, GOMAXPROCS %d): no second worker to run a range on", runtime.NumCPU(), runtime.GOMAXPROCS(0))
+	}
+	meet := func(t *testing.T, started []chan struct{}, r, other int) {
+		close(started[r])
+		select {
+		case <-started[other]:
+		case <-time.After(10 * time.Second):
+			t.Errorf("range %d waited 10 s for range %d: the two workers did not run together", r, other)
+		}
+	}
+	for range 20 {
+		var firstBy, secondBy [4]uint64
+		started1, started2 := make([]chan struct{}, 4), make([]chan struct{}, 4)
+		for r := range 4 {
+			started1[r], started2[r] = make(chan struct{}), make(chan struct{})
+		}
+		parallelPasses(
+			// Ranges 0 and 1 meet, so each worker has one; 1 waits for 2 to
+			// begin, so the worker of 0 takes 2, and 2 for 3, so the worker
+			// of 1 takes 3.
+			pass{n: 4, ranges: 4, align: 1, fn: func(r, _, _ int) {
+				firstBy[r] = goroutineID()
+				switch r {
+				case 0:
+					meet(t, started1, 0, 1)
+				case 1:
+					meet(t, started1, 1, 0)
+					<-started1[2]
+				case 2:
+					meet(t, started1, 2, 3)
+				case 3:
+					close(started1[3])
+				}
+			}},
+			nil,
+			// Each worker's first range meets the other's, and its second
+			// meets the other's second: neither is done while the other
+			// still has a range of its own to take.
+			pass{n: 4, ranges: 4, align: 1, affine: true, fn: func(r, _, _ int) {
+				secondBy[r] = goroutineID()
+				partner := map[int]int{3: 2, 2: 3, 1: 0, 0: 1}[r]
+				meet(t, started2, r, partner)
+			}})
+		require.NotEqual(t, firstBy[0], firstBy[1], "ranges 0 and 1 ran on one goroutine")
+		require.Equal(t, firstBy[0], firstBy[2])
+		require.Equal(t, firstBy[1], firstBy[3])
+		assert.Equal(t, firstBy, secondBy, "the second pass's ranges ran on other goroutines than the first's")
+	}
+}
+
+// goroutineID returns the calling goroutine's number, from its stack trace.
+func goroutineID() uint64 {
+	var buf [64]byte
+	var id uint64
+	fmt.Sscanf(string(buf[:runtime.Stack(buf[:], false)]), "goroutine %d ", &id)
+	return id
 }
 
 // rangesFor cuts by size alone, into an even number of ranges from two on,

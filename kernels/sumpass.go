@@ -12,14 +12,18 @@ func reduce[T Element](s *scratch, d Dims, dy, x []T, mean []float64) (sumDy, su
 // block in the same pass, while each block is in cache. Only a t that does
 // not depend on the sums (inference) can be applied so. Channels-last rows
 // of splitRowC channels or more sweep in blocks of wideSweepBlockLen in a
-// tensor whose sums tile (maxTiledBytes), and take two passes beyond,
-// reduce then applyAll, which is faster there although it reads dy twice.
+// tensor whose sums tile (maxTiledBytes), and take two passes beyond (as
+// training does, twoPasses), which is faster there although it reads dy
+// twice.
 // BenchmarkInferenceGrad's channels-last cases chose both;
 // docs/performance.md has the figures.
 func sweep[T Element](s *scratch, d Dims, dy, x, dx []T, mean []float64, t *affine) (sumDy, sumDyXc []float64) {
 	bytes := d.Len() * int(unsafe.Sizeof(dy[0]))
 	wide := t != nil && d.Layout == ChannelsLast && d.C >= splitRowC
 	if wide && bytes > maxTiledBytes {
+		if rangesFor[T](d.Len()) > 1 {
+			return twoPasses(s, d, dy, x, dx, mean, *t, nil)
+		}
 		sumDy, sumDyXc = reduce(s, d, dy, x, mean)
 		applyAll(s, d, *t, dy, x, dx)
 		return sumDy, sumDyXc

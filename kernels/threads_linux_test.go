@@ -71,7 +71,7 @@ func TestParallelPassesOnHelperThreads(t *testing.T) {
 		before := helperThreadTasks.Load()
 		var ran [maxRanges]atomic.Int32
 		for range 20 {
-			parallelPasses(pass{maxRanges, maxRanges, 1, false, func(r, _, _ int) {
+			parallelPasses(pass{n: maxRanges, ranges: maxRanges, align: 1, reverse: false, fn: func(r, _, _ int) {
 				ran[r].Add(1)
 			}}, nil, pass{})
 			idle(t, all) // a thread still returning from the last call is not free

@@ -136,12 +136,13 @@ type pass struct {
 	// the first pass, last first, then any left, last first; reverse is
 	// then ignored. A range's data is still in the caches of the core that
 	// read it, and dx written over dy there finds its lines in that core's
-	// caches alone. Where the two CPUs of a virtual machine sit on parts of
-	// the processor with caches of their own (two CCDs of an AMD EPYC), a
-	// range summed on one and written in place on the other moves its lines
+	// caches alone. Where a virtual machine's two CPUs sit on parts of the
+	// processor with caches of their own (two CCDs of an AMD EPYC), a range
+	// summed on one and written in place on the other moves its lines
 	// between the caches: NHWC 8x112x112x64 training gradients in place
-	// then took 5-6.6 ms for stretches of seconds to minutes, against 2-2.7
-	// with affine ranges beside them (BenchmarkTrainingGradAffine).
+	// took 5-6.6 ms for stretches of seconds to minutes, against 2-2.7
+	// with affine ranges alternating with them call by call
+	// (BenchmarkTrainingGradAffine times both ways).
 	affine bool
 }
 

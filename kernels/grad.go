@@ -100,7 +100,6 @@ func twoPasses[T Element](s *scratch, d Dims, dy, x, dx []T, mean []float64, t a
 	sums := new(sumsPass[T])
 	*sums = newSums(s, d, dy, x, mean)
 	apply := new(applyJob[T])
-	pd, _ := d.periodic()
 	parallelPasses(
 		pass{n: sums.n, ranges: sums.ranges, align: sums.job.blk, fn: sums.run},
 		func() {
@@ -110,8 +109,9 @@ func twoPasses[T Element](s *scratch, d Dims, dy, x, dx []T, mean []float64, t a
 			}
 			*apply = newApply(s, d, t, dy, x, dx)
 		},
-		// Last range first, as applyAll, where not affine.
-		pass{n: sums.n, ranges: sums.ranges, align: blockFor(pd, blockLen), fn: apply.runRange,
+		// The first pass's ranges, so that an affine pass finds its data
+		// where it left it; last range first, as applyAll, where not affine.
+		pass{n: sums.n, ranges: sums.ranges, align: sums.job.blk, fn: apply.runRange,
 			reverse: true, affine: affinePasses.Load()})
 	return sums.sumDy, sums.sumDyXc
 }

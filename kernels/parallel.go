@@ -133,8 +133,9 @@ type pass struct {
 	fn               func(r, lo, hi int)
 	// affine, on a second pass of as many ranges as the first (which
 	// must run in order), has each worker claim first the ranges it ran in
-	// the first pass, last first, then any left, last first; reverse is
-	// then ignored. A range's data is still in the caches of the core that
+	// the first pass, last first, then any left, first first; reverse is
+	// then ignored. (A worker is a goroutine: pinned helper threads stay on
+	// their CPU, the caller's thread and helper goroutines mostly do.) A range's data is still in the caches of the core that
 	// read it, and dx written over dy there finds its lines in that core's
 	// caches alone. Where a virtual machine's two CPUs sit on parts of the
 	// processor with caches of their own (two CCDs of an AMD EPYC), a range
@@ -309,14 +310,16 @@ func (c *claims) work(w int) {
 }
 
 // workAffine runs, for worker w, the ranges it ran in the pass before
-// still unclaimed, last first, then any range still unclaimed, last first.
+// still unclaimed, last first, then any range still unclaimed, first
+// first: the others' ranges they would reach last, least likely still in
+// their caches.
 func (c *claims) workAffine(w int) {
 	for r := c.ranges - 1; r >= 0; r-- {
 		if c.after.owner[r] == int32(w+1) {
 			c.take(w, r)
 		}
 	}
-	for r := c.ranges - 1; r >= 0; r-- {
+	for r := range c.ranges {
 		c.take(w, r)
 	}
 }
@@ -325,6 +328,9 @@ func (c *claims) workAffine(w int) {
 // no range is left to claim (next at ranges: a panic, or a gate released
 // before the pass). pending counts the claim before it is made, as in claim.
 func (c *claims) take(w, r int) {
+	if c.taken[r].Load() {
+		return
+	}
 	c.pending.Add(1)
 	if c.next.Load() >= int64(c.ranges) || !c.taken[r].CompareAndSwap(false, true) {
 		c.finish()

@@ -27,12 +27,22 @@ func TestClaimsLateHelper(t *testing.T) {
 	assert.Equal(t, int64(0), c.pending.Load())
 }
 
-// The caller waits for a range a helper has claimed and not finished.
+// The caller waits for a range a helper has claimed and not finished, in
+// an affine pass too (the helper's own range 0, the caller's 1).
 func TestClaimsWaitsForClaimedRange(t *testing.T) {
+	for _, affine := range []bool{false, true} {
+		t.Run(fmt.Sprintf("affine=%v", affine), func(t *testing.T) { testClaimsWaitsForClaimedRange(t, affine) })
+	}
+}
+
+func testClaimsWaitsForClaimedRange(t *testing.T, affine bool) {
 	release := make(chan struct{})
 	started := make(chan struct{})
 	var done atomic.Bool
 	c := &claims{n: 2, ranges: 2, size: 1, panics: make([]any, 2), done: make(chan struct{}, 1)}
+	if affine {
+		c.after = &claims{ranges: 2, owner: [maxRanges]int32{1, 2}}
+	}
 	c.fn = func(r, lo, hi int) {
 		if r == 0 { // the helper's range
 			close(started)
@@ -152,7 +162,7 @@ func TestParallelPassesPanics(t *testing.T) {
 }
 
 // An affine pass has a worker run the ranges it ran in the pass before,
-// last first, then the others left, last first, skipping those claimed.
+// last first, then the others left, first first, skipping those claimed.
 func TestAffineClaimOrder(t *testing.T) {
 	first := &claims{ranges: 6}
 	first.owner = [maxRanges]int32{1, 2, 1, 2, 2, 1} // worker 0 ran 0, 2 and 5
@@ -164,10 +174,10 @@ func TestAffineClaimOrder(t *testing.T) {
 		}}
 	c.taken[3].Store(true) // worker 1 has claimed range 3
 	c.work(0)
-	assert.Equal(t, []int{5, 2, 0, 4, 1}, order)
+	assert.Equal(t, []int{5, 2, 0, 1, 4}, order)
 	assert.Zero(t, c.pending.Load())
 	c.work(1) // nothing left
-	assert.Equal(t, []int{5, 2, 0, 4, 1}, order)
+	assert.Equal(t, []int{5, 2, 0, 1, 4}, order)
 	assert.Zero(t, c.pending.Load())
 }
 
@@ -177,8 +187,9 @@ func TestAffineClaimOrder(t *testing.T) {
 // one runs ranges 0 and 2 and the other 1 and 3, and in the second each
 // must take its own two ranges, which the barriers let no other steal.
 func TestParallelPassesAffineOnSameWorker(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2)) // two workers, whatever the cores beyond two
 	if workersFor(4) < 2 {
-		t.Skipf("one worker here (NumCPU %d, GOMAXPROCS %d): no second worker to run a range on", runtime.NumCPU(), runtime.GOMAXPROCS(0))
+		t.Skipf("one worker here (NumCPU %d): no second worker to run a range on", runtime.NumCPU())
 	}
 	meet := func(t *testing.T, started []chan struct{}, r, other int) {
 		close(started[r])

@@ -37,14 +37,13 @@ func benchFusedGrad[T kernels.Element](b *testing.B, training bool, layout kerne
 	benchFusedGradInto[T](b, training, false, layout, N, C, S)
 }
 
-// benchFusedGradInto is benchFusedGrad, writing dx over dy when inPlace is
-// set (as capi does where TensorFlow forwards y_backprop). dy then holds dx
-// after the first call, which changes the values but not the work.
-func benchFusedGradInto[T kernels.Element](b *testing.B, training, inPlace bool, layout kernels.Layout, N, C, S int64) {
-	d := kernels.Dims{N: N, C: C, S: S, Layout: layout}
-	n := d.Len()
+// newBenchArgs returns a gradient's arguments over d: dy ~ N(0, 1),
+// x ~ 1 + N(0, 1), unit scale, mean and variance, and dx a buffer of its
+// own, or dy itself when inPlace is set.
+func newBenchArgs[T kernels.Element](inPlace bool, d kernels.Dims) kernels.FusedGradArgs[T] {
+	n, C := d.Len(), d.C
 	rng := rand.New(rand.NewPCG(1, 2))
-	dy, x, dx := make([]T, n), make([]T, n), make([]T, n)
+	dy, x := make([]T, n), make([]T, n)
 	for i := range x {
 		dy[i] = fromF64[T](rng.NormFloat64())
 		x[i] = fromF64[T](1 + rng.NormFloat64())
@@ -53,15 +52,23 @@ func benchFusedGradInto[T kernels.Element](b *testing.B, training, inPlace bool,
 	for c := range C {
 		scale[c], mean[c], variance[c] = 1, 1, 1
 	}
-	scaleBackprop, offsetBackprop := make([]float32, C), make([]float32, C)
 	args := kernels.FusedGradArgs[T]{
 		Dims: d, YBackprop: dy, X: x,
 		Scale: scale, ReserveSpace1: mean, ReserveSpace2: variance, Epsilon: 1e-3,
-		XBackprop: dx, ScaleBackprop: scaleBackprop, OffsetBackprop: offsetBackprop,
+		XBackprop: dy, ScaleBackprop: make([]float32, C), OffsetBackprop: make([]float32, C),
 	}
-	if inPlace {
-		args.XBackprop = dy
+	if !inPlace {
+		args.XBackprop = make([]T, n)
 	}
+	return args
+}
+
+// benchFusedGradInto is benchFusedGrad, writing dx over dy when inPlace is
+// set (as capi does where TensorFlow forwards y_backprop). dy then holds dx
+// after the first call, which changes the values but not the work.
+func benchFusedGradInto[T kernels.Element](b *testing.B, training, inPlace bool, layout kernels.Layout, N, C, S int64) {
+	args := newBenchArgs[T](inPlace, kernels.Dims{N: N, C: C, S: S, Layout: layout})
+	n := args.Dims.Len()
 	var z T
 	b.SetBytes(3 * int64(n) * int64(unsafe.Sizeof(z)))
 	b.ReportAllocs()
@@ -253,24 +260,7 @@ func BenchmarkTrainingGradAffine(b *testing.B) {
 		}
 		b.Run("ChannelsLast/"+s.name, func(b *testing.B) {
 			defer kernels.SetAffinePasses(kernels.SetAffinePasses(true))
-			d := kernels.Dims{N: s.N, C: s.C, S: s.S, Layout: kernels.ChannelsLast}
-			n := d.Len()
-			rng := rand.New(rand.NewPCG(1, 2))
-			dy, x := make([]float32, n), make([]float32, n)
-			for i := range x {
-				dy[i], x[i] = float32(rng.NormFloat64()), float32(1+rng.NormFloat64())
-			}
-			ones := func() []float32 {
-				p := make([]float32, s.C)
-				for c := range p {
-					p[c] = 1
-				}
-				return p
-			}
-			args := kernels.FusedGradArgs[float32]{
-				Dims: d, YBackprop: dy, X: x, Scale: ones(), ReserveSpace1: ones(), ReserveSpace2: ones(),
-				Epsilon: 1e-3, XBackprop: dy, ScaleBackprop: make([]float32, s.C), OffsetBackprop: make([]float32, s.C),
-			}
+			args := newBenchArgs[float32](true, kernels.Dims{N: s.N, C: s.C, S: s.S, Layout: kernels.ChannelsLast})
 			var times [2][]float64 // affine, free
 			for b.Loop() {
 				for way := range times {

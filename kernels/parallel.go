@@ -135,9 +135,9 @@ type pass struct {
 	// must run in order), has each worker claim first the ranges it ran in
 	// the first pass, last first, then any left, first first; reverse is
 	// then ignored. (A worker is a goroutine: pinned helper threads stay on
-	// their CPU, the caller's thread and helper goroutines mostly do.) A range's data is still in the caches of the core that
-	// read it, and dx written over dy there finds its lines in that core's
-	// caches alone. Where a virtual machine's two CPUs sit on parts of the
+	// their CPU, the caller's thread and helper goroutines mostly do.) A
+	// range's data is still in the caches of the core that read it, and dx
+	// written over dy there finds its lines in that core's caches alone. Where a virtual machine's two CPUs sit on parts of the
 	// processor with caches of their own (two CCDs of an AMD EPYC), a range
 	// summed on one and written in place on the other moves its lines
 	// between the caches: NHWC 8x112x112x64 training gradients in place

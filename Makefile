@@ -10,8 +10,10 @@
 #   make race        the Go tests of kernels and capi under the race detector, -short
 #   make fuzz-short  each Go fuzz target briefly (make test's budget)
 #   make fuzz        each Go fuzz target, FUZZ_SCALE (default 20) times make test's budget
-#   make pytest      the Python tests (python_tests) against build/libgobn.so
-#   make generate    regenerate capi/registry_gen.c and ops/ops_gen.go from opdef
+#   make pytest      the Python tests (python_tests) against build/libgobn.so and the wheel
+#   make wheel       dist/gobn-<version>-py3-none-manylinux_<glibc>_<arch>.whl: the package with libgobn.so
+#   make compat      the wheel's smoke tests in a fresh environment of each supported TensorFlow (bench/compat.json)
+#   make generate    regenerate capi/registry_gen.c, ops/ops_gen.go and python/gobn/_opdefs_gen.py from opdef
 #   make env         print the exports a Go (tfgo) program needs: eval "$(make -s env)"
 #   make golden      stock TensorFlow golden files into build/golden, then check gobn on them
 #   make bench       benchmark against stock TensorFlow (bench/results.json, bench/ratios.png)
@@ -35,7 +37,7 @@ LIB := build/libgobn.so
 TFLIBDIR := build/tflib
 TFLIB := $(TFLIBDIR)/libtensorflow.so
 
-.PHONY: all bench bench-multiworker bench-models multiworker demo test lint gotest pytest vet race fuzz fuzz-short generate env golden clean gpu-bundle help FORCE
+.PHONY: all wheel compat bench bench-multiworker bench-models multiworker demo test lint gotest pytest vet race fuzz fuzz-short generate env golden clean gpu-bundle help FORCE
 all: $(LIB)
 
 # The virtual environment with the pinned TensorFlow (see requirements.txt).
@@ -60,6 +62,9 @@ endif
 export CGO_ENABLED := 1
 export CGO_CFLAGS := -I$(TF_INCLUDE) -O2
 export CGO_LDFLAGS := -L$(TF_LIBDIR) -l:libtensorflow_framework.so.2 -Wl,-rpath,$(TF_LIBDIR) -L$(CURDIR)/$(TFLIBDIR)
+# The library's own: TensorFlow's framework library, found at run time in the
+# process that loads gobn (no rpath).
+LIB_LDFLAGS := -L$(TF_LIBDIR) -l:libtensorflow_framework.so.2
 
 GO_SOURCES := $(shell find opdef kernels capi -name '*.go' -o -name '*.c' -o -name '*.h' -o -name '*.s') go.mod go.sum
 
@@ -95,12 +100,14 @@ $(BUILD_MODE): FORCE
 	@echo 'GOBN_CUDA=$(GOBN_CUDA) GO_TAGS=$(GO_TAGS)' | cmp -s - $@ || echo 'GOBN_CUDA=$(GOBN_CUDA) GO_TAGS=$(GO_TAGS)' > $@
 FORCE:
 
+# The soname lets a copy of gobn find one loaded before it (capi/library.c);
+# no rpath: TensorFlow has loaded libtensorflow_framework.so.2 before it loads
+# gobn, and the loader finds it by that name.
+SONAME := libgobn.so
 $(LIB): $(GO_SOURCES) build/tf.mk $(CUDA_DEPS) $(BUILD_MODE)
-	GOEXPERIMENT=simd go build $(GO_TAGFLAGS) -buildmode=c-shared -o $@ ./capi
+	GOEXPERIMENT=simd CGO_LDFLAGS="$(LIB_LDFLAGS)" go build $(GO_TAGFLAGS) -buildmode=c-shared \
+		-ldflags=-extldflags=-Wl,-soname,$(SONAME) -o $@ ./capi
 	rm -f build/libgobn.h
-	# beside the Python package too (python/gobn), for `pip install ./python`;
-	# renamed into place, so a process that has the old copy loaded keeps it
-	cp $@ python/gobn/libgobn.so.tmp && mv -f python/gobn/libgobn.so.tmp python/gobn/libgobn.so
 
 # A symlink, remade on every run (cheap): make compares the mtime of its target.
 $(TFLIB): build/tf.mk
@@ -117,7 +124,7 @@ env: $(TFLIB)
 	@echo "export GOBN_LIBRARY='$(CURDIR)/$(LIB)'"
 
 generate:
-	go generate ./capi ./ops
+	go generate ./capi ./ops ./internal/genpy
 
 demo: $(LIB)
 	$(VPY) scripts/demo.py
@@ -136,8 +143,20 @@ gotest: $(LIB) $(TFLIB)
 	# the CUDA path the library ships (GOBN_CUDA=1)
 	$(if $(GO_TAGS),GOEXPERIMENT=simd go test $(GO_TAGFLAGS) ./kernels/cuda/... ./capi)
 
-pytest: $(LIB)
+pytest: $(LIB) wheel
 	$(VPY) -m pytest -q python_tests
+
+# The Python package with libgobn.so inside, for pip (scripts/wheel.py).
+wheel: $(LIB)
+	$(VPY) scripts/wheel.py $(LIB) dist
+
+# The wheel beside each supported TensorFlow release (python/gobn/_supported.py),
+# each in a fresh environment under build/compat: its smoke tests
+# (python_tests/test_smoke.py) there, results in bench/compat.json.
+# COMPAT_ARGS passes options, e.g. make compat COMPAT_ARGS="--only 2.14.1".
+COMPAT_ARGS ?=
+compat: wheel
+	$(VPY) scripts/compat.py $(COMPAT_ARGS)
 
 test: lint vet gotest race fuzz-short pytest
 
@@ -192,8 +211,8 @@ bench: $(LIB)
 	$(VPY) scripts/bench.py
 
 clean:
-	rm -rf build
-	rm -f python/gobn/libgobn.so $(CUDA_FATBIN)
+	rm -rf build dist
+	rm -f $(CUDA_FATBIN)
 
 # The header of this file, one line a target.
 help:

@@ -110,4 +110,23 @@ void gobn_delete_tensors(TF_Tensor* const* ts, int n);
 // The first registration failure, or "" when all went well.
 const char* gobn_registration_error(void);
 
+// One copy per process (library.c). GOBN_SONAME is the library's soname, as
+// the Makefile links it.
+#define GOBN_SONAME "libgobn.so"
+extern const char gobn_copy_marker[];
+
+// gobn_library_file returns the absolute path of the file this copy was
+// loaded from ("" if the loader cannot tell).
+const char* gobn_library_file(void);
+
+// gobn_other_copy returns the file of a copy of gobn loaded before this one,
+// or NULL when there is none. The constructor calls it first: it also notes
+// this copy's file for gobn_library_file.
+const char* gobn_other_copy(void);
+
+// gobn_refuse_second_copy registers an op definition that fails, with a
+// message naming first (the other copy's file) and this one: the load of
+// this copy through TensorFlow fails with that message.
+void gobn_refuse_second_copy(const char* first);
+
 #endif  // GOBN_CAPI_GOBN_H_

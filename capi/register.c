@@ -102,8 +102,16 @@ static int register_kernels(const gobn_op_spec* op, int flags, TF_Status* status
 
 static pthread_once_t enable_once = PTHREAD_ONCE_INIT;
 static int enabled_kernels;
+static const char* first_copy;  // another copy's file, when this is a second copy
 
 static void enable(void) {
+  if (first_copy != NULL) {
+    snprintf(registration_error, sizeof registration_error,
+             "gobn: this copy of libgobn.so (%s) is a second one, and registers nothing: the first is %s",
+             gobn_library_file(), first_copy);
+    enabled_kernels = -1;
+    return;
+  }
   TF_Status* status = TF_NewStatus();
   int n = 0;
   for (int i = 0; i < gobn_num_ops; i++) {
@@ -119,6 +127,12 @@ int gobn_enable(void) {
 }
 
 __attribute__((constructor)) static void gobn_register(void) {
+  first_copy = gobn_other_copy();
+  if (first_copy != NULL) {
+    // A second copy registers nothing of its own (library.c).
+    gobn_refuse_second_copy(first_copy);
+    return;
+  }
   TF_Status* status = TF_NewStatus();
   for (int i = 0; i < gobn_num_ops; i++) {
     register_op(&gobn_ops[i], status);

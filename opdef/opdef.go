@@ -130,6 +130,10 @@ const (
 	NCDHW = "NCDHW"
 )
 
+// ChannelsFirstFormats are the data formats whose channel axis is 1; the
+// others keep channels last.
+var ChannelsFirstFormats = []string{NCHW, NCDHW}
+
 var activation = []int{4, 5}
 var vector = []int{1}
 

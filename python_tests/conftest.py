@@ -3,15 +3,12 @@
 The suite compares gobn's ops with stock TensorFlow's CPU kernels. The helpers
 the tests share are in support.py (``from support import ...``; pytest puts
 this folder on ``sys.path``); importing it first sets up the process (oneDNN
-off before TensorFlow is imported, GOBN_LIBRARY pinned).
+off before TensorFlow is imported, the package on sys.path).
 """
-
-import os
 
 import support  # first: it sets up the process before TensorFlow is imported
 import pytest
 import tensorflow as tf
-from support import REPO_ROOT, library_path
 
 # Two logical CPU devices, for the tf.distribute.MirroredStrategy tests
 # (test_keras.py, test_sync_batch_norm.py). It must happen before TensorFlow
@@ -28,15 +25,27 @@ except RuntimeError:  # devices initialized already: the tests that need two say
 
 @pytest.fixture(scope="session")
 def gobn():
-    """The loaded gobn op library. A missing library fails loudly: never skip."""
-    path = library_path()
-    if not os.path.exists(path):
-        pytest.fail(
-            f"gobn library not found at {path}: run `make` in {REPO_ROOT} "
-            "(or point GOBN_LIBRARY at a built libgobn.so)",
-            pytrace=False,
-        )
-    return tf.load_op_library(path)
+    """gobn's op module, as the package loads it (gobn.ops). A missing
+    library fails loudly: never skip."""
+    import gobn as package
+
+    try:
+        return package.ops
+    except (FileNotFoundError, ImportError) as e:
+        pytest.fail(f"{e}\n(run `make` in {support.REPO_ROOT})", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def installed_wheel(tmp_path_factory):
+    """A folder holding gobn's wheel installed (pip install --target): put it
+    on PYTHONPATH, without the checkout's python/, to use gobn as installed."""
+    import subprocess
+    import sys
+
+    target = tmp_path_factory.mktemp("site-packages")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--target",
+                    str(target), support.built_wheel()], check=True, timeout=300)
+    return target
 
 
 @pytest.fixture(scope="session")

@@ -26,7 +26,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from support import (  # noqa: E402
     fused_grad_reference,
     global_norm_grad_reference,
-    library_path,
     run_stock_global_norm_grad,
 )
 
@@ -34,7 +33,9 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from tensorflow.python.framework import op_def_registry  # noqa: E402
 
-LIB = tf.load_op_library(library_path())
+import gobn  # noqa: E402
+
+LIB = gobn.ops
 
 # Classes a rejection may have: gobn's InvalidArgument, and what TensorFlow
 # raises before gobn's kernel runs (TypeError and ValueError from the Python

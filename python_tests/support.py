@@ -7,9 +7,10 @@ too; this module re-exports them.
 
 Importing this module first thing (conftest.py does, and so do the child
 scripts the tests start) sets up the process: oneDNN off, so that stock's
-reference is the Eigen kernel, before TensorFlow is imported; the package
-on sys.path; and GOBN_LIBRARY pinned, so that the package loads the library
-the ``gobn`` fixture loads.
+reference is the Eigen kernel, before TensorFlow is imported, and the
+package on sys.path, as a user of the checkout has it (``PYTHONPATH=python``).
+The tests load gobn as the README tells users to, through the package
+(``gobn.ops``), which finds the checkout's build/libgobn.so.
 """
 
 import os
@@ -20,14 +21,11 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_LIBRARY = os.path.join(REPO_ROOT, "build", "libgobn.so")
+PYTHON_DIR = os.path.join(REPO_ROOT, "python")
+# The library make builds: for the tests that inspect the file itself.
+BUILT_LIBRARY = os.path.join(REPO_ROOT, "build", "libgobn.so")
 
-# The Python package (python/gobn) loads the library the tests load: a second
-# copy of libgobn.so from another path would register every kernel twice in
-# this process and break them all. Pinning GOBN_LIBRARY makes
-# gobn.library_path() and library_path() below the same path.
-os.environ.setdefault("GOBN_LIBRARY", DEFAULT_LIBRARY)
-sys.path.insert(0, os.path.join(REPO_ROOT, "python"))
+sys.path.insert(0, PYTHON_DIR)
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -48,9 +46,13 @@ from gobn._testing import (  # noqa: E402,F401  (re-exported for the tests)
 )
 
 
-def library_path():
-    """Returns the plugin's path: $GOBN_LIBRARY (pinned above to the repo's build/libgobn.so unless set)."""
-    return os.environ.get("GOBN_LIBRARY") or DEFAULT_LIBRARY
+def child_env(**extra):
+    """The environment of a child Python process that uses gobn as a user of
+    the checkout does: the package on PYTHONPATH, no GOBN_LIBRARY."""
+    env = {k: v for k, v in os.environ.items() if k != "GOBN_LIBRARY"}
+    env["PYTHONPATH"] = os.pathsep.join([PYTHON_DIR, os.path.dirname(os.path.abspath(__file__))])
+    env.update(extra)
+    return env
 
 
 # ---------------------------------------------------------------------------
@@ -204,3 +206,17 @@ def record_error(dtype, kind, got, want, case_dtype=None):
     key = (tf.as_dtype(case_dtype or dtype).name, kind)
     old = ERRORS.get(key, (0.0, 0.0))
     ERRORS[key] = (max(old[0], float(np.nanmax(err))), max(old[1], float(np.nanmax(used))))
+
+
+# ---------------------------------------------------------------------------
+# The wheel
+
+
+def built_wheel():
+    """The wheel `make wheel` wrote (dist/gobn-*.whl); fails when there is not exactly one."""
+    import glob
+
+    wheels = glob.glob(os.path.join(REPO_ROOT, "dist", "gobn-*.whl"))
+    if len(wheels) != 1:
+        pytest.fail(f"expected one gobn wheel in dist/, found {wheels}: run `make wheel`", pytrace=False)
+    return wheels[0]

@@ -22,14 +22,14 @@ import os
 import subprocess
 import sys
 
-from support import library_path
+from support import child_env
 
 THREADS = 8
 ROUNDS = 3
 
 
 def test_concurrent_calls_match_sequential():
-    env = dict(os.environ, GOBN_LIBRARY=library_path())
+    env = child_env()
     proc = subprocess.run([sys.executable, os.path.abspath(__file__)], capture_output=True, text=True,
                           env=env, timeout=300)
     assert proc.returncode == 0, f"child exited with {proc.returncode}:\n{proc.stderr[-4000:]}"
@@ -53,7 +53,9 @@ def child():
     tf.config.threading.set_inter_op_parallelism_threads(8)
     import numpy as np
 
-    lib = tf.load_op_library(library_path())
+    import gobn
+
+    lib = gobn.ops
     rng = np.random.default_rng(11)
 
     def normal(shape, dtype=tf.float32, positive=False):

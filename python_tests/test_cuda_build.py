@@ -45,8 +45,8 @@ SCRIPT = os.path.join(REPO, "scripts", "cuda_fatbin.py")
 TENSORFLOW_2_21_CUDA_COMPUTE_CAPABILITIES = ["sm_60", "sm_70", "sm_80", "sm_89", "compute_90"]
 
 
-def library_path():
-    return os.environ.get("GOBN_LIBRARY") or os.path.join(REPO, "build", "libgobn.so")
+# The library make built (this file reads the build's outputs).
+LIBRARY = os.path.join(REPO, "build", "libgobn.so")
 
 
 def cuda_mode():
@@ -54,7 +54,7 @@ def cuda_mode():
     env = os.environ.get("GOBN_CUDA")
     if env in ("0", "1"):
         return env == "1"
-    go, lib = shutil.which("go"), library_path()
+    go, lib = shutil.which("go"), LIBRARY
     if not go or not os.path.exists(lib):
         return None
     out = subprocess.run([go, "version", "-m", lib], capture_output=True, text=True, timeout=60)
@@ -222,7 +222,7 @@ def test_no_spills_and_no_stack_frame(manifest):
 def test_library_links_no_cuda_library():
     # In both modes: with GOBN_CUDA=1 the library loads the driver only when
     # a GPU op runs, so it loads on a machine without one.
-    lib = library_path()
+    lib = LIBRARY
     if not os.path.exists(lib):
         pytest.fail(f"{lib} not found: run make", pytrace=False)
     out = subprocess.run(["ldd", lib], capture_output=True, text=True, timeout=60)

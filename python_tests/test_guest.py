@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from support import REPO_ROOT, library_path
+from support import REPO_ROOT, child_env
 
 RELIABILITY = os.path.join(REPO_ROOT, "docs", "reliability.md")
 
@@ -33,7 +33,7 @@ GO_RUNTIME_ENV = {"GOGC", "GOMEMLIMIT", "GODEBUG", "GOMAXPROCS", "GOTRACEBACK"}
 
 
 def run_child(check, *args, **kwargs):
-    env = dict(os.environ, GOBN_LIBRARY=library_path())
+    env = child_env()
     return subprocess.run([sys.executable, os.path.abspath(__file__), check, *args], capture_output=True,
                           text=True, env=env, timeout=120, **kwargs)
 
@@ -116,7 +116,7 @@ def test_sigint_raises_keyboard_interrupt():
 
 def test_ctrl_c_from_outside_stops_a_loop_of_ops():
     """As a terminal's Ctrl-C: SIGINT to the process while it runs ops in a loop."""
-    env = dict(os.environ, GOBN_LIBRARY=library_path())
+    env = child_env()
     proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "loop"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
     try:
@@ -137,7 +137,9 @@ def test_ctrl_c_from_outside_stops_a_loop_of_ops():
 def test_go_runtime_is_gos_own():
     """libgobn.so says which Go runtime it was built with: the Go version alone,
     e.g. "go1.26.8-X:simd" (Go's own runtime; docs/performance.md says why)."""
-    lib = ctypes.CDLL(library_path())
+    import gobn
+
+    lib = gobn._library.loaded()
     lib.gobnGoRuntime.restype = ctypes.c_char_p
     reported = lib.gobnGoRuntime().decode()
     assert re.fullmatch(r"go1\.\d+\S*", reported), reported
@@ -150,7 +152,9 @@ def test_go_runtime_is_gos_own():
 def load():
     import tensorflow as tf
 
-    return tf, tf.load_op_library(library_path())
+    import gobn
+
+    return tf, gobn.ops
 
 
 def sample_calls(tf, lib):
@@ -230,7 +234,9 @@ def child_signals():
     watched = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGCHLD, signal.SIGUSR1)
     before_mask = caught_signals()
     before = {s.name: sigaction_flags(s) for s in watched}
-    lib = tf.load_op_library(library_path())
+    import gobn
+
+    lib = gobn.ops
     run_calls(tf, sample_calls(tf, lib))
     after = {s.name: sigaction_flags(s) for s in watched}
     report = {

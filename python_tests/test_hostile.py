@@ -24,7 +24,7 @@ import sys
 
 import pytest
 
-from support import REPO_ROOT, library_path
+from support import REPO_ROOT, child_env
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hostile_child.py")
 SUMMARY = os.path.join(REPO_ROOT, "build", "reliability", "hostile.json")
@@ -41,7 +41,7 @@ BATCHES = {
 
 
 def run_child(args):
-    env = dict(os.environ, GOBN_LIBRARY=library_path())
+    env = child_env()
     proc = subprocess.run([sys.executable, CHILD, *args], capture_output=True, text=True, env=env, timeout=300)
     lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     return proc, lines

@@ -28,7 +28,7 @@ import sys
 
 import pytest
 
-from support import REPO_ROOT, library_path
+from support import REPO_ROOT, child_env
 
 ENABLED = os.environ.get("GOBN_LARGE_TESTS") == "1"
 REPORT = os.path.join(REPO_ROOT, "build", "reliability", "large.json")
@@ -42,7 +42,7 @@ CASES = [("NHWC", True), ("NCHW", False), ("NCHW", True)]
 
 
 def run_child(*args, timeout=1200):
-    env = dict(os.environ, GOBN_LIBRARY=library_path())
+    env = child_env()
     return subprocess.run([sys.executable, os.path.abspath(__file__), *args], capture_output=True, text=True,
                           env=env, timeout=timeout)
 
@@ -100,7 +100,9 @@ def child(which, data_format, is_training):
                   reserve_space_3=tf.zeros([0]), epsilon=0.0, data_format=data_format, is_training=is_training)
     start = time.perf_counter()
     if which == "gobn":
-        out = tf.load_op_library(library_path()).gobn_fused_batch_norm_grad_v3(**kwargs)
+        import gobn
+
+        out = gobn.ops.gobn_fused_batch_norm_grad_v3(**kwargs)
     else:
         out = tf.raw_ops.FusedBatchNormGradV3(**kwargs)
     seconds = time.perf_counter() - start

@@ -25,7 +25,7 @@ import os
 import subprocess
 import sys
 
-from support import REPO_ROOT, library_path
+from support import REPO_ROOT, child_env
 
 WARMUP = 2000
 CALLS = 20000
@@ -38,7 +38,7 @@ def mb(n):
 
 
 def test_resident_memory_stays_flat():
-    env = dict(os.environ, GOBN_LIBRARY=library_path())
+    env = child_env()
     proc = subprocess.run([sys.executable, os.path.abspath(__file__)], capture_output=True, text=True,
                           env=env, timeout=300)
     assert proc.returncode == 0, f"child exited with {proc.returncode}:\n{proc.stderr[-4000:]}"
@@ -76,7 +76,9 @@ def child():
     import numpy as np
     import tensorflow as tf
 
-    lib = tf.load_op_library(library_path())
+    import gobn as package
+
+    lib = package.ops
     rng = np.random.default_rng(3)
 
     def normal(shape, dtype=tf.float32, positive=False):

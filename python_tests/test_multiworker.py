@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from support import REPO_ROOT, assert_close
+from support import REPO_ROOT, assert_close, child_env
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import multiworker_child as child  # noqa: E402
@@ -57,8 +57,7 @@ class Workers:
 
     def start(self, command, n=2):
         cluster = {"worker": [f"127.0.0.1:{p}" for p in free_ports(n)]}
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", GOBN_LIBRARY=os.environ["GOBN_LIBRARY"],
-                   PYTHONPATH=os.path.join(REPO_ROOT, "python"))
+        env = child_env(TF_CPP_MIN_LOG_LEVEL="2")
         started = []
         for i in range(n):
             env["TF_CONFIG"] = tf_config(cluster, i)

@@ -432,8 +432,9 @@ _WORKER_SCRIPT = r"""
 import os, sys
 import numpy as np
 import tensorflow as tf
-lib = tf.load_op_library(sys.argv[1])
-data = dict(np.load(sys.argv[2]))
+import gobn
+lib = gobn.ops
+data = dict(np.load(sys.argv[1]))
 out = {}
 for fmt in ("NHWC", "NCHW"):
     for training in (True, False):
@@ -453,14 +454,14 @@ for i in range(5):
     out[f"global-{i}"] = g[i].numpy()
 # How the kernels split their work (capi's gobnSplitStats).
 import ctypes, json
-so = ctypes.CDLL(sys.argv[1])
+so = gobn._library.loaded()
 so.gobnSplitStats.restype = ctypes.c_void_p
 p = so.gobnSplitStats()
 stats = json.loads(ctypes.string_at(p).decode())
 ctypes.CDLL(None).free(ctypes.c_void_p(p))
 for k, v in stats.items():
     out[f"split-{k}"] = np.int64(v)
-np.savez(sys.argv[3], **out)
+np.savez(sys.argv[2], **out)
 """
 
 
@@ -475,7 +476,7 @@ def test_results_independent_of_worker_count(gobn, gomaxprocs, tmp_path):
     import subprocess
     import sys
 
-    from support import global_norm_grad_reference, library_path
+    from support import child_env, global_norm_grad_reference
 
     rng = np.random.default_rng(23)
     shape = (4, 97, 95, 100)  # 3,685,600 elements: 14 ranges of 2^18 float32 elements, an uneven split
@@ -491,8 +492,8 @@ def test_results_independent_of_worker_count(gobn, gomaxprocs, tmp_path):
     data["mean-1"], data["variance-1"] = flat.mean(0).astype(np.float32), flat.var(0).astype(np.float32)
     np.savez(tmp_path / "in.npz", **data)
 
-    env = dict(os.environ, GOMAXPROCS=str(gomaxprocs))
-    subprocess.run([sys.executable, "-c", _WORKER_SCRIPT, library_path(), str(tmp_path / "in.npz"),
+    env = child_env(GOMAXPROCS=str(gomaxprocs))
+    subprocess.run([sys.executable, "-c", _WORKER_SCRIPT, str(tmp_path / "in.npz"),
                     str(tmp_path / "out.npz")], env=env, check=True, timeout=300)
     got = np.load(tmp_path / "out.npz")
 

@@ -2,8 +2,7 @@
 gobn.fused_batch_norm against tf.compat.v1.nn.fused_batch_norm, first-order
 gradients included (finite differences too).
 
-support.py puts <repo>/python on sys.path and points GOBN_LIBRARY at the
-library the other tests load.
+support.py puts <repo>/python on sys.path, as PYTHONPATH=python does.
 """
 
 import os
@@ -16,9 +15,7 @@ import pytest
 import tensorflow as tf
 
 import gobn
-from support import REPO_ROOT, assert_close, library_path
-
-PACKAGE_DIR = os.path.join(REPO_ROOT, "python", "gobn")
+from support import BUILT_LIBRARY, assert_close, child_env
 
 # (data_format, shape): C = 3 in every case.
 LAYOUTS = [
@@ -42,85 +39,75 @@ def random_inputs(shape, data_format, dtype=tf.float32, seed=0):
 
 
 # ---------------------------------------------------------------------------
-# Finding the library
+# Finding the library (test_loading.py mixes the ways of loading it in fresh
+# processes)
 
 
-def test_library_is_found_from_the_environment():
+def test_library_is_the_checkouts_build():
     gobn.load_library()
-    assert gobn.library_path() == os.environ["GOBN_LIBRARY"] == library_path()
+    assert gobn.library_path() == os.path.realpath(BUILT_LIBRARY)
 
 
 def test_ops_module_has_every_op():
-    for name in ("gobn_fused_batch_norm_grad", "gobn_fused_batch_norm_grad_v2", "gobn_fused_batch_norm_grad_v3",
-                 "gobn_batch_norm_with_global_normalization_grad", "gobn_batch_norm_grad_reduce",
-                 "gobn_batch_norm_grad_apply"):
-        assert callable(getattr(gobn.ops, name)), name
-    assert gobn.load_library() is gobn.ops
-    # gobn.OP_NAMES (what gobn looks for in TensorFlow's registry) is every op.
+    """Every op of opdef, under the wrapper name genpy computed for it."""
+    from gobn import _opdefs_gen
     from tensorflow.python.framework import op_def_registry
 
-    assert all(op_def_registry.get(name) is not None for name in gobn.OP_NAMES)
+    for op in _opdefs_gen.OPS:
+        assert callable(getattr(gobn.ops, op.wrapper)), op
+        assert op_def_registry.get(op.name) is not None, op.name
+    assert gobn.load_library() is gobn.ops
     wrappers = [n for n in dir(gobn.ops) if n.startswith("gobn_") and not n.endswith("_eager_fallback")]
-    assert len(wrappers) == len(gobn.OP_NAMES)
+    assert sorted(wrappers) == sorted(op.wrapper for op in _opdefs_gen.OPS)
 
 
-def test_library_loaded_by_the_process_is_reused(monkeypatch):
-    """With the Gobn> ops registered already (tf.load_op_library), gobn builds
-    its op module from TensorFlow's registry and loads no second copy."""
-    tf.load_op_library(library_path())
-    monkeypatch.setattr(gobn, "_ops", None)
-    monkeypatch.setattr(gobn, "_loaded_from", None)
-    monkeypatch.setenv("GOBN_LIBRARY", "/nonexistent/libgobn.so")  # never looked at
+def test_ops_of_a_loaded_library_are_reused(monkeypatch):
+    """With a copy loaded already, gobn makes its op module from TensorFlow's
+    registry and loads nothing; a pinned path other than that copy's is refused."""
+    from gobn import _library
+
+    monkeypatch.setattr(_library, "_ops", None)
+    monkeypatch.delenv("GOBN_LIBRARY", raising=False)
     ops = gobn.load_library()
     x = tf.ones([2, 2, 2, 3])
     out = ops.gobn_fused_batch_norm_grad_v3(x, x, tf.ones([3]), tf.zeros([3]), tf.ones([3]), tf.zeros([3]))
     assert out.x_backprop.shape == x.shape
+    monkeypatch.setenv("GOBN_LIBRARY", "/elsewhere/libgobn.so")
+    with pytest.raises(ImportError) as e:
+        gobn.load_library()
+    assert "/elsewhere/libgobn.so" in str(e.value) and os.path.realpath(BUILT_LIBRARY) in str(e.value)
 
 
 def test_search_order_and_message(monkeypatch, tmp_path):
-    beside, build = tmp_path / "python" / "gobn" / "libgobn.so", tmp_path / "build" / "libgobn.so"
-    monkeypatch.setattr(gobn, "_BESIDE_PACKAGE", str(beside))
-    monkeypatch.setattr(gobn, "_REPO_BUILD", str(build))
-    monkeypatch.setattr(gobn, "_loaded_from", None)
-    monkeypatch.delenv("GOBN_LIBRARY")
+    from gobn import _library
+
+    beside, build = tmp_path / "site" / "gobn" / "libgobn.so", tmp_path / "build" / "libgobn.so"
+    monkeypatch.setattr(_library, "_BESIDE_PACKAGE", str(beside))
+    monkeypatch.setattr(_library, "_CHECKOUT_BUILD", str(build))
+    monkeypatch.delenv("GOBN_LIBRARY", raising=False)
     with pytest.raises(FileNotFoundError) as e:
-        gobn.library_path()
+        _library.find()
     message = str(e.value)
     assert str(beside) in message and str(build) in message, message
     assert message.index(str(beside)) < message.index(str(build)), "tried in order"
-    assert "make" in message and "GOBN_LIBRARY" in message
+    assert "make wheel" in message and "GOBN_LIBRARY" in message
 
     build.parent.mkdir(parents=True)
     build.write_bytes(b"")
-    assert gobn.library_path() == str(build)
+    assert _library.find() == str(build)
     beside.parent.mkdir(parents=True)
     beside.write_bytes(b"")
-    assert gobn.library_path() == str(beside), "beside the package comes before the repository's build"
+    assert _library.find() == str(beside), "beside the package (a wheel) comes before the checkout's build"
 
     monkeypatch.setenv("GOBN_LIBRARY", str(tmp_path / "elsewhere.so"))
     with pytest.raises(FileNotFoundError) as e:
-        gobn.library_path()
+        _library.find()
     assert "$GOBN_LIBRARY" in str(e.value) and str(tmp_path / "elsewhere.so") in str(e.value)
     assert str(beside) not in str(e.value), "GOBN_LIBRARY, when set, is the only place looked at"
 
 
-def test_a_file_that_does_not_load_says_which(monkeypatch, tmp_path):
-    bad = tmp_path / "libgobn.so"
-    bad.write_bytes(b"not a shared library")
-    monkeypatch.setattr(gobn, "_ops", None)
-    monkeypatch.setattr(gobn, "_loaded_from", None)
-    monkeypatch.setattr(gobn, "_registered_ops", lambda: [])
-    monkeypatch.setenv("GOBN_LIBRARY", str(bad))
-    with pytest.raises(ImportError, match="libgobn.so") as e:
-        gobn.load_library()
-    assert str(bad) in str(e.value)
-
-
 def test_fresh_process_finds_the_library_without_the_environment():
-    """`PYTHONPATH=python python ...` with no GOBN_LIBRARY: beside the package
-    (where make copies it), else the repository's build."""
-    env = {k: v for k, v in os.environ.items() if k != "GOBN_LIBRARY"}
-    env["PYTHONPATH"] = os.path.join(REPO_ROOT, "python")
+    """`PYTHONPATH=python python ...` after make, with no GOBN_LIBRARY: the checkout's build."""
     script = textwrap.dedent("""
         import tensorflow as tf, gobn
         x = tf.random.normal([2, 3, 3, 4])
@@ -131,11 +118,10 @@ def test_fresh_process_finds_the_library_without_the_environment():
         assert tape.gradient(loss, x).shape == x.shape
         print(gobn.library_path())
     """)
-    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-c", script], env=child_env(), capture_output=True, text=True,
+                          timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    beside = os.path.join(PACKAGE_DIR, "libgobn.so")
-    want = beside if os.path.isfile(beside) else os.path.join(REPO_ROOT, "build", "libgobn.so")
-    assert done.stdout.strip().splitlines()[-1] == want
+    assert done.stdout.strip().splitlines()[-1] == os.path.realpath(BUILT_LIBRARY)
 
 
 # ---------------------------------------------------------------------------

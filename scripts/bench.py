@@ -149,8 +149,8 @@ def case_reps(shape, reps):
     return max(5, reps // 3) if math.prod(shape) > 1 << 25 else reps
 
 
-def library_path():
-    """libgobn.so where gobn's own lookup finds it (gobn.library_path()).
+def gobn_package():
+    """The gobn package of this checkout (python/), which loads libgobn.so.
 
     Importing gobn imports TensorFlow: call this after load_tf has set
     TensorFlow's environment.
@@ -158,21 +158,25 @@ def library_path():
     if os.path.join(ROOT, "python") not in sys.path:
         sys.path.insert(0, os.path.join(ROOT, "python"))
     import gobn
-    return gobn.library_path()
+    return gobn
 
 
 def load_tf(onednn):
     os.environ["TF_ENABLE_ONEDNN_OPTS"] = "1" if onednn else "0"
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import tensorflow as tf
-    return tf, tf.load_op_library(library_path())
+    return tf, gobn_package().ops
+
+
+def library_path():
+    return gobn_package().library_path()
 
 
 def go_runtime():
     """The Go version libgobn.so was built with (capi's gobnGoRuntime),
     e.g. "go1.26.8-X:simd"."""
     import ctypes
-    f = ctypes.CDLL(library_path()).gobnGoRuntime
+    f = gobn_package()._library.loaded().gobnGoRuntime
     f.restype = ctypes.c_char_p
     return f().decode()
 

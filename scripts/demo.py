@@ -57,10 +57,10 @@ SHAPE_5D = (2, 8, 28, 28, 32)
 
 def load_library():
     try:
-        path = gobn.library_path()
-    except FileNotFoundError as e:
+        lib = gobn.ops
+    except (FileNotFoundError, ImportError) as e:
         sys.exit(str(e))
-    return path, tf.load_op_library(path)
+    return gobn.library_path(), lib
 
 
 # ---------------------------------------------------------------------------

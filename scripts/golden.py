@@ -21,7 +21,7 @@ global-normalization op is deprecated at GraphDef version 9, so it runs in a
 graph of producer version 8. oneDNN is switched off so that stock is the Eigen
 kernel.
 
-`check` loads gobn (--library, else gobn.library_path()'s), runs each
+`check` loads gobn (--library, else where the package finds it), runs each
 case and compares every output with the saved one within docs/design.md's
 tolerance for the case's dtype: |got - want| <= atol*max|want| + rtol*|want|.
 It prints one row per case: the largest absolute error, the largest error
@@ -314,13 +314,13 @@ def load_case(directory, case):
         raise CaseError(f"CORRUPT {case['file']}: {e}") from e
 
 
-def run_gobn(gobn, case, tensors):
+def run_gobn(ops, case, tensors):
     inputs = {name: tensors[name] for name in case["inputs"]}
     if case["op"] == GLOBAL_NORM_OP:
-        return list(getattr(gobn, GLOBAL_NORM_WRAPPER)(
+        return list(getattr(ops, GLOBAL_NORM_WRAPPER)(
             **inputs, variance_epsilon=case["variance_epsilon"],
             scale_after_normalization=case["scale_after_normalization"]))
-    wrapper = getattr(gobn, FUSED_OPS[case["op"]]["wrapper"])
+    wrapper = getattr(ops, FUSED_OPS[case["op"]]["wrapper"])
     return list(wrapper(**inputs, epsilon=case["epsilon"], data_format=case["data_format"],
                         is_training=case["is_training"]))
 
@@ -367,12 +367,13 @@ def check(directory, library):
     except (OSError, ValueError, KeyError, TypeError) as e:
         print(f"golden: cannot read {manifest_path}: {e}", file=sys.stderr)
         return 1
-    if not os.path.exists(library):
-        print(f"golden: gobn library not found at {library}: run `make` (or pass --library)", file=sys.stderr)
+    try:
+        ops = gobn.load_library(library)
+    except (FileNotFoundError, ImportError) as e:
+        print(f"golden: {e}", file=sys.stderr)
         return 1
-    gobn = tf.load_op_library(library)
 
-    print(f"gobn {library}")
+    print(f"gobn {gobn.library_path()}")
     print(f"goldens {directory}: {len(cases)} cases from TensorFlow {manifest.get('tensorflow')}, "
           f"checked with TensorFlow {tf.__version__}")
     print("tolerance: |gobn - want| <= atol*max|want| + rtol*|want|; rel = max|gobn - want| / max|want|\n")
@@ -385,7 +386,7 @@ def check(directory, library):
         name = case.get("name", "?")
         try:
             tensors = load_case(directory, case)
-            got = run_gobn(gobn, case, tensors)
+            got = run_gobn(ops, case, tensors)
             max_abs, max_rel, used, problems = compare(case, got, tensors)
         except CaseError as e:
             failures += 1
@@ -417,20 +418,13 @@ def main():
     g.add_argument("--seed", type=int, default=0, help="seed of the inputs (default 0)")
     c = commands.add_parser("check", help="run gobn on golden files and compare")
     c.add_argument("dir")
-    c.add_argument("--library", help="path of libgobn.so (default: where gobn.library_path() finds it: "
-                                     "$GOBN_LIBRARY, else beside the package or build/libgobn.so)")
+    c.add_argument("--library", help="path of libgobn.so (default: where the gobn package finds it: "
+                                     "$GOBN_LIBRARY, else beside the package or the checkout's build/libgobn.so)")
     args = parser.parse_args()
     if args.command == "gen":
         gen(args.dir, args.seed)
         return 0
-    library = args.library
-    if library is None:
-        try:
-            library = gobn.library_path()
-        except FileNotFoundError as e:
-            print(f"golden: {e}", file=sys.stderr)
-            return 1
-    return check(args.dir, library)
+    return check(args.dir, args.library)
 
 
 if __name__ == "__main__":

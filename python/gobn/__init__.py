@@ -14,140 +14,57 @@
 - ``gobn.enable()``: gobn's kernels for stock TensorFlow's own gradient ops,
   so that unmodified models run them; ``gobn.kernel_calls()`` counts what ran.
 
-The library is found, in order, at ``$GOBN_LIBRARY`` (when set, only there),
-beside this package (``make`` copies it there), or at ``build/libgobn.so`` of
-the repository this package sits in.
+One copy of libgobn.so serves the process: gobn uses the copy the process
+has loaded already, if any, else loads it from ``$GOBN_LIBRARY`` (when set,
+only there), from beside this package (where the wheel installs it), or from
+``build/libgobn.so`` of the checkout this package sits in (see gobn._library).
 
 Importing gobn also registers second-order gradients for the ``Gobn>`` ops
 (see ``gobn._gradients``), so double backprop through them works.
 """
 
-import os
-import threading
-
 import tensorflow as tf
 
-from gobn import _gradients  # noqa: F401  (registers the Gobn> gradients)
+from gobn import _supported
+
+_supported.check_tensorflow(tf.__version__)
+
+from gobn import _gradients  # noqa: E402,F401  (registers the Gobn> gradients)
+from gobn import _library  # noqa: E402
+from gobn import _opdefs_gen as _opdefs  # noqa: E402
 
 __all__ = ["enable", "fused_batch_norm", "kernel_calls", "keras", "library_path", "load_library", "ops",
            "sync_batch_norm"]
 
-ENV_VAR = "GOBN_LIBRARY"
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-_BESIDE_PACKAGE = os.path.join(_PACKAGE_DIR, "libgobn.so")
-_REPO_BUILD = os.path.join(os.path.dirname(os.path.dirname(_PACKAGE_DIR)), "build", "libgobn.so")
-
-# The ops libgobn.so registers, in registration order (opdef.All).
-OP_NAMES = (
-    "Gobn>FusedBatchNormGrad",
-    "Gobn>FusedBatchNormGradV2",
-    "Gobn>FusedBatchNormGradV3",
-    "Gobn>BatchNormWithGlobalNormalizationGrad",
-    "Gobn>BatchNormGradReduce",
-    "Gobn>BatchNormGradApply",
-)
-
-_ops = None
-_loaded_from = None
-_load_lock = threading.Lock()
-
-
-def _candidates():
-    """The (origin, path) pairs the library is looked for at, in order."""
-    env = os.environ.get(ENV_VAR)
-    if env:
-        return [(f"${ENV_VAR}", env)]
-    return [("beside the package", _BESIDE_PACKAGE), ("the repository's build", _REPO_BUILD)]
+OP_NAMES = _opdefs.OP_NAMES
+ENV_VAR = _library.ENV_VAR
 
 
 def library_path():
-    """Returns the path of the libgobn.so that gobn loads (or has loaded).
+    """The file of the libgobn.so this process has loaded, else the one gobn would load.
 
-    When the process had loaded libgobn.so itself before gobn needed it,
-    gobn uses those ops and loads nothing; this is then where gobn would
-    have looked.
+    gobn uses a copy the process has loaded already, however it was loaded
+    (``tf.load_op_library``, another package); else it looks at
+    ``$GOBN_LIBRARY`` (when set, only there), beside the package (an
+    installed wheel), and at the checkout's ``build/libgobn.so``.
 
     Raises:
-      FileNotFoundError: when no candidate exists; the message lists every
-        path tried.
+      FileNotFoundError: nothing is loaded and no candidate exists; the
+        message lists every path tried.
     """
-    if _loaded_from is not None:
-        return _loaded_from
-    tried = _candidates()
-    for _, path in tried:
-        if os.path.isfile(path):
-            return path
-    lines = "\n".join(f"  {path}  ({origin}): not found" for origin, path in tried)
-    hint = (f"unset {ENV_VAR} or point it at a built libgobn.so" if os.environ.get(ENV_VAR)
-            else f"run `make` in the gobn repository, or set {ENV_VAR} to a built libgobn.so")
-    raise FileNotFoundError(f"gobn: libgobn.so not found; tried:\n{lines}\n({hint})")
-
-
-def _registered_ops():
-    from tensorflow.python.framework import op_def_registry
-
-    return [name for name in OP_NAMES if op_def_registry.get(name) is not None]
-
-
-def _module_from_registry(names):
-    """Builds the op module for ops already registered in this process.
-
-    Loading a second copy of libgobn.so (another path) registers every kernel
-    twice and breaks them all, so when the Gobn> ops exist already (the
-    process loaded libgobn.so itself) gobn makes the wrappers from TensorFlow's
-    op registry, as tf.load_op_library would, instead of loading again.
-    """
-    import hashlib
-    import importlib.machinery
-    import importlib.util
-    import sys
-
-    from tensorflow.core.framework import op_def_pb2
-    from tensorflow.python.framework import _pywrap_python_op_gen, op_def_registry
-
-    op_list = op_def_pb2.OpList()
-    op_list.op.extend(op_def_registry.get(name) for name in names)
-    wrappers = _pywrap_python_op_gen.GetPythonWrappers(op_list.SerializeToString())
-    name = hashlib.sha1(wrappers).hexdigest()
-    if name in sys.modules:
-        return sys.modules[name]
-    module = importlib.util.module_from_spec(importlib.machinery.ModuleSpec(name, None))
-    exec(wrappers, module.__dict__)  # noqa: S102 (what tf.load_op_library does)
-    module._IS_TENSORFLOW_PLUGIN = True
-    sys.modules[name] = module
-    return module
+    return _library.path()
 
 
 def load_library(path=None):
     """Loads libgobn.so once per process and returns its op module.
 
-    path defaults to library_path(). When the Gobn> ops are registered
-    already (the process loaded libgobn.so with tf.load_op_library), the
-    module is made from those ops and nothing is loaded again.
+    When the process has a copy loaded already (``tf.load_op_library``), the
+    module is made from that copy's ops and nothing is loaded again. path
+    (else ``$GOBN_LIBRARY``) names the file to load; a copy loaded from
+    another file is refused with an ImportError naming both, since two
+    copies of gobn cannot share a process.
     """
-    with _load_lock:
-        return _load(path)
-
-
-def _load(path):
-    global _ops, _loaded_from
-    if _ops is not None:
-        return _ops
-    registered = _registered_ops()
-    if registered:
-        _ops = _module_from_registry(registered)
-        return _ops
-    path = path or library_path()
-    try:
-        module = tf.load_op_library(path)
-    except Exception as e:  # tf.errors.NotFoundError for a bad file or TF mismatch
-        raise ImportError(
-            f"gobn: loading {path} failed: {e}\n(libgobn.so must be built against this "
-            f"TensorFlow, {tf.__version__}: rebuild it with `make`)") from e
-    if not hasattr(module, "gobn_fused_batch_norm_grad_v3"):
-        raise ImportError(f"gobn: {path} registered no Gobn> ops (is it libgobn.so?)")
-    _ops, _loaded_from = module, path
-    return _ops
+    return _library.load(path)
 
 
 def __getattr__(name):
@@ -161,15 +78,11 @@ def __getattr__(name):
 
 
 # The stock ops gobn.enable() gives gobn's kernels: each Gobn> op's twin.
-STOCK_OPS = ("FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3",
-             "BatchNormWithGlobalNormalizationGrad")
+STOCK_OPS = tuple(_opdefs.BY_STOCK_NAME)
 
 
 def _cdll():
-    import ctypes
-
-    load_library()
-    return ctypes.CDLL(library_path())
+    return _library.loaded()
 
 
 def _take_string(lib, ptr):
@@ -352,7 +265,7 @@ def _layout(x, data_format):
     rank = x.shape.rank
     if rank not in (4, 5):
         raise ValueError(f"gobn: x must be 4 or 5-dimensional with a known rank, got shape {x.shape}")
-    axis = 1 if data_format in ("NCHW", "NCDHW") else rank - 1
+    axis = 1 if data_format in _opdefs.CHANNELS_FIRST else rank - 1
     return axis, [i for i in range(rank) if i != axis]
 
 

@@ -68,20 +68,28 @@ class BatchNormalization(keras.layers.BatchNormalization):
         """What gobn's layer sets beyond the stock layer's state (convert() calls it too)."""
         self.supports_jit = False
 
+    def _channel_axis(self):
+        """The one channel axis, or None (Keras 2 keeps axis as a list, and may hold several)."""
+        axis = self.axis
+        if isinstance(axis, (list, tuple)):
+            axis = axis[0] if len(axis) == 1 else None
+        return axis
+
     def _runs_on_gobn(self, inputs, mask):
         return (mask is None and not self.renorm and inputs.shape.rank is not None
-                and keras.backend.result_type(inputs.dtype, "float32") == "float32")
+                and self._channel_axis() is not None and inputs.dtype != tf.float64
+                and (inputs.dtype.is_floating or inputs.dtype.is_integer))
 
     def call(self, inputs, training=None, mask=None):
         inputs = tf.convert_to_tensor(inputs)
         if not self._runs_on_gobn(inputs, mask):
             return super().call(inputs, training=training, mask=mask)
-        x, data_format, restore = _fused_view(tf.cast(inputs, tf.float32), self.axis)
+        x, data_format, restore = _fused_view(tf.cast(inputs, tf.float32), self._channel_axis())
         channels = self.moving_mean.shape[0]
-        gamma = keras.ops.cast(self.gamma, "float32") if self.scale else tf.ones([channels])
-        beta = keras.ops.cast(self.beta, "float32") if self.center else tf.zeros([channels])
-        moving_mean = keras.ops.cast(self.moving_mean, "float32")
-        moving_variance = keras.ops.cast(self.moving_variance, "float32")
+        gamma = tf.cast(self.gamma, tf.float32) if self.scale else tf.ones([channels])
+        beta = tf.cast(self.beta, tf.float32) if self.center else tf.zeros([channels])
+        moving_mean = tf.cast(self.moving_mean, tf.float32)
+        moving_variance = tf.cast(self.moving_variance, tf.float32)
         if training and self.trainable:
             y, mean, variance = self._batch_statistics(x, gamma, beta, data_format)
             self.moving_mean.assign(moving_mean * self.momentum + mean * (1.0 - self.momentum))
@@ -89,18 +97,23 @@ class BatchNormalization(keras.layers.BatchNormalization):
         else:
             y, _, _ = gobn.fused_batch_norm(x, gamma, beta, mean=moving_mean, variance=moving_variance,
                                             epsilon=self.epsilon, data_format=data_format, is_training=False)
-        return keras.ops.cast(restore(y), self.compute_dtype)
+        return tf.cast(restore(y), self.compute_dtype)
 
     def _batch_statistics(self, x, gamma, beta, data_format):
-        """(y, mean, biased variance) of the batch: the global batch when synchronized."""
+        """(y, mean, variance) of the batch, the global batch when synchronized:
+        the variance the stock layer averages into its moving variance."""
         ctx = tf.distribute.get_replica_context()
         if self.synchronized and ctx is not None and ctx.num_replicas_in_sync > 1:
             return gobn.sync_batch_norm(x, gamma, beta, epsilon=self.epsilon, data_format=data_format,
                                         replica_context=ctx)
         y, mean, variance = gobn.fused_batch_norm(x, gamma, beta, epsilon=self.epsilon,
                                                   data_format=data_format, is_training=True)
-        # The stock layer averages the biased variance; FusedBatchNormV3's
-        # batch_variance is Bessel-corrected (R/(R−1)).
+        if getattr(self, "fused", False):
+            # Keras 2's layer on its fused path averages FusedBatchNormV3's
+            # batch_variance, which is Bessel-corrected (R/(R−1)).
+            return y, mean, variance
+        # Keras 3's layer (and Keras 2's unfused path) averages the biased
+        # variance.
         channels = max(self.moving_mean.shape[0], 1)
         per_channel = tf.cast(tf.size(x, out_type=tf.int64) // channels, tf.float32)
         variance = variance * tf.maximum(per_channel - 1.0, 0.0) / tf.maximum(per_channel, 1.0)
@@ -124,7 +137,7 @@ class SyncBatchNormalization(BatchNormalization):
 
 
 def _is_keras3(obj):
-    return isinstance(obj, keras.layers.Layer)
+    return keras.__version__.startswith("3.") and isinstance(obj, keras.layers.Layer)
 
 
 def _gobn_class(layer):

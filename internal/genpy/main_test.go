@@ -1,0 +1,37 @@
+package main
+
+import (
+	"os"
+	"testing"
+
+	"github.com/gobn/gobn/opdef"
+	"github.com/stretchr/testify/require"
+)
+
+// TestGeneratedFileIsCurrent fails when opdef changed without `make generate`.
+func TestGeneratedFileIsCurrent(t *testing.T) {
+	onDisk, err := os.ReadFile("../../python/gobn/_opdefs_gen.py")
+	require.NoError(t, err)
+	require.Equal(t, string(Generate(opdef.All)), string(onDisk),
+		"python/gobn/_opdefs_gen.py is stale: run `make generate`")
+}
+
+// The wrapper names TensorFlow 2.21's Python op generator gives these op
+// names (_pywrap_python_op_gen.GetPythonWrappers); python_tests checks every
+// gobn op's against the loaded library.
+func TestWrapperName(t *testing.T) {
+	for op, want := range map[string]string{
+		"Gobn>FusedBatchNormGradV3":                 "gobn_fused_batch_norm_grad_v3",
+		"Gobn>FusedBatchNormGrad":                   "gobn_fused_batch_norm_grad",
+		"Gobn>BatchNormWithGlobalNormalizationGrad": "gobn_batch_norm_with_global_normalization_grad",
+		"Gobn>BatchNormGradReduce":                  "gobn_batch_norm_grad_reduce",
+		"Conv2D":                                    "conv2d",
+		"DepthwiseConv2dNative":                     "depthwise_conv2d_native",
+		"Conv3DBackpropInputV2":                     "conv3d_backprop_input_v2",
+		"AbcV3D":                                    "abc_v3d",
+		"Gobn>X2Y":                                  "gobn_x2y",
+		"AB":                                        "ab",
+	} {
+		require.Equal(t, want, WrapperName(op), op)
+	}
+}

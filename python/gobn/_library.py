@@ -1,0 +1,179 @@
+"""Finding and loading libgobn.so: one copy per process.
+
+A process holds at most one copy of gobn. Two copies from different files
+would register every op and kernel twice, which TensorFlow answers with an
+abort or with kernels that refuse to run; so before it loads anything, gobn
+asks the dynamic loader for a copy the process has already (the library's
+soname, with ``RTLD_NOLOAD``), however it got there (``tf.load_op_library``,
+another import, ``tf.LoadLibrary``), and uses that one.
+
+Where there is none, the library is looked for at ``$GOBN_LIBRARY`` (when set,
+only there), then beside this package (an installed wheel carries it there),
+then at ``build/libgobn.so`` of the checkout this package sits in
+(``PYTHONPATH=python`` after ``make``).
+"""
+
+import ctypes
+import os
+import threading
+
+import tensorflow as tf
+
+ENV_VAR = "GOBN_LIBRARY"
+# The library's soname (the Makefile links it so): the loader finds a loaded
+# copy by it, whatever the copy's file.
+SONAME = "libgobn.so"
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_BESIDE_PACKAGE = os.path.join(_PACKAGE_DIR, SONAME)
+_CHECKOUT_BUILD = os.path.join(os.path.dirname(os.path.dirname(_PACKAGE_DIR)), "build", SONAME)
+
+_lock = threading.Lock()
+_ops = None
+
+
+def candidates(given=None):
+    """The (origin, path) pairs the library is looked for at, in order: given
+    alone when it is a path, else $GOBN_LIBRARY alone when set."""
+    if given:
+        return [("the path given", given)]
+    pinned = os.environ.get(ENV_VAR)
+    if pinned:
+        return [(f"${ENV_VAR}", pinned)]
+    return [("beside the package", _BESIDE_PACKAGE), ("the checkout's build", _CHECKOUT_BUILD)]
+
+
+def find(given=None):
+    """The first candidate that exists (see candidates).
+
+    Raises:
+      FileNotFoundError: none exists; the message lists every path tried.
+    """
+    tried = candidates(given)
+    for _, path in tried:
+        if os.path.isfile(path):
+            return path
+    lines = "\n".join(f"  {path}  ({origin}): not found" for origin, path in tried)
+    hint = ("point it at a built libgobn.so" if given
+            else f"unset {ENV_VAR} or point it at a built libgobn.so" if os.environ.get(ENV_VAR)
+            else f"install gobn's wheel (make wheel), run `make` in the gobn checkout, or set {ENV_VAR}")
+    raise FileNotFoundError(f"gobn: libgobn.so not found; tried:\n{lines}\n({hint})")
+
+
+def handle():
+    """A ctypes handle on the copy of libgobn.so this process has loaded, or None.
+
+    It never loads a library: the loader answers from what is mapped already.
+    """
+    try:
+        lib = ctypes.CDLL(SONAME, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+    except OSError:
+        return None
+    if not hasattr(lib, "gobn_library_file"):
+        return None  # another library of that name
+    lib.gobn_library_file.restype = ctypes.c_char_p
+    return lib
+
+
+def loaded_path():
+    """The file of the libgobn.so this process has loaded, or None."""
+    lib = handle()
+    return os.fsdecode(lib.gobn_library_file()) if lib is not None else None
+
+
+def path():
+    """The loaded copy's file, else where gobn would load it from (see find)."""
+    return loaded_path() or find()
+
+
+def _same_file(a, b):
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def load(given=None):
+    """Loads libgobn.so unless the process has a copy; returns the op module.
+
+    given (else $GOBN_LIBRARY) names the file to load; a copy loaded from
+    another file is refused rather than joined by a second one.
+
+    Raises:
+      ImportError: the process has gobn from another file than the one
+        wanted, or TensorFlow could not load the library.
+      FileNotFoundError: no library was found (see find).
+    """
+    global _ops
+    with _lock:
+        wanted = given or os.environ.get(ENV_VAR) or None
+        loaded = loaded_path()
+        if loaded is not None and wanted is not None and not _same_file(wanted, loaded):
+            raise ImportError(
+                f"gobn: this process has libgobn.so loaded already, from {loaded}, and cannot load a second "
+                f"copy, from {wanted}{f' (${ENV_VAR})' if wanted == os.environ.get(ENV_VAR) else ''}: "
+                f"load one of them only")
+        if _ops is not None:
+            return _ops
+        if loaded is not None:
+            _ops = _module_from_registry()
+            return _ops
+        stray = _registered_ops()
+        if stray:
+            raise ImportError(
+                f"gobn: the ops {', '.join(stray)} are registered, but by no libgobn.so that gobn can find (a "
+                f"build older than this package?); load that build's ops with tf.load_op_library, or restart "
+                f"the process without it")
+        file = find(given)
+        try:
+            module = tf.load_op_library(file)
+        except Exception as e:  # tf.errors.NotFoundError for a bad file or a TensorFlow it cannot link to
+            raise ImportError(f"gobn: loading {file} failed: {e}") from e
+        if not hasattr(module, "gobn_fused_batch_norm_grad_v3"):
+            raise ImportError(f"gobn: {file} registered no Gobn> ops (is it libgobn.so?)")
+        _ops = module
+        return _ops
+
+
+def _registered_ops():
+    from tensorflow.python.framework import op_def_registry
+
+    from gobn._opdefs_gen import OP_NAMES
+
+    return [name for name in OP_NAMES if op_def_registry.get(name) is not None]
+
+
+def _module_from_registry():
+    """The op module of the Gobn> ops registered in this process.
+
+    What tf.load_op_library makes of the ops a library registered, made from
+    TensorFlow's op registry: the process loaded gobn before the package did.
+    """
+    import hashlib
+    import importlib.machinery
+    import importlib.util
+    import sys
+
+    from tensorflow.core.framework import op_def_pb2
+    from tensorflow.python.framework import _pywrap_python_op_gen, op_def_registry
+
+    op_list = op_def_pb2.OpList()
+    op_list.op.extend(op_def_registry.get(name) for name in _registered_ops())
+    wrappers = _pywrap_python_op_gen.GetPythonWrappers(op_list.SerializeToString())
+    name = hashlib.sha1(wrappers).hexdigest()
+    if name in sys.modules:
+        return sys.modules[name]
+    module = importlib.util.module_from_spec(importlib.machinery.ModuleSpec(name, None))
+    exec(wrappers, module.__dict__)  # noqa: S102 (what tf.load_op_library does)
+    module._IS_TENSORFLOW_PLUGIN = True
+    sys.modules[name] = module
+    return module
+
+
+def loaded():
+    """The ctypes handle of the loaded library, loading it first if needed."""
+    load()
+    lib = handle()
+    if lib is None:
+        raise RuntimeError(f"gobn: the Gobn> ops are registered, but the loader finds no {SONAME} by its soname")
+    return lib

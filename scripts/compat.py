@@ -1,0 +1,135 @@
+"""make compat: gobn's wheel in a fresh environment of each supported TensorFlow.
+
+    python scripts/compat.py [--only 2.14.1 ...] [--out bench/compat.json]
+
+For each release of gobn._supported.TENSORFLOW_RELEASES: a new virtual
+environment in build/compat/, tensorflow-cpu of that release, pytest as
+requirements.txt pins it, the newest tf-keras of the same minor version
+(installed without its dependencies, which name the full tensorflow wheel),
+and gobn's wheel from dist/; then python_tests/test_smoke.py runs there,
+alone (--noconftest: the wheel's gobn, TensorFlow's default configuration).
+The results, with the versions pip installed, go to bench/compat.json.
+"""
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "python", "gobn"))
+import _supported  # noqa: E402  (imports nothing; gobn itself needs TensorFlow)
+
+SMOKE = os.path.join(REPO, "python_tests", "test_smoke.py")
+WORK = os.path.join(REPO, "build", "compat")
+
+
+def pinned(package):
+    """package's exact version in requirements.txt."""
+    with open(os.path.join(REPO, "requirements.txt")) as f:
+        for line in f:
+            m = re.match(rf"{re.escape(package)}==(\S+)", line.strip())
+            if m:
+                return m.group(1)
+    raise SystemExit(f"compat: {package} is not pinned in requirements.txt")
+
+
+def the_wheel():
+    wheels = [f for f in os.listdir(os.path.join(REPO, "dist")) if f.startswith("gobn-") and f.endswith(".whl")]
+    if len(wheels) != 1:
+        raise SystemExit(f"compat: expected one gobn wheel in dist/, found {wheels}: run `make wheel`")
+    return os.path.join(REPO, "dist", wheels[0])
+
+
+def run(cmd, log, **kwargs):
+    with open(log, "a") as f:
+        f.write("$ " + " ".join(cmd) + "\n")
+        f.flush()
+        return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, **kwargs).returncode
+
+
+def installed(python, module):
+    """module's __version__ in the environment of python, or None."""
+    done = subprocess.run([python, "-c", f"import {module}; print({module}.__version__)"], capture_output=True,
+                          text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    return done.stdout.strip().splitlines()[-1] if done.returncode == 0 and done.stdout.strip() else None
+
+
+def check(release, wheel):
+    env_dir = os.path.join(WORK, f"tf-{release}")
+    log = env_dir + ".log"
+    shutil.rmtree(env_dir, ignore_errors=True)
+    if os.path.exists(log):
+        os.remove(log)
+    python = os.path.join(env_dir, "bin", "python")
+    major_minor = ".".join(release.split(".")[:2])
+    row = {"tensorflow_release": release}
+    start = time.monotonic()
+    steps = [
+        [sys.executable, "-m", "venv", env_dir],
+        [python, "-m", "pip", "install", "--quiet", "--upgrade", "pip"],
+        [python, "-m", "pip", "install", "--quiet", f"tensorflow-cpu=={release}", f"pytest=={pinned('pytest')}"],
+        [python, "-m", "pip", "install", "--quiet", "--no-deps", f"tf-keras=={major_minor}.*"],
+        [python, "-m", "pip", "install", "--quiet", "--no-deps", wheel],
+    ]
+    for cmd in steps:
+        if run(cmd, log) != 0:
+            row.update(ok=False, error=f"{' '.join(cmd[2:5])} failed (build/compat/{os.path.basename(log)})")
+            return row
+    row["installed"] = {m: installed(python, m) for m in ("tensorflow", "keras", "tf_keras", "numpy")}
+    junit = env_dir + ".xml"
+    code = run([python, "-m", "pytest", "-q", "--noconftest", "-p", "no:cacheprovider", "--import-mode=importlib",
+                f"--junitxml={junit}", SMOKE], log, cwd=WORK, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+    tests = {}
+    for case in ET.parse(junit).getroot().iter("testcase"):
+        outcome = "passed"
+        for child in case:
+            if child.tag in ("failure", "error"):
+                outcome = "failed"
+            elif child.tag == "skipped":
+                outcome = "skipped: " + (child.get("message") or "")
+        tests[case.get("name")] = outcome
+    row.update(ok=code == 0, tests=tests, seconds=round(time.monotonic() - start))
+    return row
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", nargs="+", metavar="RELEASE", help="check these releases only")
+    parser.add_argument("--out", default=os.path.join(REPO, "bench", "compat.json"))
+    args = parser.parse_args()
+    releases = args.only or list(_supported.TENSORFLOW_RELEASES)
+    wheel = the_wheel()
+    os.makedirs(WORK, exist_ok=True)
+    rows = []
+    for release in releases:
+        row = check(release, wheel)
+        rows.append(row)
+        tests = row.get("tests", {})
+        failed = [name for name, outcome in tests.items() if outcome == "failed"]
+        print(f"tensorflow-cpu {release}: {'ok' if row['ok'] else 'FAILED'} "
+              f"({sum(o == 'passed' for o in tests.values())} passed, {len(failed)} failed"
+              f"{', ' + ', '.join(failed) if failed else ''}){' ' + row['error'] if 'error' in row else ''}",
+              flush=True)
+    report = {
+        "command": "make compat",
+        "wheel": os.path.basename(wheel),
+        "python": platform.python_version(),
+        "supported": _supported.supported_range(),
+        "results": rows,
+    }
+    with open(args.out, "w") as f:
+        json.dump(report, f, indent=1)
+        f.write("\n")
+    print(f"wrote {os.path.relpath(args.out, REPO)}")
+    return 0 if all(row["ok"] for row in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

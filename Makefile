@@ -19,7 +19,7 @@
 #   make bench       benchmark against stock TensorFlow (bench/results.json, bench/ratios.png)
 #   make bench-multiworker  gobn's synchronized batch norm against Keras' on 2 worker processes (docs/multiworker.md)
 #   make multiworker the example examples/multiworker: train on WORKERS (default 2) local worker processes
-#   make bench-models  ResNet50 and MobileNetV2 training steps, stock Keras against gobn.keras.convert (docs/models.md)
+#   make bench-models  ResNet50 and MobileNetV2 training steps, stock against gobn: Keras 3 with convert, tf_keras with enable() (docs/models.md)
 #   make gpu-bundle  build/gpu: the CUDA path's check, for a GPU machine without Go or TensorFlow
 #   make clean       remove build outputs
 #   make help        print this list
@@ -253,9 +253,10 @@ bench-multiworker: $(LIB)
 	$(VPY) scripts/bench_multiworker.py
 
 # ---------------------------------------------------------------------------
-# Existing Keras 3 models on gobn (gobn.keras.convert): training-step time of
-# keras.applications ResNet50 and MobileNetV2, stock against converted, with
-# oneDNN on and off (docs/models.md). BENCH_MODELS_ARGS passes options, e.g.
+# Existing models on gobn: training-step time of ResNet50 and MobileNetV2,
+# stock against gobn by both routes (Keras 3 with gobn.keras.convert, tf_keras
+# with gobn.enable()), with oneDNN on and off (docs/models.md; the published
+# run is bench/models.json). BENCH_MODELS_ARGS passes options, e.g.
 # make bench-models BENCH_MODELS_ARGS="--rounds 20 --batch-size 16".
 BENCH_MODELS_ARGS ?=
 bench-models: $(LIB)

@@ -1,9 +1,18 @@
-"""gobn.enable(): gobn's kernels for stock TensorFlow's own gradient ops.
+"""gobn.enable(): stock TensorFlow's batch-norm gradients on gobn's kernels,
+with oneDNN off and on.
 
 enable() lasts for the process (TensorFlow cannot unregister a kernel), so
-each test runs a child Python that computes stock's results first, enables
-gobn, computes again and reports; this process never enables. Expected
-values are stock TensorFlow's, computed in the same child before enable().
+each configuration runs enable_child.py in a child Python that computes
+every case with stock first, enables gobn, computes again and reports; this
+process never enables. Expected values are stock TensorFlow's, computed in
+the same child before enable(), or a float64 reference.
+
+- oneDNN off: kernel priority puts gobn's kernels under stock's gradient ops,
+  so direct calls of those ops run on gobn too.
+- oneDNN on: TensorFlow rewrites the float32 and bfloat16 gradient ops to its
+  own before it picks a kernel, so enable() gives the forward ops gradients
+  made of Gobn> ops; the gradients of tapes, graphs and Keras models run on
+  gobn, direct calls of stock's gradient ops stay oneDNN's.
 
 Stock BatchNormWithGlobalNormalizationGrad is refused by TensorFlow itself
 in today's graphs (deprecated at GraphDef version 9) before any kernel is
@@ -15,14 +24,14 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 
+import numpy as np
 import pytest
 
-from support import TOLERANCES
+from support import TOLERANCES, child_env
 from test_cuda_build import cuda_mode
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "enable_child.py")
 
 # The dtypes of T stock TensorFlow 2.21 registers kernels for, by device
 # (its CPU and GPU builds' registries): what enable() must cover.
@@ -34,131 +43,30 @@ STOCK_KERNELS = {
                                              "GPU": ["float16", "float32"]},
 }
 
-CHILD = textwrap.dedent("""
-    import json, sys, warnings
-    import numpy as np
-    import tensorflow as tf
-    sys.path.insert(0, sys.argv[1])
-    import gobn
-
-    rng = np.random.default_rng(7)
-    x = rng.standard_normal((4, 5, 6, 8)).astype(np.float32)
-    dy = rng.standard_normal(x.shape).astype(np.float32)
-    mean, var = x.mean((0, 1, 2)), x.var((0, 1, 2))
-    scale = rng.standard_normal(8).astype(np.float32)
-
-    def fused(op, dtype, fmt, training):
-        xs, dys = x, dy
-        if fmt == "NCHW":
-            xs, dys = x.transpose(0, 3, 1, 2), dy.transpose(0, 3, 1, 2)
-        args = dict(y_backprop=tf.cast(dys, dtype), x=tf.cast(xs, dtype), scale=scale,
-                    reserve_space_1=mean, reserve_space_2=var, epsilon=1e-3, data_format=fmt,
-                    is_training=training)
-        if op == "FusedBatchNormGradV3":
-            args["reserve_space_3"] = var
-        out = getattr(tf.raw_ops, op)(**args)
-        return [np.asarray(tf.cast(t, tf.float64)) for t in out[:3]]
-
-    def train_step_fn():
-        # A tf.function training step through tf.compat.v1.nn.fused_batch_norm
-        # (stock's FusedBatchNormV3 forward; its registered gradient is
-        # FusedBatchNormGradV3).
-        w = tf.Variable(np.ones(8, np.float32))
-        @tf.function
-        def step(x):
-            with tf.GradientTape() as tape:
-                tape.watch(x)
-                y, _, _ = tf.compat.v1.nn.fused_batch_norm(x, w, tf.zeros(8), is_training=True)
-                loss = tf.reduce_sum(tf.square(y) * tf.range(8, dtype=tf.float32))
-            g = tape.gradient(loss, [x, w])
-            return loss, g[0], g[1]
-        return step
-
-    def keras2_losses():
-        # A tf_keras (Keras 2) model as users write it: its BatchNormalization
-        # runs stock's FusedBatchNormV3, and its gradient FusedBatchNormGradV3.
-        import tf_keras
-        tf_keras.utils.set_random_seed(3)
-        model = tf_keras.Sequential([
-            tf_keras.layers.Conv2D(6, 3, input_shape=(6, 8, 8)),
-            tf_keras.layers.BatchNormalization(),
-            tf_keras.layers.ReLU(),
-            tf_keras.layers.Flatten(),
-            tf_keras.layers.Dense(3)])
-        model.compile(tf_keras.optimizers.SGD(0.05), "mse")
-        data = np.random.default_rng(5).standard_normal((32, 6, 8, 8)).astype(np.float32)
-        target = np.random.default_rng(6).standard_normal((32, 3)).astype(np.float32)
-        return model.fit(data, target, batch_size=8, epochs=2, shuffle=False, verbose=0).history["loss"]
-
-    cases = [(op, dt, fmt, tr) for op in ("FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3")
-             for dt in ((tf.float32,) if op == "FusedBatchNormGrad" else (tf.float32, tf.float16, tf.bfloat16))
-             for fmt in ("NHWC",) for tr in (True, False)]
-    stock = {repr(c): fused(*c) for c in cases}
-    stock_step = [np.asarray(t) for t in train_step_fn()(tf.constant(x))]
-    stock_keras2 = keras2_losses()
-    before = gobn.kernel_calls()
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        report = gobn.enable()
-    again = gobn.enable()
-
-    got, calls = {}, {}
-    for c in cases:
-        got[repr(c)] = fused(*c)
-        calls[repr(c)] = gobn.kernel_calls().get(c[0], {}).get("CPU", 0)
-    n = gobn.kernel_calls().get("FusedBatchNormGradV3", {}).get("CPU", 0)
-    got_step = [np.asarray(t) for t in train_step_fn()(tf.constant(x))]
-    step_calls = gobn.kernel_calls().get("FusedBatchNormGradV3", {}).get("CPU", 0) - n
-    got_keras2 = keras2_losses()
-    keras2_calls = gobn.kernel_calls().get("FusedBatchNormGradV3", {}).get("CPU", 0) - n - step_calls
-
-    def step_reference():
-        # The step in float64: y = (x−μ)·c·w, loss = Σ k·y², c = 1/sqrt(σ²+ε).
-        x64, w = x.astype(np.float64), np.ones(8)
-        mu, c = x64.mean((0, 1, 2)), 1 / np.sqrt(x64.var((0, 1, 2)) + 1e-3)
-        k = np.arange(8.0)
-        y = (x64 - mu) * c * w
-        dy = 2 * k * y
-        dxmu = (dy * (x64 - mu)).mean((0, 1, 2))
-        dx = w * c * (dy - dy.mean((0, 1, 2)) - (x64 - mu) * c * c * dxmu)
-        return [np.sum(k * y * y), dx, (dy * (x64 - mu) * c).sum((0, 1, 2))]
-
-    def err(a, b):
-        return max(float(np.max(np.abs(p - q)) / max(float(np.max(np.abs(q))), 1e-30)) for p, q in zip(a, b))
-
-    print(json.dumps({
-        "before": before, "report": report, "same_report": again is report,
-        "warnings": [str(w.message) for w in caught],
-        "errors": {k: err(got[k], stock[k]) for k in stock},
-        "calls": calls,
-        "step_error": err(got_step, step_reference()), "stock_step_error": err(stock_step, step_reference()),
-        "step_calls": step_calls,
-        "keras2_losses": got_keras2, "stock_keras2_losses": stock_keras2, "keras2_calls": keras2_calls,
-    }))
-""")
-
-# The child reports max|got - stock| / max|stock|: it must stay within the
-# dtype's rtol (the project's tolerance table, gobn._testing.TOLERANCES).
-TOLERANCE = {dtype: TOLERANCES[dtype][0] for dtype in ("float32", "float16", "bfloat16")}
-
 
 def run_child(onednn):
-    env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS=str(onednn), TF_CPP_MIN_LOG_LEVEL="2")
-    out = subprocess.run([sys.executable, "-c", CHILD, os.path.join(REPO, "python")], env=env,
-                         capture_output=True, text=True, timeout=240)
+    out = subprocess.run([sys.executable, CHILD], env=child_env(TF_ENABLE_ONEDNN_OPTS=str(onednn),
+                                                                 TF_CPP_MIN_LOG_LEVEL="2"),
+                         capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-4000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    report = json.loads(out.stdout.strip().splitlines()[-1])
+    assert report["onednn"] == bool(onednn), "TF_ENABLE_ONEDNN_OPTS did not take"
+    return report
 
 
-@pytest.fixture(scope="module")
-def without_onednn(gobn):
-    return run_child(0)
+@pytest.fixture(scope="module", params=[0, 1], ids=["onednn_off", "onednn_on"])
+def child(request):
+    return run_child(request.param)
 
 
-@pytest.fixture(scope="module")
-def with_onednn(gobn):
-    return run_child(1)
+def relative_error(got, want):
+    """max|got − want| / max|want| over the arrays of a case's results (lists of arrays)."""
+    return max(float(np.max(np.abs(np.asarray(g) - np.asarray(w))) / max(float(np.max(np.abs(w))), 1e-30))
+               for g, w in zip(got, want, strict=True))
+
+
+def rtol(dtype):
+    return TOLERANCES[dtype][0]
 
 
 def expected_report():
@@ -170,55 +78,65 @@ def expected_report():
     return want
 
 
-def test_enable_covers_every_stock_kernel_and_is_idempotent(without_onednn):
-    r = without_onednn
-    assert r["before"] == {}, "loading the library alone must not run gobn for stock ops"
-    assert r["report"] == expected_report()
-    assert r["same_report"]
-    assert r["warnings"] == []
+def test_enable_covers_every_stock_kernel_and_is_idempotent(child):
+    assert child["before"] == {}, "loading the library alone must not run gobn for stock ops"
+    assert child["report"] == expected_report()
+    assert child["same_report"]
+    assert child["warnings"] == []
 
 
-def test_stock_ops_run_on_gobn_with_stocks_results(without_onednn):
-    r = without_onednn
-    for case, e in sorted(r["errors"].items()):
-        dtype = "float32" if "float32" in case else "float16" if "float16" in case else "bfloat16"
-        assert e <= TOLERANCE[dtype], (case, e)
-    for case in r["calls"]:
-        # every case after enable() ran one more call of gobn's kernel for its op
-        assert r["calls"][case] >= 1, case
-    for op in ("FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3"):
-        counts = [n for case, n in r["calls"].items() if f"'{op}'" in case]
-        assert counts == list(range(counts[0], counts[0] + len(counts))), (op, counts)
+def test_direct_calls_of_stock_gradient_ops(child):
+    """Each call of a stock gradient op runs gobn's kernel with oneDNN off.
+    With oneDNN on, TensorFlow 2.21 rewrites them to its own ops first (they
+    stay oneDNN's, as enable() documents), all but FusedBatchNormGradV3 in
+    float16, which runs on gobn. The results are stock's either way."""
+    for case, calls in child["calls"].items():
+        if not case.startswith("raw "):
+            continue
+        _, op, dtype, _ = case.split()
+        assert relative_error(child["got"][case], child["stock"][case]) <= rtol(dtype), case
+        on_gobn = not child["onednn"] or (op, dtype) == ("FusedBatchNormGradV3", "float16")
+        assert calls == (1 if on_gobn else 0), (case, calls)
 
 
-def test_training_step_in_a_tf_function_runs_on_gobn(without_onednn):
-    r = without_onednn
-    assert r["step_calls"] == 1
+def test_onednns_forward_saves_the_batch_mean_and_biased_variance(child):
+    """The reserve spaces the gradient functions feed gobn, from the forward
+    TensorFlow ran: oneDNN's _MklNativeFusedBatchNormV3 when it is on, whose
+    third is empty; Eigen's third is a scalar. Neither gradient reads it."""
+    for forward in (child["stock_forward"], child["forward"]):
+        want = "_MklNativeFusedBatchNormV3" if child["onednn"] else "FusedBatchNormV3"
+        assert forward["ops"] == [want], forward["ops"]
+        assert relative_error([forward["reserve_space_1"]], [child["batch_mean"]]) <= 1e-6
+        assert relative_error([forward["reserve_space_2"]], [child["biased_variance"]]) <= 1e-6
+        assert forward["reserve_space_3_shape"] == ([0] if child["onednn"] else [])
+
+
+def test_training_step_traced_after_enable_runs_on_gobn(child):
+    assert child["calls"]["train_step"] == 1
     # against the float64 reference, at least as accurate as stock's step
-    assert r["step_error"] <= max(r["stock_step_error"], 1e-6), (r["step_error"], r["stock_step_error"])
+    got = relative_error(child["got"]["train_step"], child["step_reference"])
+    stock = relative_error(child["stock"]["train_step"], child["step_reference"])
+    assert got <= max(stock, 1e-6), (got, stock)
 
 
-def test_onednn_keeps_its_own_rewrite_and_enable_warns(with_onednn):
-    """With oneDNN on, TensorFlow rewrites the float gradients to its _Mkl
-    ops before a kernel is chosen: gobn's kernels do not run for them, as
-    enable() documents and warns; the results stay stock's (oneDNN's)."""
-    r = with_onednn
-    assert r["report"] == expected_report()
-    assert any("oneDNN" in w for w in r["warnings"])
-    float_cases = [case for case in r["calls"] if "float32" in case]
-    assert float_cases
-    for case, e in r["errors"].items():
-        dtype = "float32" if "float32" in case else "float16" if "float16" in case else "bfloat16"
-        assert e <= TOLERANCE[dtype], (case, e)
-    fused_v3_float = [case for case in float_cases if "'FusedBatchNormGradV3'" in case]
-    counts = [r["calls"][case] for case in fused_v3_float]
-    assert counts == [counts[0]] * len(counts), "float ran on oneDNN's rewrite, not on gobn"
+def test_jit_compile_keeps_stocks_gradient(child):
+    """XLA compiles stock's gradient op and has no kernel for gobn's: under
+    jit_compile the step runs, on stock's gradient, with stock's results."""
+    assert child["calls"]["train_step jit_compile"] == 0
+    assert relative_error(child["got"]["train_step jit_compile"], child["stock"]["train_step jit_compile"]) <= 1e-6
 
 
-def test_unmodified_tf_keras_model_trains_on_gobn(without_onednn):
+def test_second_order_gradients(child):
+    assert child["calls"]["second_order"] >= 1, "the first-order gradient inside ran on gobn"
+    assert relative_error(child["got"]["second_order"], child["stock"]["second_order"]) <= rtol("float32")
+
+
+@pytest.mark.parametrize("case", ["tf_keras float32", "tf_keras mixed_bfloat16"])
+def test_unmodified_tf_keras_model_trains_on_gobn(child, case):
     """A Keras 2 model trains with gobn computing every batch-norm gradient:
-    two epochs of 4 batches, 8 gradient calls, and the losses of stock's run."""
-    r = without_onednn
-    assert r["keras2_calls"] == 8
-    for got, want in zip(r["keras2_losses"], r["stock_keras2_losses"], strict=True):
-        assert abs(got - want) <= 1e-4 * abs(want), (r["keras2_losses"], r["stock_keras2_losses"])
+    two epochs of 4 batches, 8 gradient calls, and the losses of stock's run
+    (in bfloat16 where the policy is mixed_bfloat16)."""
+    assert child["calls"][case] == 8
+    tolerance = rtol("bfloat16" if case.endswith("bfloat16") else "float32")
+    assert relative_error(child["got"][case], child["stock"][case]) <= tolerance, \
+        (child["got"][case], child["stock"][case])

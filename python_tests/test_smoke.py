@@ -5,7 +5,7 @@ environment of each supported TensorFlow release with the wheel installed
 (``pytest --noconftest``), so this file stands alone: it imports gobn as it
 finds it and takes its tolerances and float64 references from
 ``gobn._testing``. What lasts for the process (``enable()``) runs in child
-processes, with oneDNN off.
+processes, with oneDNN off and on.
 
 - the ops against stock's (or the float64 reference where stock has none);
 - ``gobn.fused_batch_norm`` and the Keras layer against stock's, gradients
@@ -234,7 +234,7 @@ def gradient_calls(calls):
     return sum(devices.get("CPU", 0) for op, devices in calls.items() if "BatchNormGrad" in op)
 
 
-@pytest.mark.parametrize("onednn", ["0"], ids=["onednn_off"])
+@pytest.mark.parametrize("onednn", ["0", "1"], ids=["onednn_off", "onednn_on"])
 def test_enable_runs_stock_gradients_on_gobn(onednn):
     report = run_child(ENABLE_CHILD, f"TF_ENABLE_ONEDNN_OPTS={onednn}")
     assert gradient_calls(report["calls"]) == 1, report["calls"]
@@ -242,7 +242,7 @@ def test_enable_runs_stock_gradients_on_gobn(onednn):
         assert_close(np.array(g), np.array(w), tf.float32, name)
 
 
-@pytest.mark.parametrize("onednn", ["0"], ids=["onednn_off"])
+@pytest.mark.parametrize("onednn", ["0", "1"], ids=["onednn_off", "onednn_on"])
 def test_tf_keras_model_after_enable(onednn):
     pytest.importorskip("tf_keras", reason="tf-keras is not installed")
     stock = run_child(TF_KERAS_CHILD, "stock", f"TF_ENABLE_ONEDNN_OPTS={onednn}")

@@ -121,37 +121,44 @@ _enabled = None
 
 
 def enable():
-    """Runs gobn's kernels for stock TensorFlow's batch-norm gradient ops.
+    """Runs stock TensorFlow's batch-norm gradients on gobn's kernels.
 
-    Registers gobn's kernels under the names of stock's FusedBatchNormGrad,
-    FusedBatchNormGradV2, FusedBatchNormGradV3 and
-    BatchNormWithGlobalNormalizationGrad, for every dtype gobn has kernels
-    for, on the CPU and (in a library built with the CUDA path) the GPU,
-    with a kernel priority above stock's. From then on TensorFlow picks
-    gobn's kernel wherever it would have picked stock's, so unmodified
-    models (tf_keras, tf.compat.v1 layers, tf.nn.fused_batch_norm) compute
-    their batch-norm gradients on gobn: add ``gobn.enable()`` at the top of a
-    training script, before the model runs.
+    Add ``gobn.enable()`` at the top of a training script, before the model
+    is built or traced: unmodified models (tf_keras, ``tf.compat.v1``
+    layers, ``tf.compat.v1.nn.fused_batch_norm``) then compute their
+    batch-norm gradients on gobn, on every configuration.
 
+    - It registers gobn's kernels under the names of stock's
+      FusedBatchNormGrad, FusedBatchNormGradV2, FusedBatchNormGradV3 and
+      BatchNormWithGlobalNormalizationGrad, for every dtype gobn has kernels
+      for, on the CPU and (in a library built with the CUDA path) the GPU,
+      with a kernel priority above stock's: TensorFlow picks gobn's kernel
+      wherever it would have picked stock's, even for graphs built before.
+    - With oneDNN on (TensorFlow's default on CPUs with AVX512_VNNI or AMX),
+      TensorFlow rewrites those gradient ops to its own ``_MklNative`` ops
+      before it picks a kernel, so enable() also makes the gradients of the
+      forward ops (FusedBatchNorm, V2, V3) ``Gobn>`` ops, which the rewrite
+      leaves alone (gobn._stock_gradients): the gradients of graphs built,
+      tapes run and functions traced after enable() run on gobn, while
+      convolutions and the forward pass stay on oneDNN. A stock gradient op
+      called directly (``tf.raw_ops.FusedBatchNormGradV3``) stays oneDNN's
+      there, and under ``jit_compile`` XLA compiles stock's gradient.
     - It is opt-in (loading the library changes nothing) and idempotent.
       TensorFlow cannot unregister a kernel, so it lasts for the process.
     - It clears the eager kernel cache, so eager ops already run pick gobn's
-      kernels at their next run; a tf.function already traced keeps the
-      kernels it was instantiated with until it is traced again.
+      kernels at their next run; a tf.function already traced keeps what it
+      was traced with until it is traced again.
     - Kernel priority also orders devices: gobn registers the same priority
       on every device type it has kernels for, so placement is stock's. A
       library built without the CUDA path (GOBN_CUDA=0) would move the ops
       to the CPU on a GPU machine, so there it refuses.
-    - With oneDNN on (TF_ENABLE_ONEDNN_OPTS=1, TensorFlow's default on CPUs
-      with AVX512_VNNI or AMX), TensorFlow rewrites the CPU gradients that
-      oneDNN takes (float, and bfloat16 where the CPU has it), eager and in
-      tf.function graphs alike, to its own _MklFusedBatchNormGrad* ops
-      before a kernel is chosen: those keep running oneDNN, and enable()
-      warns. Set TF_ENABLE_ONEDNN_OPTS=0 before importing TensorFlow for
-      gobn to run them. ``gobn.kernel_calls()`` tells which ran.
+
+    ``gobn.kernel_calls()`` counts what ran: stock's names for the kernels
+    registered under them, ``Gobn>`` names for gobn's own ops.
 
     Returns:
-      {stock op: {device type: [dtypes of T]}}: what now runs on gobn.
+      {stock op: {device type: [dtypes of T]}}: the kernels registered under
+      stock's names.
 
     Raises:
       RuntimeError: when the library has no GPU kernels but TensorFlow sees
@@ -182,12 +189,9 @@ def enable():
 
     context.context().clear_kernel_cache()
     if _pywrap_util_port.IsMklEnabled():
-        import warnings
+        from gobn import _stock_gradients
 
-        warnings.warn("gobn.enable: oneDNN is on (TF_ENABLE_ONEDNN_OPTS), so TensorFlow rewrites the CPU "
-                      "batch-norm gradients oneDNN takes to its own ops, which gobn's kernels do not replace; "
-                      "set TF_ENABLE_ONEDNN_OPTS=0 before importing TensorFlow for gobn to run them",
-                      RuntimeWarning, stacklevel=2)
+        _stock_gradients.install()
     report = {}
     for op in STOCK_OPS:
         for k in kernel_registry.get_registered_kernels_for_op(op).kernel:

@@ -24,36 +24,7 @@ func (k *kernel) gradReduce(in []tensor, allocate allocator, temp tempAllocator)
 		}
 	}
 	view[int64](out[2])[0] = g.N * g.S // count: host memory on every device
-	d := kernels.Dims{N: g.N, C: g.C, S: g.S, Layout: layout(g)}
-	if k.onGPU {
-		return gpu{}.gradReduce(k, d, in, out[:], temp)
-	}
-	return cpu{}.gradReduce(k, d, in, out[:], temp)
-}
-
-func (cpu) gradReduce(k *kernel, d kernels.Dims, in, out []tensor, _ tempAllocator) error {
-	switch k.dtype {
-	case opdef.Float:
-		gradReduce[float32](d, in, out)
-	case opdef.Half:
-		gradReduce[kernels.Half](d, in, out)
-	case opdef.BFloat16:
-		gradReduce[kernels.BFloat16](d, in, out)
-	default:
-		return unsupported(k)
-	}
-	return nil
-}
-
-func gradReduce[T kernels.Element](d kernels.Dims, in, out []tensor) {
-	kernels.GradReduce(kernels.GradReduceArgs[T]{
-		Dims:      d,
-		YBackprop: view[T](in[0]),
-		X:         view[T](in[1]),
-		Mean:      view[float32](in[2]),
-		SumDy:     view[float32](out[0]),
-		SumDyXmu:  view[float32](out[1]),
-	})
+	return k.run(kernels.Dims{N: g.N, C: g.C, S: g.S, Layout: layout(g)}, in, out[:], 0, temp)
 }
 
 // gradApply runs BatchNormGradApply: x_backprop from the global sums.
@@ -69,43 +40,9 @@ func (k *kernel) gradApply(in []tensor, allocate allocator, temp tempAllocator) 
 	if err := opdef.CheckCount(count, g); err != nil {
 		return err
 	}
-	out, err := allocate(0, k.dtype, in[1].dims, dyOrX)
-	if err != nil {
+	var out [1]tensor
+	if out[0], err = allocate(0, k.dtype, in[1].dims, dyOrX); err != nil {
 		return err
 	}
-	d := kernels.Dims{N: g.N, C: g.C, S: g.S, Layout: layout(g)}
-	if k.onGPU {
-		return gpu{}.gradApply(k, count, d, in, out, temp)
-	}
-	return cpu{}.gradApply(k, count, d, in, out, temp)
-}
-
-func (cpu) gradApply(k *kernel, count int64, d kernels.Dims, in []tensor, out tensor, _ tempAllocator) error {
-	switch k.dtype {
-	case opdef.Float:
-		gradApply[float32](k.epsilon, count, d, in, out)
-	case opdef.Half:
-		gradApply[kernels.Half](k.epsilon, count, d, in, out)
-	case opdef.BFloat16:
-		gradApply[kernels.BFloat16](k.epsilon, count, d, in, out)
-	default:
-		return unsupported(k)
-	}
-	return nil
-}
-
-func gradApply[T kernels.Element](epsilon float32, count int64, d kernels.Dims, in []tensor, out tensor) {
-	kernels.GradApply(kernels.GradApplyArgs[T]{
-		Dims:      d,
-		YBackprop: view[T](in[0]),
-		X:         view[T](in[1]),
-		Scale:     view[float32](in[2]),
-		Mean:      view[float32](in[3]),
-		Variance:  view[float32](in[4]),
-		SumDy:     view[float32](in[5]),
-		SumDyXmu:  view[float32](in[6]),
-		Count:     count,
-		Epsilon:   epsilon,
-		XBackprop: view[T](out),
-	})
+	return k.run(kernels.Dims{N: g.N, C: g.C, S: g.S, Layout: layout(g)}, in, out[:], count, temp)
 }

@@ -80,13 +80,48 @@ type kernel struct {
 	scaleAfterNormalization bool
 }
 
+// newKernel reads the attrs op number op declares, for a kernel registered
+// with flags (gobn.h: GOBN_ON_GPU, GOBN_AS_STOCK).
+func newKernel(op, flags int, attrs constructionAttrs) (*kernel, error) {
+	k := &kernel{op: opdef.All[op], onGPU: flags&gobnOnGPU != 0, calls: &kernelCalls[op][flags]}
+	var err error
+	for _, a := range k.op.Attrs {
+		switch a.Name {
+		case "T":
+			k.dtype, err = attrs.dtype(a.Name)
+		case "epsilon", "variance_epsilon":
+			k.epsilon, err = attrs.float(a.Name)
+		case "data_format":
+			k.dataFormat, err = attrs.string(a.Name)
+		case "is_training":
+			k.isTraining, err = attrs.bool(a.Name)
+		case "scale_after_normalization":
+			k.scaleAfterNormalization, err = attrs.bool(a.Name)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return k, nil
+}
+
+// call runs the kernel on the inputs of one TensorFlow call.
+func (k *kernel) call(c *call) error {
+	k.calls.Add(1)
+	inputs, total, err := c.inputs(len(k.op.Inputs))
+	if err != nil {
+		return err
+	}
+	if total != len(k.op.Inputs) { // TensorFlow checks the op's signature first
+		return internalError(fmt.Sprintf("%s: got %d inputs, want %d", k.op.Name, total, len(k.op.Inputs)))
+	}
+	return k.compute(inputs, c.allocate, c.temp)
+}
+
 // compute validates the inputs with stock's rules, allocates the outputs and
 // runs the kernel. temp allocates a GPU kernel's workspace; a CPU kernel
 // takes none (nil).
 func (k *kernel) compute(inputs []tensor, allocate allocator, temp tempAllocator) error {
-	if len(inputs) != len(k.op.Inputs) {
-		return fmt.Errorf("%s: got %d inputs, want %d", k.op.Name, len(inputs), len(k.op.Inputs))
-	}
 	if err := k.checkDTypes(inputs); err != nil {
 		return err
 	}
@@ -95,14 +130,14 @@ func (k *kernel) compute(inputs []tensor, allocate allocator, temp tempAllocator
 		return k.gradReduce(inputs, allocate, temp)
 	case opdef.GradApply:
 		return k.gradApply(inputs, allocate, temp)
-	}
-	if k.op.Kind == opdef.GlobalNormalizationGrad {
+	case opdef.GlobalNormalizationGrad:
 		return k.globalNormalizationGrad(inputs, allocate, temp)
 	}
 	return k.fusedGrad(inputs, allocate, temp)
 }
 
-// checkDTypes confirms what TensorFlow's type constraints already promise.
+// checkDTypes confirms what TensorFlow's type constraints already promise:
+// a mismatch is a bug (Internal), not bad input.
 func (k *kernel) checkDTypes(inputs []tensor) error {
 	for i, in := range k.op.Inputs {
 		want := k.dtype
@@ -113,10 +148,30 @@ func (k *kernel) checkDTypes(inputs []tensor) error {
 			want = opdef.Int64
 		}
 		if inputs[i].dtype != want {
-			return &opdef.ArgumentError{Msg: fmt.Sprintf("%s must be %s, got %s", in.Name, want, inputs[i].dtype)}
+			return internalError(fmt.Sprintf("%s: %s must be %s, got %s", k.op.Name, in.Name, want, inputs[i].dtype))
 		}
 	}
 	return nil
+}
+
+// run runs the kernel on its device, once compute has validated the inputs
+// and allocated the outputs: d is x's geometry, count the element count of
+// BatchNormGradApply (R of BatchNormGradReduce is written by compute).
+func (k *kernel) run(d kernels.Dims, in, out []tensor, count int64, temp tempAllocator) error {
+	if !k.op.HasKernel(k.dtype, k.onGPU) {
+		return internalError(fmt.Sprintf("%s: no %s kernel for T=%s", k.op.Name, deviceName(k.onGPU), k.dtype))
+	}
+	if k.onGPU {
+		return gpu{}.run(k, d, in, out, count, temp)
+	}
+	return cpu{}.run(k, d, in, out, count)
+}
+
+func deviceName(onGPU bool) string {
+	if onGPU {
+		return "GPU"
+	}
+	return "CPU"
 }
 
 func (k *kernel) fusedGrad(in []tensor, allocate allocator, temp tempAllocator) error {
@@ -141,63 +196,7 @@ func (k *kernel) fusedGrad(in []tensor, allocate allocator, temp tempAllocator) 
 			return err
 		}
 	}
-	d := kernels.Dims{N: g.N, C: g.C, S: g.S, Layout: layout(g)}
-	if k.onGPU {
-		return gpu{}.fusedGrad(k, d, in, out, temp)
-	}
-	return cpu{}.fusedGrad(k, d, in, out, temp)
-}
-
-// The device types, cpu and gpu, run their kernels on tensors that compute
-// has validated and allocated, each with the same four methods. They are
-// called directly, not through an interface, so that the tensors' arrays
-// stay on the stack (a CPU call allocates nothing).
-
-// tempAllocator allocates bytes of scratch memory on the running kernel's
-// device, freed when the call ends, and returns its address.
-type tempAllocator func(bytes int64) (uintptr, error)
-
-// cpu runs the Go kernels of package kernels.
-type cpu struct{}
-
-// unsupported is the error for a dtype the device has no kernel for, which
-// TensorFlow's type constraints already rule out.
-func unsupported(k *kernel) error {
-	return &opdef.ArgumentError{Msg: fmt.Sprintf("%s: T=%s is not supported", k.op.Name, k.dtype)}
-}
-
-func (cpu) fusedGrad(k *kernel, d kernels.Dims, in, out []tensor, _ tempAllocator) error {
-	switch k.dtype {
-	case opdef.Float:
-		fusedGrad[float32](k.isTraining, k.epsilon, d, in, out)
-	case opdef.Half:
-		fusedGrad[kernels.Half](k.isTraining, k.epsilon, d, in, out)
-	case opdef.BFloat16:
-		fusedGrad[kernels.BFloat16](k.isTraining, k.epsilon, d, in, out)
-	default:
-		return unsupported(k)
-	}
-	return nil
-}
-
-func fusedGrad[T kernels.Element](isTraining bool, epsilon float32, d kernels.Dims, in, out []tensor) {
-	args := kernels.FusedGradArgs[T]{
-		Dims:           d,
-		YBackprop:      view[T](in[0]),
-		X:              view[T](in[1]),
-		Scale:          view[float32](in[2]),
-		ReserveSpace1:  view[float32](in[3]),
-		ReserveSpace2:  view[float32](in[4]),
-		Epsilon:        epsilon,
-		XBackprop:      view[T](out[0]),
-		ScaleBackprop:  view[float32](out[1]),
-		OffsetBackprop: view[float32](out[2]),
-	}
-	if isTraining {
-		kernels.TrainingGrad(args)
-	} else {
-		kernels.InferenceGrad(args)
-	}
+	return k.run(kernels.Dims{N: g.N, C: g.C, S: g.S, Layout: layout(g)}, in, out, 0, temp)
 }
 
 func (k *kernel) globalNormalizationGrad(in []tensor, allocate allocator, temp tempAllocator) error {
@@ -218,44 +217,12 @@ func (k *kernel) globalNormalizationGrad(in []tensor, allocate allocator, temp t
 			return err
 		}
 	}
-	d := kernels.Dims{N: g.N, C: g.C, S: g.S, Layout: kernels.ChannelsLast}
-	if k.onGPU {
-		return gpu{}.globalNormalizationGrad(k, d, in, out, temp)
-	}
-	return cpu{}.globalNormalizationGrad(k, d, in, out, temp)
+	return k.run(kernels.Dims{N: g.N, C: g.C, S: g.S, Layout: kernels.ChannelsLast}, in, out, 0, temp)
 }
 
-func (cpu) globalNormalizationGrad(k *kernel, d kernels.Dims, in, out []tensor, _ tempAllocator) error {
-	switch k.dtype {
-	case opdef.Float:
-		globalNormalizationGrad[float32](k, d, in, out)
-	case opdef.Double:
-		globalNormalizationGrad[float64](k, d, in, out)
-	case opdef.Half:
-		globalNormalizationGrad[kernels.Half](k, d, in, out)
-	default:
-		return unsupported(k)
-	}
-	return nil
-}
-
-func globalNormalizationGrad[T kernels.Element](k *kernel, d kernels.Dims, in, out []tensor) {
-	kernels.GlobalNormalizationGrad(kernels.GlobalNormalizationArgs[T]{
-		Dims:                    d,
-		T:                       view[T](in[0]),
-		M:                       view[T](in[1]),
-		V:                       view[T](in[2]),
-		Gamma:                   view[T](in[3]),
-		Backprop:                view[T](in[4]),
-		VarianceEpsilon:         k.epsilon,
-		ScaleAfterNormalization: k.scaleAfterNormalization,
-		DX:                      view[T](out[0]),
-		DM:                      view[T](out[1]),
-		DV:                      view[T](out[2]),
-		DB:                      view[T](out[3]),
-		DG:                      view[T](out[4]),
-	})
-}
+// tempAllocator allocates bytes of scratch memory on the running kernel's
+// device, freed when the call ends, and returns its address.
+type tempAllocator func(bytes int64) (uintptr, error)
 
 func layout(g opdef.Geometry) kernels.Layout {
 	if g.ChannelsLast {

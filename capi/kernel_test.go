@@ -19,6 +19,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -145,12 +146,8 @@ func inputDType(in opdef.Arg, dtype opdef.DType) opdef.DType {
 
 // allowsFormat reports whether op's data_format attr allows format.
 func allowsFormat(op opdef.Op, format string) bool {
-	for _, a := range op.Attrs {
-		if a.Name == "data_format" {
-			return strings.Contains(a.Spec, "'"+format+"'")
-		}
-	}
-	return false
+	a, ok := op.Attr("data_format")
+	return ok && slices.Contains(a.Values, format)
 }
 
 // computeCase is one call of a kernel: its inputs, and the bytes of every
@@ -404,6 +401,17 @@ func FuzzCompute(f *testing.F) {
 		if errors.Is(err, errTooLarge) {
 			return
 		}
+		wrongDType := false
+		for i, in := range op.Inputs {
+			wrongDType = wrongDType || inputs[i].dtype != inputDType(in, k.dtype)
+		}
+		if wrongDType {
+			// TensorFlow's type constraints rule these out: Internal, naming the op.
+			if err == nil || !isInternal(err) || !strings.HasPrefix(err.Error(), op.Name+": ") {
+				t.Fatalf("%s: a dtype TensorFlow rules out gave %v, want Internal naming the op", op.Name, err)
+			}
+			return
+		}
 		if err != nil {
 			var argErr *opdef.ArgumentError
 			if !errors.As(err, &argErr) {
@@ -519,4 +527,24 @@ func TestComputeInPlace(t *testing.T) {
 		t.Fatalf("only %d calls checked", checked)
 	}
 	t.Logf("%d calls in place", checked)
+}
+
+// TestRunOnlyWhatOpdefBinds: the dispatch of each device runs exactly the
+// dtypes opdef binds to the op's kernels on that device; any other is a
+// broken promise of TensorFlow's type constraints, reported as Internal
+// before a tensor is touched.
+func TestRunOnlyWhatOpdefBinds(t *testing.T) {
+	for _, op := range opdef.All {
+		for _, onGPU := range []bool{false, true} {
+			for _, dtype := range []opdef.DType{opdef.Float, opdef.Double, opdef.Half, opdef.BFloat16, opdef.Int64} {
+				if op.HasKernel(dtype, onGPU) {
+					continue // run by the parity and fuzz tests
+				}
+				k := &kernel{op: op, onGPU: onGPU, dtype: dtype, dataFormat: opdef.NHWC}
+				if err := k.run(kernels.Dims{}, nil, nil, 0, nil); err == nil || !isInternal(err) {
+					t.Errorf("%s T=%s onGPU=%v: %v, want Internal", op.Name, dtype, onGPU, err)
+				}
+			}
+		}
+	}
 }

@@ -3,16 +3,20 @@
 // registers the Gobn> ops and their CPU kernels through TensorFlow's C API,
 // and, built with the cuda tag (make's default), their GPU kernels.
 //
-// Layout of the package: register.c registers ops and kernels from the tables
-// in registry_gen.c (generated from opdef) while the library loads;
-// callback.go holds the exported Go functions the C trampolines call. The
-// only other files that see C are call.go (a kernel run's pooled call: its
-// inputs, the outputs and temp memory it allocates, and their release),
-// attrs.go (a kernel's attrs at construction), shapes.go (shape inference),
-// status.go (TF_Status and errors) and, with the cuda tag, cuda.go.
-// kernel.go (and crossreplica.go, for the synchronized batch-norm ops)
-// validates inputs and dispatches to the kernels package (cpu) or
-// kernels/cuda (gpu.go) in plain Go.
+// Layout of the package, a file a job: register.c registers ops and kernels
+// from the tables in registry_gen.c (generated from opdef) while the library
+// loads, after library.c has made sure it is the process's only copy;
+// callback.go holds TensorFlow's callbacks, the exported Go functions the C
+// trampolines call; exports.go the exports for the Python package (kernel
+// calls, split statistics, enable). The other files that see C are call.go
+// (a kernel run's pooled call: its inputs, the outputs and temp memory it
+// allocates, and their release), attrs.go (a kernel's attrs at
+// construction), shapes.go (shape inference), status.go (TF_Status and
+// errors) and, with the cuda tag, cuda.go. In plain Go, kernel.go (and
+// crossreplica.go, for the synchronized batch-norm ops) validates inputs and
+// allocates outputs, and hands them to the device type's dispatch: cpu.go
+// (package kernels) or gpu.go (package kernels/cuda), one dtype switch each,
+// for the dtypes opdef binds.
 //
 // Build flags (include path of TensorFlow's headers, libtensorflow_framework)
 // come from the environment (CGO_CFLAGS, CGO_LDFLAGS) as the Makefile sets

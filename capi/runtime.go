@@ -5,11 +5,6 @@ import (
 	"runtime"
 )
 
-// goRuntime is the Go version the library was built with, e.g.
-// "go1.26.8-X:simd": Go's own runtime, unchanged (docs/performance.md says
-// why gobn ships no patched one).
-func goRuntime() string { return runtime.Version() }
-
 // Go's scheduler inside TensorFlow. Every TensorFlow thread that calls a gobn
 // kernel enters Go through a cgo callback; when the callback returns, that
 // thread keeps its P (Go's token to run Go code) in the "in a system call"

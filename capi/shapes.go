@@ -3,6 +3,8 @@ package main
 // #include "gobn.h"
 import "C"
 
+import "github.com/gobn/gobn/opdef"
+
 // shapeContext is the shape-inference context of one op being added to a graph.
 type shapeContext struct {
 	ctx    *C.TF_ShapeInferenceContext
@@ -72,4 +74,40 @@ func (s *shapeContext) scalar() *C.TF_ShapeHandle {
 func (s *shapeContext) setOutput(i int, h *C.TF_ShapeHandle) error {
 	C.TF_ShapeInferenceContextSetOutput(s.ctx, C.int(i), h, s.status)
 	return statusError(s.status)
+}
+
+// inferShapes gives every output its static shape: x_backprop (dx) takes x's
+// (t's) shape, the 1-D outputs take the shape of the per-channel inputs, the
+// placeholders [0], the count of BatchNormGradReduce []. It also rejects
+// inputs whose known ranks or dims already break the op's rules.
+func inferShapes(op opdef.Op, s *shapeContext) error {
+	handles := make([]*C.TF_ShapeHandle, len(op.Inputs))
+	dims := make([][]int64, len(op.Inputs))
+	for i, in := range op.Inputs {
+		minRank, maxRank := 0, -1
+		if len(in.Ranks) > 0 {
+			minRank, maxRank = in.Ranks[0], in.Ranks[len(in.Ranks)-1]
+		}
+		h, err := s.input(i, minRank, maxRank)
+		if err != nil {
+			return err
+		}
+		handles[i], dims[i] = h, s.dims(h)
+	}
+	if err := op.CheckStaticShapes(dims); err != nil {
+		return err
+	}
+	for i, out := range op.Outputs {
+		h := s.emptyVector()
+		switch {
+		case out.Shape.Scalar:
+			h = s.scalar()
+		case !out.Shape.Empty:
+			h = handles[out.Shape.Like]
+		}
+		if err := s.setOutput(i, h); err != nil {
+			return err
+		}
+	}
+	return nil
 }

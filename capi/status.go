@@ -34,16 +34,24 @@ func statusError(status *C.TF_Status) error {
 // setStatus writes err into status: InvalidArgument for broken op rules, the
 // carried code for TensorFlow's own errors, Internal for anything else.
 func setStatus(status *C.TF_Status, err error) {
-	code := C.TF_Code(C.TF_INTERNAL)
+	msg := C.CString(err.Error())
+	defer C.free(unsafe.Pointer(msg))
+	C.TF_SetStatus(status, statusCode(err), msg)
+}
+
+// statusCode returns the TensorFlow status code err is reported with.
+func statusCode(err error) C.TF_Code {
 	var argErr *opdef.ArgumentError
 	var tfErr *tfError
 	switch {
 	case errors.As(err, &argErr):
-		code = C.TF_INVALID_ARGUMENT
+		return C.TF_INVALID_ARGUMENT
 	case errors.As(err, &tfErr):
-		code = tfErr.code
+		return tfErr.code
 	}
-	msg := C.CString(err.Error())
-	defer C.free(unsafe.Pointer(msg))
-	C.TF_SetStatus(status, code, msg)
+	return C.TF_INTERNAL
 }
+
+// isInternal reports whether err is reported as TensorFlow's Internal: a
+// bug of gobn's, or a broken promise of TensorFlow's.
+func isInternal(err error) bool { return statusCode(err) == C.TF_INTERNAL }

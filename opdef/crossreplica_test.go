@@ -153,9 +153,9 @@ func TestCheckCount(t *testing.T) {
 // TestSyncOpsStaticShapes checks the graph-time rules of the new kinds: x and
 // y_backprop must be compatible, the rest waits for data_format at run time.
 func TestSyncOpsStaticShapes(t *testing.T) {
-	reduce, ok := opdef.ByName("Gobn>BatchNormGradReduce")
+	reduce, ok := byName("Gobn>BatchNormGradReduce")
 	require.True(t, ok)
-	apply, ok := opdef.ByName("Gobn>BatchNormGradApply")
+	apply, ok := byName("Gobn>BatchNormGradApply")
 	require.True(t, ok)
 	assert.Equal(t, opdef.ShapeRule{Scalar: true}, reduce.Outputs[2].Shape)
 	assert.Equal(t, opdef.ShapeRule{Like: 2}, reduce.Outputs[0].Shape)

@@ -1,6 +1,9 @@
 package opdef
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+)
 
 // Op is the specification of one gobn op: exactly the signature of the stock
 // TensorFlow op it mirrors, under the Gobn> namespace.
@@ -13,8 +16,8 @@ type Op struct {
 	Stock string
 	// Kind says which kernel family computes the op.
 	Kind Kind
-	// Inputs, Outputs and Attrs are REGISTER_OP spec strings and their parsed
-	// parts, in stock order.
+	// Inputs, Outputs and Attrs are the op's arguments and attributes, in
+	// stock order; their Spec methods render REGISTER_OP spec strings.
 	Inputs  []Arg
 	Outputs []Arg
 	Attrs   []Attr
@@ -70,10 +73,86 @@ type ShapeRule struct {
 	Scalar bool
 }
 
-// Attr is one attribute with its REGISTER_OP spec string.
+// Attr is one attribute: its kind, the values it may take and its default.
+// Spec renders it as TensorFlow's op builder takes it.
 type Attr struct {
 	Name string
-	Spec string
+	Kind AttrKind
+	// Types lists the dtypes a TypeAttr may take, in spec order; empty where
+	// TypeClass names them.
+	Types []DType
+	// TypeClass is a class of dtypes TensorFlow names ("numbertype") for a
+	// TypeAttr without Types.
+	TypeClass string
+	// Values lists the strings a StringAttr may take; empty: any.
+	Values []string
+	// Default is the attr's default, a float32, bool or string as Kind says;
+	// nil for an attr without one.
+	Default any
+}
+
+// AttrKind is the type of an attr's value.
+type AttrKind int
+
+// The kinds of attr gobn's ops have.
+const (
+	TypeAttr AttrKind = iota // a dtype
+	FloatAttr
+	BoolAttr
+	StringAttr
+)
+
+// Spec returns the attr as a REGISTER_OP spec string, e.g.
+// "T: {half, bfloat16, float}", "epsilon: float = 0.0001" or
+// "data_format: {'NHWC', 'NCHW'} = 'NHWC'".
+func (a Attr) Spec() string {
+	var typ string
+	switch a.Kind {
+	case TypeAttr:
+		typ = a.TypeClass
+		if len(a.Types) > 0 {
+			names := make([]string, len(a.Types))
+			for i, t := range a.Types {
+				names[i] = t.String()
+			}
+			typ = "{" + strings.Join(names, ", ") + "}"
+		}
+	case FloatAttr:
+		typ = "float"
+	case BoolAttr:
+		typ = "bool"
+	case StringAttr:
+		typ = "string"
+		if len(a.Values) > 0 {
+			typ = "{" + strings.Join(quoted(a.Values), ", ") + "}"
+		}
+	}
+	if a.Default == nil {
+		return a.Name + ": " + typ
+	}
+	return a.Name + ": " + typ + " = " + a.DefaultString()
+}
+
+// DefaultString returns the default as a spec writes it: 0.0001, true, 'NHWC'
+// ("" without a default).
+func (a Attr) DefaultString() string {
+	switch d := a.Default.(type) {
+	case float32:
+		return strconv.FormatFloat(float64(d), 'g', -1, 32)
+	case bool:
+		return strconv.FormatBool(d)
+	case string:
+		return quoted([]string{d})[0]
+	}
+	return ""
+}
+
+func quoted(values []string) []string {
+	out := make([]string, len(values))
+	for i, v := range values {
+		out[i] = "'" + v + "'"
+	}
+	return out
 }
 
 // TypeBinding is one assignment of dtypes to the op's type attrs, e.g.
@@ -163,17 +242,24 @@ func fusedOutputs(reserveType string, placeholders ...string) []Arg {
 	return out
 }
 
-func fusedAttrs(typeAttrs []Attr, formats string) []Attr {
-	return append(typeAttrs,
-		Attr{Name: "epsilon", Spec: "epsilon: float = 0.0001"},
-		Attr{Name: "data_format", Spec: "data_format: {" + formats + "} = 'NHWC'"},
-		Attr{Name: "is_training", Spec: "is_training: bool = true"},
-	)
+var (
+	formats4D  = []string{NHWC, NCHW}
+	allFormats = []string{NHWC, NCHW, NDHWC, NCDHW}
+	epsilon    = Attr{Name: "epsilon", Kind: FloatAttr, Default: float32(0.0001)}
+	isTraining = Attr{Name: "is_training", Kind: BoolAttr, Default: true}
+)
+
+func dataFormat(formats []string) Attr {
+	return Attr{Name: "data_format", Kind: StringAttr, Values: formats, Default: NHWC}
+}
+
+func fusedAttrs(typeAttrs []Attr, formats []string) []Attr {
+	return append(append([]Attr(nil), typeAttrs...), epsilon, dataFormat(formats), isTraining)
 }
 
 var mixedPrecision = []Attr{
-	{Name: "T", Spec: "T: {half, bfloat16, float}"},
-	{Name: "U", Spec: "U: {float}"},
+	{Name: "T", Kind: TypeAttr, Types: []DType{Half, BFloat16, Float}},
+	{Name: "U", Kind: TypeAttr, Types: []DType{Float}},
 }
 
 var mixedKernels = []TypeBinding{
@@ -191,7 +277,7 @@ var All = []Op{
 		Kind:       FusedBatchNormGrad,
 		Inputs:     fusedInputs("T", "T", false),
 		Outputs:    fusedOutputs("T", "reserve_space_3", "reserve_space_4"),
-		Attrs:      fusedAttrs([]Attr{{Name: "T", Spec: "T: {float}"}}, "'NHWC', 'NCHW'"),
+		Attrs:      fusedAttrs([]Attr{{Name: "T", Kind: TypeAttr, Types: []DType{Float}}}, formats4D),
 		Kernels:    []TypeBinding{{"T": Float}},
 		GPUKernels: []TypeBinding{{"T": Float}},
 	},
@@ -201,7 +287,7 @@ var All = []Op{
 		Kind:       FusedBatchNormGrad,
 		Inputs:     fusedInputs("float", "U", false),
 		Outputs:    fusedOutputs("U", "reserve_space_3", "reserve_space_4"),
-		Attrs:      fusedAttrs(mixedPrecision, "'NHWC', 'NCHW'"),
+		Attrs:      fusedAttrs(mixedPrecision, formats4D),
 		Kernels:    mixedKernels,
 		GPUKernels: mixedKernels,
 	},
@@ -211,7 +297,7 @@ var All = []Op{
 		Kind:       FusedBatchNormGrad,
 		Inputs:     fusedInputs("float", "U", true),
 		Outputs:    fusedOutputs("U", "reserve_space_4", "reserve_space_5"),
-		Attrs:      fusedAttrs(mixedPrecision, "'NHWC', 'NCHW', 'NDHWC', 'NCDHW'"),
+		Attrs:      fusedAttrs(mixedPrecision, allFormats),
 		Kernels:    mixedKernels,
 		GPUKernels: mixedKernels,
 	},
@@ -234,9 +320,9 @@ var All = []Op{
 			{Name: "dg", Type: "T", Shape: ShapeRule{Like: 3}},
 		},
 		Attrs: []Attr{
-			{Name: "T", Spec: "T: numbertype"},
-			{Name: "variance_epsilon", Spec: "variance_epsilon: float"},
-			{Name: "scale_after_normalization", Spec: "scale_after_normalization: bool"},
+			{Name: "T", Kind: TypeAttr, TypeClass: "numbertype"},
+			{Name: "variance_epsilon", Kind: FloatAttr},
+			{Name: "scale_after_normalization", Kind: BoolAttr},
 		},
 		Kernels:    []TypeBinding{{"T": Half}, {"T": Float}, {"T": Double}},
 		GPUKernels: []TypeBinding{{"T": Half}, {"T": Float}},
@@ -259,8 +345,7 @@ var All = []Op{
 			{Name: "sum_dy_xmu", Type: "U", Shape: ShapeRule{Like: 2}},
 			{Name: "count", Type: "int64", Shape: ShapeRule{Scalar: true}},
 		},
-		Attrs: append(append([]Attr(nil), mixedPrecision...),
-			Attr{Name: "data_format", Spec: "data_format: {'NHWC', 'NCHW', 'NDHWC', 'NCDHW'} = 'NHWC'"}),
+		Attrs:      append(append([]Attr(nil), mixedPrecision...), dataFormat(allFormats)),
 		Kernels:    mixedKernels,
 		GPUKernels: mixedKernels,
 		HostMemory: []string{"count"},
@@ -281,35 +366,36 @@ var All = []Op{
 		Outputs: []Arg{
 			{Name: "x_backprop", Type: "T", Shape: ShapeRule{Like: 1}},
 		},
-		Attrs: append(append([]Attr(nil), mixedPrecision...),
-			Attr{Name: "epsilon", Spec: "epsilon: float = 0.0001"},
-			Attr{Name: "data_format", Spec: "data_format: {'NHWC', 'NCHW', 'NDHWC', 'NCDHW'} = 'NHWC'"}),
+		Attrs:      append(append([]Attr(nil), mixedPrecision...), epsilon, dataFormat(allFormats)),
 		Kernels:    mixedKernels,
 		GPUKernels: mixedKernels,
 		HostMemory: []string{"count"},
 	},
 }
 
-// ByName returns the op registered as name, and whether there is one.
-func ByName(name string) (Op, bool) {
-	for _, op := range All {
-		if op.Name == name {
-			return op, true
+// HasKernel reports whether the op has a kernel, on the GPU or the CPU, that
+// binds T to dtype.
+func (op Op) HasKernel(dtype DType, onGPU bool) bool {
+	bindings := op.Kernels
+	if onGPU {
+		bindings = op.GPUKernels
+	}
+	for _, b := range bindings {
+		if b["T"] == dtype {
+			return true
 		}
 	}
-	return Op{}, false
+	return false
 }
 
-// TypeAttrs returns the names of the op's type attrs bound by its kernels, in
-// a fixed order ("T", then "U").
-func (op Op) TypeAttrs() []string {
-	var names []string
-	for _, name := range []string{"T", "U"} {
-		if _, ok := op.Kernels[0][name]; ok {
-			names = append(names, name)
+// Attr returns the op's attr called name, and whether it has one.
+func (op Op) Attr(name string) (Attr, bool) {
+	for _, a := range op.Attrs {
+		if a.Name == name {
+			return a, true
 		}
 	}
-	return names
+	return Attr{}, false
 }
 
 // BaseName returns the op's name without the Gobn> namespace, e.g.

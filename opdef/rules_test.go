@@ -420,7 +420,6 @@ func TestAll(t *testing.T) {
 			var attrs []string
 			for _, a := range op.Attrs {
 				attrs = append(attrs, a.Name)
-				assert.True(t, strings.HasPrefix(a.Spec, a.Name+":"), "attr spec %q does not start with %q", a.Spec, a.Name+":")
 			}
 			assert.Equal(t, w.attrs, attrs)
 			for _, a := range append(append([]opdef.Arg(nil), op.Inputs...), op.Outputs...) {
@@ -432,17 +431,46 @@ func TestAll(t *testing.T) {
 				}
 			}
 			assert.NotEmpty(t, op.Kernels)
-			got, ok := opdef.ByName(w.name)
+			got, ok := byName(w.name)
 			assert.True(t, ok)
 			assert.Equal(t, op.Name, got.Name)
 		})
 	}
-	_, ok := opdef.ByName("FusedBatchNormGradV3")
+	_, ok := byName("FusedBatchNormGradV3")
 	assert.False(t, ok, "ByName must not find a stock name")
 }
 
+// The attrs as stock's REGISTER_OP writes them (tensorflow/core/ops/nn_ops.cc,
+// TensorFlow 2.21; the data_format lists of GetConvnetDataFormatAttrString and
+// GetConvnetDataFormat2D3DAttrString), which Spec renders from the structured
+// attrs; gobn's own two ops follow the same forms.
+func TestAttrSpecs(t *testing.T) {
+	fused := []string{"epsilon: float = 0.0001", "data_format: {'NHWC', 'NCHW'} = 'NHWC'", "is_training: bool = true"}
+	fused3D := []string{"epsilon: float = 0.0001", "data_format: {'NHWC', 'NCHW', 'NDHWC', 'NCDHW'} = 'NHWC'",
+		"is_training: bool = true"}
+	mixed := []string{"T: {half, bfloat16, float}", "U: {float}"}
+	want := map[string][]string{
+		"Gobn>FusedBatchNormGrad":   append([]string{"T: {float}"}, fused...),
+		"Gobn>FusedBatchNormGradV2": append(append([]string(nil), mixed...), fused...),
+		"Gobn>FusedBatchNormGradV3": append(append([]string(nil), mixed...), fused3D...),
+		"Gobn>BatchNormWithGlobalNormalizationGrad": {"T: numbertype", "variance_epsilon: float",
+			"scale_after_normalization: bool"},
+		"Gobn>BatchNormGradReduce": append(append([]string(nil), mixed...),
+			"data_format: {'NHWC', 'NCHW', 'NDHWC', 'NCDHW'} = 'NHWC'"),
+		"Gobn>BatchNormGradApply": append(append([]string(nil), mixed...), fused3D[:2]...),
+	}
+	require.Len(t, opdef.All, len(want))
+	for _, op := range opdef.All {
+		var specs []string
+		for _, a := range op.Attrs {
+			specs = append(specs, a.Spec())
+		}
+		assert.Equal(t, want[op.Name], specs, op.Name)
+	}
+}
+
 func TestAllSignatures(t *testing.T) {
-	v3, ok := opdef.ByName("Gobn>FusedBatchNormGradV3")
+	v3, ok := byName("Gobn>FusedBatchNormGradV3")
 	require.True(t, ok)
 	types := map[string]string{}
 	for _, a := range v3.Inputs {
@@ -463,20 +491,20 @@ func TestAllSignatures(t *testing.T) {
 	assert.Equal(t, opdef.ShapeRule{Like: 2}, v3.Outputs[2].Shape)
 	assert.True(t, v3.Outputs[3].Shape.Empty)
 	assert.True(t, v3.Outputs[4].Shape.Empty)
-	assert.Equal(t, []string{"T", "U"}, v3.TypeAttrs())
+	assert.Equal(t, []string{"T", "U"}, typeAttrs(v3))
 
-	v1, ok := opdef.ByName("Gobn>FusedBatchNormGrad")
+	v1, ok := byName("Gobn>FusedBatchNormGrad")
 	require.True(t, ok)
 	for _, a := range append(append([]opdef.Arg(nil), v1.Inputs...), v1.Outputs...) {
 		assert.Equal(t, "T", a.Type, a.Name)
 	}
-	assert.Equal(t, []string{"T"}, v1.TypeAttrs())
+	assert.Equal(t, []string{"T"}, typeAttrs(v1))
 
-	global, ok := opdef.ByName("Gobn>BatchNormWithGlobalNormalizationGrad")
+	global, ok := byName("Gobn>BatchNormWithGlobalNormalizationGrad")
 	require.True(t, ok)
 	assert.Equal(t, []int{4}, global.Inputs[0].Ranks)
 	assert.Equal(t, []int{4}, global.Inputs[4].Ranks)
-	assert.Equal(t, []string{"T"}, global.TypeAttrs())
+	assert.Equal(t, []string{"T"}, typeAttrs(global))
 
 	for _, op := range opdef.All {
 		for _, k := range op.Kernels {

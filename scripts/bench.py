@@ -173,12 +173,15 @@ def library_path():
 
 
 def go_runtime():
-    """The Go version libgobn.so was built with (capi's gobnGoRuntime),
-    e.g. "go1.26.8-X:simd"."""
-    import ctypes
-    f = gobn_package()._library.loaded().gobnGoRuntime
-    f.restype = ctypes.c_char_p
-    return f().decode()
+    """The Go version libgobn.so was built with, as `go version` reads it from
+    the library, e.g. "go1.26.8-X:simd" (None without Go on PATH)."""
+    import shutil
+    import subprocess
+    go = shutil.which("go")
+    if not go:
+        return None
+    out = subprocess.run([go, "version", library_path()], capture_output=True, text=True, timeout=60)
+    return out.stdout.split(": ", 1)[-1].strip() if out.returncode == 0 else None
 
 
 def make_inputs(tf, np, dtype, fmt, is_training, shape, seed=0):

@@ -39,7 +39,7 @@ func Generate(ops []opdef.Op) []byte {
 		p("static const char* const op%d_outputs[] = {%s};\n", i, specList(op.Outputs))
 		attrs := make([]string, len(op.Attrs))
 		for j, a := range op.Attrs {
-			attrs[j] = strconv.Quote(a.Spec)
+			attrs[j] = strconv.Quote(a.Spec())
 		}
 		p("static const char* const op%d_attrs[] = {%s};\n", i, strings.Join(attrs, ", "))
 		p("static const gobn_binding op%d_kernels[] = {%s};\n", i, bindingList(op.Kernels))

@@ -6,7 +6,8 @@
 // The rules are those of the bindings' genop: inputs in order; type attrs
 // that an input's type names are inferred and omitted; attrs without a
 // default become parameters after the inputs; attrs with a default become
-// <Op><Attr> option functions of type <Op>Attr.
+// <Op><Attr> option functions of type <Op>Attr. The attrs are opdef's
+// structured data, not their spec strings.
 //
 // Usage (from ops/, through go generate):
 //
@@ -42,85 +43,48 @@ func main() {
 // attr is an op attr as the wrappers see it.
 type attr struct {
 	name     string // TensorFlow's name, e.g. "data_format"
-	goType   string // float32, bool, string, int64, tf.DataType
-	isType   bool   // a type attr ("T: {half, float}", "T: numbertype")
+	goType   string // float32, bool, string, tf.DataType
 	allowed  string // the allowed values as the spec lists them, if any
 	def      string // the default as a Go literal; "" when there is none
 	inferred bool   // a type attr some input's type names
 }
 
-// parseAttr reads a REGISTER_OP attr spec: "name: type" or "name: type = default".
-func parseAttr(op opdef.Op, a opdef.Attr) (attr, error) {
-	name, rest, ok := strings.Cut(a.Spec, ":")
-	if !ok || strings.TrimSpace(name) != a.Name {
-		return attr{}, fmt.Errorf("%s: attr spec %q does not start with %q", op.Name, a.Spec, a.Name+":")
-	}
-	typ, def, hasDefault := strings.Cut(rest, "=")
-	typ, def = strings.TrimSpace(typ), strings.TrimSpace(def)
+// wrapperAttr reads an opdef attr as the wrappers see it.
+func wrapperAttr(op opdef.Op, a opdef.Attr) (attr, error) {
 	at := attr{name: a.Name}
-	switch {
-	case typ == "type" || typ == "numbertype" || typ == "realnumbertype":
-		at.goType, at.isType, at.allowed = "tf.DataType", true, typ
-	case strings.HasPrefix(typ, "{") && strings.HasSuffix(typ, "}"):
-		values := strings.TrimSpace(typ[1 : len(typ)-1])
-		at.allowed = values
-		if strings.HasPrefix(values, "'") || strings.HasPrefix(values, `"`) {
-			at.goType = "string"
-		} else {
-			at.goType, at.isType = "tf.DataType", true
+	switch a.Kind {
+	case opdef.TypeAttr:
+		at.goType, at.allowed = "tf.DataType", a.TypeClass
+		if len(a.Types) > 0 {
+			names := make([]string, len(a.Types))
+			for i, t := range a.Types {
+				names[i] = t.String()
+			}
+			at.allowed = strings.Join(names, ", ")
 		}
-	case typ == "float":
+		for _, in := range op.Inputs {
+			at.inferred = at.inferred || in.Type == a.Name
+		}
+	case opdef.FloatAttr:
 		at.goType = "float32"
-	case typ == "bool":
+	case opdef.BoolAttr:
 		at.goType = "bool"
-	case typ == "string":
+	case opdef.StringAttr:
 		at.goType = "string"
-	case typ == "int":
-		at.goType = "int64"
+		if len(a.Values) > 0 {
+			at.allowed = "'" + strings.Join(a.Values, "', '") + "'"
+		}
 	default:
-		return attr{}, fmt.Errorf("%s: attr %s has type %q, which genops does not handle", op.Name, a.Name, typ)
+		return attr{}, fmt.Errorf("%s: attr %s has kind %d, which genops does not handle", op.Name, a.Name, a.Kind)
 	}
-	for _, in := range op.Inputs {
-		if at.isType && in.Type == a.Name {
-			at.inferred = true
-		}
-	}
-	if hasDefault {
-		lit, err := goLiteral(at.goType, def)
-		if err != nil {
-			return attr{}, fmt.Errorf("%s: attr %s: %v", op.Name, a.Name, err)
-		}
-		at.def = lit
+	switch d := a.Default.(type) {
+	case nil:
+	case string:
+		at.def = strconv.Quote(d)
+	default:
+		at.def = a.DefaultString()
 	}
 	return at, nil
-}
-
-// goLiteral turns a REGISTER_OP default into the Go literal the bindings'
-// docs show ("NHWC" for 'NHWC', true, 0.0001).
-func goLiteral(goType, def string) (string, error) {
-	switch goType {
-	case "string":
-		s, err := strconv.Unquote(`"` + strings.Trim(def, `'"`) + `"`)
-		if err != nil {
-			return "", fmt.Errorf("default %s: %v", def, err)
-		}
-		return strconv.Quote(s), nil
-	case "bool":
-		if def != "true" && def != "false" {
-			return "", fmt.Errorf("default %s is not a bool", def)
-		}
-	case "float32":
-		if _, err := strconv.ParseFloat(def, 32); err != nil {
-			return "", fmt.Errorf("default %s is not a float", def)
-		}
-	case "int64":
-		if _, err := strconv.ParseInt(def, 10, 64); err != nil {
-			return "", fmt.Errorf("default %s is not an int", def)
-		}
-	default:
-		return "", fmt.Errorf("defaults of %s attrs are not handled", goType)
-	}
-	return def, nil
 }
 
 // Generate returns the gofmt-ed Go source of the wrappers for ops.
@@ -151,7 +115,7 @@ func generateOp(b *bytes.Buffer, o opdef.Op) error {
 	attrs := make([]attr, len(o.Attrs))
 	var required, optional []attr
 	for i, a := range o.Attrs {
-		at, err := parseAttr(o, a)
+		at, err := wrapperAttr(o, a)
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,109 @@
+package main
+
+// #include "gobn.h"
+import "C"
+
+import (
+	"encoding/json"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/gobn/gobn/kernels"
+	"github.com/gobn/gobn/opdef"
+)
+
+// The library's exports for the Python package (gobn/__init__.py, through
+// ctypes): what ran, how the CPU kernels split their work, and enable().
+// Each returns a C string the caller frees (libc free), or NULL on failure,
+// and recovers from panics.
+
+// The flags a kernel is registered with (gobn.h).
+const (
+	gobnOnGPU   = C.GOBN_ON_GPU
+	gobnAsStock = C.GOBN_AS_STOCK
+)
+
+// kernelCalls counts the compute calls of each op's kernels, by the flags
+// they were registered with.
+var kernelCalls = make([][4]atomic.Uint64, len(opdef.All))
+
+// jsonString returns v as a JSON C string, or nil.
+func jsonString(v any) *C.char {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil
+	}
+	return C.CString(string(b))
+}
+
+// gobnKernelCalls returns the compute calls of gobn's kernels since the
+// library was loaded, as JSON: {"registered op name": {"CPU": n, "GPU": n}}
+// for every kernel called at least once (the stock names are those of
+// gobnEnable's kernels). It is how a caller can tell that gobn's kernels,
+// not stock's, ran.
+//
+//export gobnKernelCalls
+func gobnKernelCalls() (s *C.char) {
+	defer func() {
+		if recover() != nil {
+			s = nil
+		}
+	}()
+	calls := map[string]map[string]uint64{}
+	for i, op := range opdef.All {
+		for flags := range kernelCalls[i] {
+			n := kernelCalls[i][flags].Load()
+			if n == 0 {
+				continue
+			}
+			name, device := op.Name, "CPU"
+			if flags&gobnAsStock != 0 {
+				name = op.Stock
+			}
+			if flags&gobnOnGPU != 0 {
+				device = "GPU"
+			}
+			if calls[name] == nil {
+				calls[name] = map[string]uint64{}
+			}
+			calls[name][device] = n
+		}
+	}
+	return jsonString(calls)
+}
+
+// gobnSplitStats returns kernels.SplitStats as JSON, {"calls": n,
+// "max_ranges": n, "max_workers": n}: how the CPU kernels have split their
+// work since the library was loaded, for the tests that mean to exercise
+// the parallel split.
+//
+//export gobnSplitStats
+func gobnSplitStats() (s *C.char) {
+	defer func() {
+		if recover() != nil {
+			s = nil
+		}
+	}()
+	calls, ranges, workers := kernels.SplitStats()
+	return jsonString(map[string]any{"calls": calls, "max_ranges": ranges, "max_workers": workers})
+}
+
+// gobnEnable registers gobn's kernels under the stock ops' names with a
+// priority above stock's (register.c's gobn_enable), once. It returns the
+// number of kernels registered, or -1 with the reason in *msg (a string the
+// caller frees).
+//
+//export gobnEnable
+func gobnEnable(msg **C.char) (n C.int) {
+	defer func() {
+		if p := recover(); p != nil {
+			*msg = C.CString(fmt.Sprintf("gobn: panic while enabling: %v", p))
+			n = -1
+		}
+	}()
+	n = C.gobn_enable()
+	if n < 0 {
+		*msg = C.CString(C.GoString(C.gobn_registration_error()))
+	}
+	return n
+}

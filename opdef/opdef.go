@@ -48,6 +48,22 @@ const (
 	GradApply
 )
 
+// String returns the kind's name: FusedBatchNormGrad, GlobalNormalizationGrad,
+// GradReduce or GradApply.
+func (k Kind) String() string {
+	switch k {
+	case FusedBatchNormGrad:
+		return "FusedBatchNormGrad"
+	case GlobalNormalizationGrad:
+		return "GlobalNormalizationGrad"
+	case GradReduce:
+		return "GradReduce"
+	case GradApply:
+		return "GradApply"
+	}
+	return "unknown"
+}
+
 // Arg is one input or output.
 type Arg struct {
 	Name string

@@ -27,6 +27,7 @@ from support import (  # noqa: E402
     fused_grad_reference,
     global_norm_grad_reference,
     run_stock_global_norm_grad,
+    tolerance,
 )
 
 import numpy as np  # noqa: E402
@@ -431,7 +432,8 @@ def nan_cases():
     return cases
 
 
-def close_where_finite(got, want, rtol=1e-4, atol=1e-5):
+def close_where_finite(got, want, dtype="float32"):
+    rtol, atol = tolerance(dtype)
     both = np.isfinite(got) & np.isfinite(want)
     if not both.any():
         return True

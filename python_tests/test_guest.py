@@ -7,7 +7,6 @@ Each check runs in a child Python (this file run as a script with the check's
 name), so that what the library does at load time is seen in a fresh process.
 """
 
-import ctypes
 import json
 import os
 import re

@@ -75,16 +75,15 @@ Outputs: markdown tables on stdout, bench/results.json and bench/ratios.png.
 """
 
 import argparse
-import gc
 import json
 import math
 import os
 import statistics
 import subprocess
 import sys
-import time
 
 from machine import core_count, cpu_model
+from timing import geomean, time_interleaved
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -203,40 +202,6 @@ def make_inputs(tf, np, dtype, fmt, is_training, shape, seed=0):
 
 # TensorFlow's BFC allocator on the CPU, which keeps what it maps (see above).
 BFC = {"TF_CPU_ALLOCATOR_USE_BFC": "true"}
-
-# Cheap cases get more repetitions, up to this many seconds of timing each.
-CASE_SECONDS = 0.5
-# A lone call of the tiny case is nearly all TensorFlow's and Python's time,
-# and its median over a few hundred pairs wanders from run to run; thousands
-# of interleaved calls settle it.
-MAX_REPS_FACTOR = 100
-
-
-def time_interleaved(funcs, reps, seconds=CASE_SECONDS):
-    """Median seconds of each of funcs (stock and gobn, say), called in turn
-    round after round after two rounds of warm-up, with Python's garbage
-    collector off while timing (as timeit does): its pauses land on whichever
-    call happens to trigger them. Cases whose round takes less than
-    seconds / reps get more rounds, up to MAX_REPS_FACTOR times reps."""
-    start = time.perf_counter()
-    for _ in range(2):
-        for f in funcs:
-            f()
-    one_round = (time.perf_counter() - start) / 2
-    reps = max(reps, min(MAX_REPS_FACTOR * reps, int(seconds / one_round)))
-    times = [[] for _ in funcs]
-    gc.collect()
-    gc.disable()
-    try:
-        for _ in range(reps):
-            for f, out in zip(funcs, times):
-                start = time.perf_counter()
-                f()
-                out.append(time.perf_counter() - start)
-    finally:
-        gc.enable()
-    return [statistics.median(t) for t in times]
-
 
 def run_suite(only_float32, reps, only_large=False, only=""):
     """Lone calls of stock Eigen and gobn: every case, or the float32 ones,
@@ -456,12 +421,6 @@ def chart(rows, path):
     ax.legend(loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-
-
-def geomean(xs):
-    """The geometric mean of xs, or None where there are none (--only)."""
-    xs = list(xs)
-    return math.exp(statistics.mean(math.log(x) for x in xs)) if xs else None
 
 
 def per_call(ms):

@@ -14,11 +14,11 @@ Usage: .venv/bin/python scripts/demo.py [--reps N]
 
 import argparse
 import os
-import statistics
 import sys
 import time
 
 from machine import core_count, cpu_model
+from timing import geomean, time_interleaved
 
 # Stock's reference is the Eigen kernel: switch oneDNN off unless the user chose.
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
@@ -33,6 +33,7 @@ sys.path.insert(0, os.path.join(REPO_ROOT, "python"))
 # The library lookup, the tolerances (|got - want| <= atol * max|want| + rtol * |want|
 # element-wise) and the float64 references are the package's.
 import gobn  # noqa: E402
+from gobn._opdefs_gen import BY_KIND  # noqa: E402
 from gobn._testing import (  # noqa: E402
     CHANNELS_FIRST,
     as_float64,
@@ -43,12 +44,12 @@ from gobn._testing import (  # noqa: E402
 
 EPSILON = 1e-3
 
-FUSED = {
-    "FusedBatchNormGrad": "gobn_fused_batch_norm_grad",
-    "FusedBatchNormGradV2": "gobn_fused_batch_norm_grad_v2",
-    "FusedBatchNormGradV3": "gobn_fused_batch_norm_grad_v3",
-}
-GLOBAL_NORM = "BatchNormWithGlobalNormalizationGrad"
+# The ops, as opdef describes them (gobn._opdefs_gen): the fused ones oldest
+# first (the newest, FusedBatchNormGradV3, is what Keras runs), and the
+# global-normalization one.
+FUSED = {op.stock: op for op in BY_KIND["FusedBatchNormGrad"]}
+NEWEST = BY_KIND["FusedBatchNormGrad"][-1]
+GLOBAL_NORM = BY_KIND["GlobalNormalizationGrad"][0].stock
 
 RESNET_SHAPES = [(8, 56, 56, 64), (8, 28, 28, 128), (8, 14, 14, 256), (8, 7, 7, 512)]
 MIXED_SHAPE = (8, 28, 28, 128)
@@ -101,23 +102,13 @@ def max_abs_error(outputs, wants):
 # Timing
 
 
-def time_interleaved(stock_run, gobn_run, reps, warmup=3):
-    """Median milliseconds of each callable, alternating them after a warm-up."""
-    for _ in range(warmup):
-        if stock_run:
-            stock_run()
-        gobn_run()
-    stock_times, gobn_times = [], []
-    for _ in range(reps):
-        if stock_run:
-            start = time.perf_counter()
-            stock_run()
-            stock_times.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        gobn_run()
-        gobn_times.append(time.perf_counter() - start)
-    stock_ms = statistics.median(stock_times) * 1e3 if stock_times else None
-    return stock_ms, statistics.median(gobn_times) * 1e3
+def time_pair(stock_run, gobn_run, reps):
+    """Median milliseconds of stock_run (None where stock has no result) and
+    gobn_run, interleaved (timing.time_interleaved)."""
+    if stock_run is None:
+        return None, time_interleaved([gobn_run], reps)[0] * 1e3
+    stock_s, gobn_s = time_interleaved([stock_run, gobn_run], reps)
+    return stock_s * 1e3, gobn_s * 1e3
 
 
 def traced(fn, inputs, attrs):
@@ -158,7 +149,8 @@ def fused_row(lib, stock_name, dtype, data_format, is_training, logical_shape, r
     layout = (logical_shape[:1] + logical_shape[-1:] + logical_shape[1:-1]) if channels_first else logical_shape
     row = Row(stock_name, dtype.name, data_format, mode, "x".join(map(str, layout)))
     channels = logical_shape[-1]
-    side = dtype if stock_name == "FusedBatchNormGrad" else tf.float32
+    op = FUSED[stock_name]
+    side = dtype if "U" not in op.attrs else tf.float32  # FusedBatchNormGrad has all inputs in T
 
     x = tf.constant(rng.standard_normal(layout, np.float32) * 1.5 + 0.3, dtype)
     y_backprop = tf.constant(rng.standard_normal(layout, np.float32), dtype)
@@ -179,11 +171,11 @@ def fused_row(lib, stock_name, dtype, data_format, is_training, logical_shape, r
         "y_backprop": y_backprop, "x": x, "scale": scale,
         "reserve_space_1": tf.cast(mean, side), "reserve_space_2": tf.cast(variance, side),
     }
-    if stock_name == "FusedBatchNormGradV3":
+    if "reserve_space_3" in op.inputs:
         inputs["reserve_space_3"] = reserve_space_3
     attrs = {"epsilon": EPSILON, "data_format": data_format, "is_training": is_training}
 
-    gobn_run = traced(getattr(lib, FUSED[stock_name]), inputs, attrs)
+    gobn_run = traced(getattr(lib, op.wrapper), inputs, attrs)
     # Stock's CPU kernel rejects inference with channels-first formats.
     stock_runs = is_training or not channels_first
     stock_run = traced(getattr(tf.raw_ops, stock_name), inputs, attrs) if stock_runs else None
@@ -203,7 +195,7 @@ def fused_row(lib, stock_name, dtype, data_format, is_training, logical_shape, r
     else:
         row.used = max(tolerance_used(g, r, t) for g, r, t in zip(got, reference, tolerance_dtypes))
         row.ok = shapes_ok and row.used <= 1.0
-    row.stock_ms, row.gobn_ms = time_interleaved(stock_run, gobn_run, reps)
+    row.stock_ms, row.gobn_ms = time_pair(stock_run, gobn_run, reps)
     return row
 
 
@@ -231,7 +223,7 @@ def global_norm_row(lib, dtype, shape, reps, rng, scale_after_normalization=True
         variables = {k: tf.compat.v1.get_variable(k, initializer=v, use_resource=True) for k, v in arrays.items()}
         values = {k: v.read_value() for k, v in variables.items()}
         stock_out = tf.raw_ops.BatchNormWithGlobalNormalizationGrad(**values, **attrs)
-        gobn_out = lib.gobn_batch_norm_with_global_normalization_grad(**values, **attrs)
+        gobn_out = getattr(lib, BY_KIND["GlobalNormalizationGrad"][0].wrapper)(**values, **attrs)
         # Fetch one small output: a tf.group of the outputs gets pruned by grappler
         # (nothing would run), and fetching dx would time a copy.
         stock_step, gobn_step = stock_out[1], gobn_out[1]
@@ -252,28 +244,30 @@ def global_norm_row(lib, dtype, shape, reps, rng, scale_after_normalization=True
             row.used = max(tolerance_used(g, s, dtype) for g, s in zip(got, stock))
             excess = max(accuracy_excess(g, s, r, dtype) for g, s, r in zip(got, stock, reference))
         row.ok = shapes_ok and row.used <= 1.0 and excess <= 1.0
-        row.stock_ms, row.gobn_ms = time_interleaved(
-            lambda: session.run(stock_step), lambda: session.run(gobn_step), reps)
+        row.stock_ms, row.gobn_ms = time_pair(lambda: session.run(stock_step), lambda: session.run(gobn_step), reps)
     return row
 
 
 def plan():
-    """(kind, args) for every row, in print order."""
+    """(kind, args) for every row, in print order: ResNet-50's shapes on the
+    newest op, every op's half-precision dtypes, the older ops in float32, the
+    5-D formats, and the global-normalization op."""
     rows = []
+    formats_4d = [f for f in NEWEST.data_formats if f in ("NHWC", "NCHW")]
     for shape in RESNET_SHAPES:
-        for data_format in ("NHWC", "NCHW"):
+        for data_format in formats_4d:
             for is_training in (True, False):
-                rows.append(("fused", ("FusedBatchNormGradV3", tf.float32, data_format, is_training, shape)))
-    for stock_name in ("FusedBatchNormGradV2", "FusedBatchNormGradV3"):
-        for dtype in (tf.float16, tf.bfloat16):
+                rows.append(("fused", (NEWEST.stock, tf.float32, data_format, is_training, shape)))
+    for op in FUSED.values():
+        for dtype in (tf.as_dtype(name) for name in op.dtypes if name != "float"):
             for is_training in (True, False):
-                rows.append(("fused", (stock_name, dtype, "NHWC", is_training, MIXED_SHAPE)))
-    rows.append(("fused", ("FusedBatchNormGradV2", tf.float32, "NCHW", True, MIXED_SHAPE)))
-    for data_format in ("NHWC", "NCHW"):
-        rows.append(("fused", ("FusedBatchNormGrad", tf.float32, data_format, True, MIXED_SHAPE)))
-    for is_training in (True, False):
-        rows.append(("fused", ("FusedBatchNormGradV3", tf.float32, "NDHWC", is_training, SHAPE_5D)))
-    rows.append(("fused", ("FusedBatchNormGradV3", tf.float32, "NCDHW", True, SHAPE_5D)))
+                rows.append(("fused", (op.stock, dtype, "NHWC", is_training, MIXED_SHAPE)))
+    for op in list(FUSED.values())[:-1]:
+        for data_format in op.data_formats:
+            rows.append(("fused", (op.stock, tf.float32, data_format, True, MIXED_SHAPE)))
+    for data_format in (f for f in NEWEST.data_formats if f not in formats_4d):
+        for is_training in (True, False):
+            rows.append(("fused", (NEWEST.stock, tf.float32, data_format, is_training, SHAPE_5D)))
     rows.append(("global", (tf.float32, MIXED_SHAPE)))
     return rows
 
@@ -288,7 +282,7 @@ def fmt_ms(value):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--reps", type=int, default=20, help="timed repetitions per side (median reported)")
+    parser.add_argument("--reps", type=int, default=20, help="least timed rounds per row (median reported)")
     args = parser.parse_args()
 
     path, lib = load_library()
@@ -298,7 +292,7 @@ def main():
     print(f"- TensorFlow {tf.__version__}, oneDNN {'off' if onednn == '0' else 'on'} (TF_ENABLE_ONEDNN_OPTS={onednn})")
     print(f"- library: {path}")
     print(f"- timing: both sides in tf.function (Session.run for {GLOBAL_NORM}), interleaved, "
-          f"median of {args.reps} after 3 warm-ups; epsilon {EPSILON}")
+          f"median of at least {args.reps} rounds (more for cheap rows) after 2 warm-ups; epsilon {EPSILON}")
     print("- ok: every output within tolerance of stock (|err| <= atol*max|want| + rtol*|want|) and no less "
           "accurate than stock against a float64 reference; where stock has no result, within tolerance of "
           "the reference\n")
@@ -326,9 +320,8 @@ def main():
                  fmt_ms(row.stock_ms), fmt_ms(row.gobn_ms), ratio]
         print("| " + " | ".join(cells) + " |", flush=True)
 
-    geomean = float(np.exp(np.mean(np.log(ratios)))) if ratios else float("nan")
     print(f"\n{len(plan())} rows, {failures} out of tolerance; geometric-mean speed ratio stock/gobn "
-          f"{geomean:.2f}x; {time.perf_counter() - started:.0f} s")
+          f"{geomean(ratios) or float('nan'):.2f}x; {time.perf_counter() - started:.0f} s")
     print("— : stock has no result (its CPU kernel rejects is_training=false with channels-first formats); "
           "such rows are judged against the float64 reference.")
     return 1 if failures else 0

@@ -62,6 +62,7 @@ sys.path.insert(0, os.path.join(REPO_ROOT, "python"))
 
 # The library lookup, the tolerance table and the float64 references are the package's.
 import gobn  # noqa: E402
+from gobn._opdefs_gen import BY_KIND  # noqa: E402
 from gobn._testing import (  # noqa: E402
     CHANNELS_FIRST,
     as_float64,
@@ -84,19 +85,20 @@ TOLERANCE_NAMES = ("float", "half", "bfloat16", "double")
 SHAPE_4D = (2, 9, 11, 13)
 SHAPE_5D = (2, 3, 4, 5, 6)
 
-FUSED_OPS = {
-    "FusedBatchNormGrad": dict(wrapper="gobn_fused_batch_norm_grad", dtypes=("float",),
-                               formats=("NHWC", "NCHW"), reserve_space_3=False, uniform=True),
-    "FusedBatchNormGradV2": dict(wrapper="gobn_fused_batch_norm_grad_v2", dtypes=("float", "half", "bfloat16"),
-                                 formats=("NHWC", "NCHW"), reserve_space_3=False, uniform=False),
-    "FusedBatchNormGradV3": dict(wrapper="gobn_fused_batch_norm_grad_v3", dtypes=("float", "half", "bfloat16"),
-                                 formats=("NHWC", "NCHW", "NDHWC", "NCDHW"), reserve_space_3=True, uniform=False),
-}
-GLOBAL_NORM_OP = "BatchNormWithGlobalNormalizationGrad"
-GLOBAL_NORM_WRAPPER = "gobn_batch_norm_with_global_normalization_grad"
-GLOBAL_NORM_DTYPES = ("float", "half", "double")
-GLOBAL_NORM_INPUTS = ("t", "m", "v", "gamma", "backprop")
-GLOBAL_NORM_OUTPUTS = ("dx", "dm", "dv", "db", "dg")
+# The ops with a stock twin, as opdef describes them (gobn._opdefs_gen): the
+# stock op's name, the wrapper, the dtypes of T (in TOLERANCE_NAMES' order),
+# the data formats, whether there is a reserve_space_3 input, and whether
+# every input is T (FusedBatchNormGrad has no U).
+FUSED_OPS = {op.stock: dict(wrapper=op.wrapper, dtypes=tuple(sorted(op.dtypes, key=TOLERANCE_NAMES.index)),
+                            formats=op.data_formats, reserve_space_3="reserve_space_3" in op.inputs,
+                            uniform="U" not in op.attrs)
+             for op in BY_KIND["FusedBatchNormGrad"]}
+_GLOBAL_NORM = BY_KIND["GlobalNormalizationGrad"][0]
+GLOBAL_NORM_OP = _GLOBAL_NORM.stock
+GLOBAL_NORM_WRAPPER = _GLOBAL_NORM.wrapper
+GLOBAL_NORM_DTYPES = tuple(sorted(_GLOBAL_NORM.dtypes, key=TOLERANCE_NAMES.index))
+GLOBAL_NORM_INPUTS = _GLOBAL_NORM.inputs
+GLOBAL_NORM_OUTPUTS = _GLOBAL_NORM.outputs
 
 
 # ---------------------------------------------------------------------------

@@ -4,16 +4,17 @@ import (
 	"os"
 	"testing"
 
-	"github.com/gobn/gobn/opdef"
 	"github.com/stretchr/testify/require"
 )
 
-// TestGeneratedFileIsCurrent fails when opdef changed without `make generate`.
-func TestGeneratedFileIsCurrent(t *testing.T) {
-	onDisk, err := os.ReadFile("../../python/gobn/_opdefs_gen.py")
-	require.NoError(t, err)
-	require.Equal(t, string(Generate(opdef.All)), string(onDisk),
-		"python/gobn/_opdefs_gen.py is stale: run `make generate`")
+// TestGeneratedFilesAreCurrent fails when opdef or internal/tolerance
+// changed without `make generate`.
+func TestGeneratedFilesAreCurrent(t *testing.T) {
+	for name, want := range Files() {
+		onDisk, err := os.ReadFile("../../python/gobn/" + name)
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(onDisk), "python/gobn/%s is stale: run `make generate`", name)
+	}
 }
 
 // The wrapper names TensorFlow 2.21's Python op generator gives these op

@@ -4,8 +4,8 @@
 //
 //	|got − want| ≤ Atol·max|want| + Rtol·|want|
 //
-// with max|want| over the output. Python's home of the same table is
-// python/gobn/_testing.py.
+// with max|want| over the output. internal/genpy writes it for Python, as
+// python/gobn/_tolerance_gen.py.
 package tolerance
 
 // Bound is one dtype's relative and absolute tolerance.

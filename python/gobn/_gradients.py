@@ -36,7 +36,8 @@ vectorize them.
 
 import tensorflow as tf
 
-_CHANNELS_FIRST = ("NCHW", "NCDHW")
+from gobn._opdefs_gen import CHANNELS_FIRST as _CHANNELS_FIRST
+from gobn._opdefs_gen import OPS
 
 
 def _attr_string(op, name):
@@ -188,18 +189,17 @@ def _grad_apply_grad(op, *grads):
     return _backprop(op, grads, list(op.inputs[:7]), outputs) + [None]
 
 
+# The gradient of each kernel family's ops (gobn._opdefs_gen).
 _GRADIENTS = {
-    "Gobn>FusedBatchNormGrad": _fused_grad_grad,
-    "Gobn>FusedBatchNormGradV2": _fused_grad_grad,
-    "Gobn>FusedBatchNormGradV3": _fused_grad_grad,
-    "Gobn>BatchNormWithGlobalNormalizationGrad": _global_normalization_grad_grad,
-    "Gobn>BatchNormGradReduce": _grad_reduce_grad,
-    "Gobn>BatchNormGradApply": _grad_apply_grad,
+    "FusedBatchNormGrad": _fused_grad_grad,
+    "GlobalNormalizationGrad": _global_normalization_grad_grad,
+    "GradReduce": _grad_reduce_grad,
+    "GradApply": _grad_apply_grad,
 }
 
-for _name, _fn in _GRADIENTS.items():
+for _op in OPS:
     try:
-        tf.RegisterGradient(_name)(_fn)
+        tf.RegisterGradient(_op.name)(_GRADIENTS[_op.kind])
     except KeyError:  # registered already (the module was loaded twice)
         pass
 

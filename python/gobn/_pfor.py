@@ -44,19 +44,10 @@ try:  # private TensorFlow API: see the module docstring
 except (ImportError, AttributeError):  # pragma: no cover (a TensorFlow without pfor's registry)
     _RegisterPFor = _wrap = None
 
+from gobn._opdefs_gen import BY_NAME, OPS  # noqa: E402
+from gobn._opdefs_gen import CHANNELS_FIRST as _CHANNELS_FIRST  # noqa: E402
+
 AVAILABLE = _RegisterPFor is not None
-
-_CHANNELS_FIRST = ("NCHW", "NCDHW")
-
-# Op name -> gobn.ops wrapper name.
-_WRAPPERS = {
-    "Gobn>FusedBatchNormGrad": "gobn_fused_batch_norm_grad",
-    "Gobn>FusedBatchNormGradV2": "gobn_fused_batch_norm_grad_v2",
-    "Gobn>FusedBatchNormGradV3": "gobn_fused_batch_norm_grad_v3",
-    "Gobn>BatchNormWithGlobalNormalizationGrad": "gobn_batch_norm_with_global_normalization_grad",
-    "Gobn>BatchNormGradReduce": "gobn_batch_norm_grad_reduce",
-    "Gobn>BatchNormGradApply": "gobn_batch_norm_grad_apply",
-}
 
 
 def _string_attr(pfor_input, name):
@@ -72,7 +63,7 @@ def _run(pfor_input, inputs, attrs):
     """
     import gobn
 
-    fn = getattr(gobn.load_library(), _WRAPPERS[pfor_input.op_type])
+    fn = getattr(gobn.load_library(), BY_NAME[pfor_input.op_type].wrapper)
     names = [arg.name for arg in pfor_input.op.op_def.input_arg]
     out = fn(**dict(zip(names, inputs)), **{k: pfor_input.get_attr(k) for k in attrs})
     return [out] if isinstance(out, tf.Tensor) else list(out)
@@ -197,14 +188,13 @@ def _map_iterations(pfor_input, attrs):
                      fn_output_signature=pfor_input.outputs[0].dtype)
 
 
-CONVERTERS = {
-    "Gobn>FusedBatchNormGrad": _convert_fused_grad,
-    "Gobn>FusedBatchNormGradV2": _convert_fused_grad,
-    "Gobn>FusedBatchNormGradV3": _convert_fused_grad,
-    "Gobn>BatchNormWithGlobalNormalizationGrad": _convert_global_normalization_grad,
-    "Gobn>BatchNormGradReduce": _convert_grad_reduce,
-    "Gobn>BatchNormGradApply": _convert_grad_apply,
-}
+# The converter of each op, by its kernel family (gobn._opdefs_gen).
+CONVERTERS = {op.name: {
+    "FusedBatchNormGrad": _convert_fused_grad,
+    "GlobalNormalizationGrad": _convert_global_normalization_grad,
+    "GradReduce": _convert_grad_reduce,
+    "GradApply": _convert_grad_apply,
+}[op.kind] for op in OPS}
 
 if AVAILABLE:
     for _name, _fn in CONVERTERS.items():

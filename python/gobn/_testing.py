@@ -1,33 +1,23 @@
 """The accuracy contract of docs/design.md, in one place for Python.
 
-The tolerance table, the float64 references of the ops' formulas and the
-layout helpers they need live here, once: python_tests/support.py (the pytest
-suite's helpers) and scripts/golden.py and scripts/demo.py import them. It is
-a module of the package rather than a file of python_tests/ because the
-scripts are not run under pytest and already put the package on sys.path to
-find the library with ``gobn.library_path()``; nothing else in the package
-uses it.
+The tolerance table (generated from Go's internal/tolerance), the float64
+references of the ops' formulas and the layout helpers they need live here,
+once: python_tests/support.py (the pytest suite's helpers), the package's
+smoke tests and scripts/golden.py and scripts/demo.py import them. It is a
+module of the package rather than a file of python_tests/ because the
+scripts and the smoke tests of an installed wheel are not run from the
+checkout's tests; nothing else in the package uses it.
 
 An element passes when ``|got - want| <= atol * max|want| + rtol * |want|``,
 with ``max|want|`` the largest finite magnitude of the output and (rtol, atol)
 the dtype's row of TOLERANCES.
-
-scripts/gpucheck/ runs on machines without TensorFlow or this package and keeps
-its own copy of the table.
 """
 
 import numpy as np
 import tensorflow as tf
 
-# (rtol, atol) per dtype name, from docs/design.md.
-TOLERANCES = {
-    "float32": (1e-4, 1e-5),
-    "float16": (2e-3, 2e-3),
-    "bfloat16": (1.6e-2, 1.6e-2),
-    "float64": (1e-12, 1e-12),
-}
-
-CHANNELS_FIRST = ("NCHW", "NCDHW")
+from gobn._opdefs_gen import CHANNELS_FIRST  # noqa: F401  (re-exported for the tests and scripts)
+from gobn._tolerance_gen import TOLERANCES  # (rtol, atol) per dtype name, from docs/design.md
 
 
 def tolerance(dtype):

@@ -41,12 +41,11 @@ const (
 // apply walks at a time, chunkRows the rows it walks them over. Four
 // float32 coefficients a channel, a row of 2048 channels has 32 KiB of them,
 // as much as L1 holds: walked along the whole row, they are read from L2 on
-// every row, and the pass (NHWC 8x7x7x2048, one core) took
-// 240 us where 128 us sufficed with the coefficients in L1. By chunks of
-// 1024 channels (16 KiB) over 16 rows it took 175 us; chunks of 512
-// channels, or rows of 1024 walked in chunks, lost as much to the rows
-// read in pieces as they saved; so did the bfloat16 loops' rows of 2048
-// (applyRowsBF16), which move half the bytes of data a channel.
+// every row. Chunks of 1024 channels (16 KiB) over 16 rows keep them in L1;
+// narrower chunks lose as much to the rows read in pieces as they save, and
+// so do the bfloat16 loops' rows of 2048 (applyRowsBF16), which move half
+// the bytes of data a channel. BenchmarkTrainingGrad's NHWC 8x7x7x2048 chose
+// them (docs/performance.md, "Block and range sizes").
 const (
 	applyChunk = 1024
 	chunkRows  = 16
@@ -57,8 +56,7 @@ const (
 // pass's own limit) in a larger tensor. A pass that also writes dx block by
 // block (sweep) takes the same blocks where the sums tile, the block then
 // staying in L2 for its dx: BenchmarkInferenceGrad's channels-last cases
-// chose it (8x28x28x128 bfloat16, single core: 0.41 to 0.24 ms; 8x56x56x64
-// float32 0.59 to 0.51).
+// chose it (docs/performance.md, "Block and range sizes").
 func tiledBlock(bytes, beyond int) int {
 	if bytes <= maxTiledBytes {
 		return sumsBlockLen

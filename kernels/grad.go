@@ -45,6 +45,18 @@ func checkLengths[A, P any](d Dims, activations [][]A, perChannel [][]P) {
 	}
 }
 
+// empty checks g and reports whether its tensors have no elements, having
+// zeroed the 1-D outputs (as stock's, whatever the variance) if so.
+func (g FusedGradArgs[T]) empty() bool {
+	g.check()
+	if g.Dims.PerChannel() > 0 {
+		return false
+	}
+	clear(g.ScaleBackprop)
+	clear(g.OffsetBackprop)
+	return true
+}
+
 // TrainingGrad computes the gradient of training-mode batch normalization.
 // With R = N·S elements per channel, c = 1/sqrt(σ²+ε) and sums over a channel:
 //
@@ -57,10 +69,7 @@ func checkLengths[A, P any](d Dims, activations [][]A, perChannel [][]P) {
 // in float64. With R = 0 the 1-D outputs are zero (as stock's, whatever the
 // variance). It panics if slice lengths disagree with Dims.
 func TrainingGrad[T Element](g FusedGradArgs[T]) {
-	g.check()
-	if g.Dims.PerChannel() == 0 {
-		clear(g.ScaleBackprop)
-		clear(g.OffsetBackprop)
+	if g.empty() {
 		return
 	}
 	s := getScratch()
@@ -145,10 +154,7 @@ func (g FusedGradArgs[T]) coefficients(t affine, sumDy, sumDyXc []float64, c0, c
 //
 // It panics if slice lengths disagree with Dims.
 func InferenceGrad[T Element](g FusedGradArgs[T]) {
-	g.check()
-	if g.Dims.PerChannel() == 0 {
-		clear(g.ScaleBackprop)
-		clear(g.OffsetBackprop)
+	if g.empty() {
 		return
 	}
 	s := getScratch()

@@ -23,9 +23,8 @@ import (
 // thread alone. A helper must wait for a thread, and TensorFlow's idle
 // threads spin for a while after each op, so it pays only on gradients of a
 // few hundred microseconds. Chains of NHWC training gradients in one
-// tf.function (make bench's oneDNN table) chose it: from 2^19 to 2^18,
-// 8x28x28x128 went from 0.335 to 0.249 ms a call, 8x7x7x2048 from 0.53 to
-// 0.43; 2^17 gained nothing more.
+// tf.function (make bench's oneDNN table) chose it (docs/performance.md,
+// "Block and range sizes").
 var minElementsPerWorker atomic.Int64
 
 // maxRanges bounds the ranges of one pass.
@@ -137,13 +136,12 @@ type pass struct {
 	// then ignored. (A worker is a goroutine: pinned helper threads stay on
 	// their CPU, the caller's thread and helper goroutines mostly do.) A
 	// range's data is still in the caches of the core that read it, and dx
-	// written over dy there finds its lines in that core's caches alone. Where a virtual machine's two CPUs sit on parts of the
-	// processor with caches of their own (two CCDs of an AMD EPYC), a range
-	// summed on one and written in place on the other moves its lines
-	// between the caches: NHWC 8x112x112x64 training gradients in place
-	// took 5-6.6 ms for stretches of seconds to minutes, against 2-2.7
-	// with affine ranges alternating with them call by call
-	// (BenchmarkTrainingGradAffine times both ways).
+	// written over dy there finds its lines in that core's caches alone.
+	// Where a virtual machine's two CPUs sit on parts of the processor with
+	// caches of their own (two CCDs of an AMD EPYC), a range summed on one
+	// and written in place on the other moves its lines between the caches
+	// (BenchmarkTrainingGradAffine times both ways; docs/performance.md has
+	// the figures).
 	affine bool
 }
 

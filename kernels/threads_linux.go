@@ -15,16 +15,14 @@ import (
 // A go statement's goroutine runs on whichever thread Go's scheduler wakes
 // for it, and Linux puts a woken thread where it last ran or beside the
 // thread that woke it. Inside TensorFlow that was often the calling thread's
-// own CPU: in chains of NHWC gradients (8x56x56x64, 8x28x28x128) in a
-// tf.function on two cores, a quarter of the helper goroutines started on
-// the caller's CPU, and those waited there for the caller to finish its
-// share (a median of 0.4-0.9 ms, up to 2.4: the call ran on one core),
-// while the others started 25-60 us after the go statement. So on Linux a
+// own CPU, where the helper waited for the caller to finish its share, so
+// the call ran on one core (docs/performance.md, "Helper threads pinned to
+// CPUs", has the timings). So on Linux a
 // call's helpers run on threads of gobn's own, one pinned to each CPU the
 // process may use (the first maxHelperThreads of them), each asleep on a
 // futex between calls: a call wakes threads pinned to CPUs other than the
-// one it runs on, which start 12-32 us later and never on the caller's
-// CPU. A call that finds no such thread free (other calls hold them), or a
+// one it runs on, which start some tens of microseconds later and never on
+// the caller's CPU. A call that finds no such thread free (other calls hold them), or a
 // process whose GOMAXPROCS leaves no room for them (below), starts
 // goroutines instead.
 

@@ -46,6 +46,37 @@ from gobn._testing import (  # noqa: E402,F401  (re-exported for the tests)
 )
 
 
+def run_child_report(script, *args, timeout=300, **env):
+    """Runs script (a file) in a child Python with child_env(**env); asserts it
+    succeeded and returns the JSON object its last line of output holds."""
+    import json
+    import subprocess
+
+    proc = subprocess.run([sys.executable, script, *args], capture_output=True, text=True, env=child_env(**env),
+                          timeout=timeout)
+    assert proc.returncode == 0, f"child exited with {proc.returncode}:\n{proc.stderr[-4000:]}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# A user's first script: gobn.fused_batch_norm's gradient against stock's
+# (float32's tolerance), then the library and package it used.
+GRADIENT_SCRIPT = """
+import numpy as np, tensorflow as tf, gobn
+from gobn._testing import tolerance
+x, w = tf.random.normal([2, 3, 3, 4]), tf.random.normal([2, 3, 3, 4])
+grads = []
+for fn in (gobn.fused_batch_norm, tf.compat.v1.nn.fused_batch_norm):
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y, _, _ = fn(x, tf.ones([4]), tf.zeros([4]))
+        loss = tf.reduce_sum(y * w)
+    grads.append(tape.gradient(loss, x).numpy())
+rtol, atol = tolerance("float32")
+np.testing.assert_allclose(grads[0], grads[1], rtol=rtol, atol=atol * np.abs(grads[1]).max())
+print(gobn.library_path(), gobn.__file__)
+"""
+
+
 def child_env(**extra):
     """The environment of a child Python process that uses gobn as a user of
     the checkout does: the package on PYTHONPATH, no GOBN_LIBRARY."""

@@ -19,21 +19,15 @@ kernels split the work by size and GOMAXPROCS only.
 
 import json
 import os
-import subprocess
-import sys
 
-from support import child_env
+from support import run_child_report
 
 THREADS = 8
 ROUNDS = 3
 
 
 def test_concurrent_calls_match_sequential():
-    env = child_env()
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__)], capture_output=True, text=True,
-                          env=env, timeout=300)
-    assert proc.returncode == 0, f"child exited with {proc.returncode}:\n{proc.stderr[-4000:]}"
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    report = run_child_report(os.path.abspath(__file__))
     assert report["calls"] >= 24
     assert report["mismatches"] == [], "\n".join(report["mismatches"][:20])
     assert report["concurrent_calls"] >= THREADS * ROUNDS * report["calls"]

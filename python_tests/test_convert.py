@@ -169,13 +169,16 @@ def test_convert_subclassed_in_place():
     twin = randomized(Subclassed())
     twin.set_weights(original.get_weights())
     weights = [id(w) for w in twin.weights]
-    converted = gobn.keras.convert(twin)
+    converted = gobn.keras.convert(twin, in_place=True)
     assert converted is twin
     assert [id(w) for w in converted.weights] == weights, "in place: the same variables"
     check_converted(original, converted, 4)
 
 
 def test_convert_subclassed_needs_in_place():
+    """Keras cannot copy a subclassed model: the default (a copy) refuses it, naming the way."""
+    with pytest.raises(TypeError, match="in_place=True"):
+        gobn.keras.convert(Subclassed())
     with pytest.raises(TypeError, match="in_place=True"):
         gobn.keras.convert(Subclassed(), in_place=False)
 

@@ -22,10 +22,8 @@ build/reliability/leaks.json.
 
 import json
 import os
-import subprocess
-import sys
 
-from support import REPO_ROOT, child_env
+from support import REPO_ROOT, run_child_report
 
 WARMUP = 2000
 CALLS = 20000
@@ -38,11 +36,7 @@ def mb(n):
 
 
 def test_resident_memory_stays_flat():
-    env = child_env()
-    proc = subprocess.run([sys.executable, os.path.abspath(__file__)], capture_output=True, text=True,
-                          env=env, timeout=300)
-    assert proc.returncode == 0, f"child exited with {proc.returncode}:\n{proc.stderr[-4000:]}"
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    report = run_child_report(os.path.abspath(__file__))
     os.makedirs(os.path.dirname(REPORT), exist_ok=True)
     with open(REPORT, "w") as f:
         json.dump(report, f, indent=1)

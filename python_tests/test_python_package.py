@@ -8,14 +8,13 @@ support.py puts <repo>/python on sys.path, as PYTHONPATH=python does.
 import os
 import subprocess
 import sys
-import textwrap
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import gobn
-from support import BUILT_LIBRARY, assert_close, child_env
+from support import BUILT_LIBRARY, GRADIENT_SCRIPT, assert_close, child_env
 
 # (data_format, shape): C = 3 in every case.
 LAYOUTS = [
@@ -108,20 +107,10 @@ def test_search_order_and_message(monkeypatch, tmp_path):
 
 def test_fresh_process_finds_the_library_without_the_environment():
     """`PYTHONPATH=python python ...` after make, with no GOBN_LIBRARY: the checkout's build."""
-    script = textwrap.dedent("""
-        import tensorflow as tf, gobn
-        x = tf.random.normal([2, 3, 3, 4])
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            y, _, _ = gobn.fused_batch_norm(x, tf.ones([4]), tf.zeros([4]))
-            loss = tf.reduce_sum(y * tf.range(4, dtype=tf.float32))
-        assert tape.gradient(loss, x).shape == x.shape
-        print(gobn.library_path())
-    """)
-    done = subprocess.run([sys.executable, "-c", script], env=child_env(), capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run([sys.executable, "-c", GRADIENT_SCRIPT], env=child_env(), capture_output=True,
+                          text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip().splitlines()[-1] == os.path.realpath(BUILT_LIBRARY)
+    assert done.stdout.split()[-2] == os.path.realpath(BUILT_LIBRARY)
 
 
 # ---------------------------------------------------------------------------
@@ -154,6 +143,16 @@ def test_fused_batch_norm_matches_stock(data_format, shape, is_training):
     for name, g, s in zip(NAMES, got, stock):
         assert g.dtype == s.dtype and g.shape == s.shape, name
         assert_close(g, s, tf.float32, name)
+
+
+def test_fused_batch_norm_names_its_variance():
+    """batch_variance is Bessel-corrected, as stock's output of that name (the
+    float64 reference: the sum of squares over R-1)."""
+    x, _, scale, offset, _, _ = random_inputs((4, 5, 6, 3), "NHWC")
+    out = gobn.fused_batch_norm(x, scale, offset)
+    assert out._fields == ("y", "batch_mean", "batch_variance")
+    flat = x.numpy().reshape(-1, 3).astype(np.float64)
+    assert_close(out.batch_variance, flat.var(axis=0, ddof=1), tf.float32, "batch_variance")
 
 
 @pytest.mark.parametrize("dtype", [tf.float16, tf.bfloat16])

@@ -161,9 +161,9 @@ def test_sync_batch_norm_equals_batch_norm_of_the_whole_batch(strategy, data_for
     def replica(x, dy):
         with tf.GradientTape() as tape:
             tape.watch([x, scale, offset])
-            y, mean, variance = gobn.sync_batch_norm(x, scale, offset, epsilon=0.001, data_format=data_format)
-            loss = tf.reduce_sum(y * dy)
-        return [y] + tape.gradient(loss, [x, scale, offset]) + [mean, variance]
+            out = gobn.sync_batch_norm(x, scale, offset, epsilon=0.001, data_format=data_format)
+            loss = tf.reduce_sum(out.y * dy)
+        return [out.y] + tape.gradient(loss, [x, scale, offset]) + [out.mean, out.biased_variance]
 
     per_replica = strategy.run(replica, args=(split(strategy, x, sizes), split(strategy, dy, sizes)))
     got = [strategy.experimental_local_results(t) for t in per_replica]

@@ -21,7 +21,7 @@ import zipfile
 
 import pytest
 
-from support import BUILT_LIBRARY, PYTHON_DIR, REPO_ROOT, built_wheel
+from support import BUILT_LIBRARY, GRADIENT_SCRIPT, PYTHON_DIR, REPO_ROOT, built_wheel
 
 # What a process running TensorFlow has mapped before it loads gobn.
 ALLOWED_NEEDED = {"libtensorflow_framework.so.2", "libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2"}
@@ -104,25 +104,10 @@ def test_tag_covers_the_glibc_the_library_needs(wheel, library):
 
 def test_installed_wheel_runs_from_anywhere(installed_wheel, tmp_path):
     """pip's install of the wheel, used from a folder with no checkout in sight."""
-    script = textwrap.dedent("""
-        import numpy as np, tensorflow as tf, gobn
-        x = tf.random.normal([2, 3, 3, 4])
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            y, _, _ = gobn.fused_batch_norm(x, tf.ones([4]), tf.zeros([4]))
-            loss = tf.reduce_sum(y * tf.range(4, dtype=tf.float32))
-        dx = tape.gradient(loss, x)
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            y, _, _ = tf.compat.v1.nn.fused_batch_norm(x, tf.ones([4]), tf.zeros([4]))
-            loss = tf.reduce_sum(y * tf.range(4, dtype=tf.float32))
-        np.testing.assert_allclose(dx, tape.gradient(loss, x), rtol=1e-4, atol=1e-4)
-        print(gobn.library_path(), gobn.__file__)
-    """)
     env = {k: v for k, v in os.environ.items() if k not in ("GOBN_LIBRARY", "PYTHONPATH")}
     env["PYTHONPATH"] = str(installed_wheel)
-    done = subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path, capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run([sys.executable, "-c", GRADIENT_SCRIPT], env=env, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     library, module = done.stdout.split()
     assert library == os.path.realpath(os.path.join(installed_wheel, "gobn", "libgobn.so"))

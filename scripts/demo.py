@@ -17,21 +17,13 @@ import os
 import sys
 import time
 
+import eigen  # noqa: F401  (first: oneDNN off, the package on sys.path)
 from machine import core_count, cpu_model
 from timing import geomean, time_interleaved
-
-# Stock's reference is the Eigen kernel: switch oneDNN off unless the user chose.
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO_ROOT, "python"))
-
-# The library lookup, the tolerances (|got - want| <= atol * max|want| + rtol * |want|
-# element-wise) and the float64 references are the package's.
 import gobn  # noqa: E402
 from gobn._opdefs_gen import BY_KIND  # noqa: E402
 from gobn._testing import (  # noqa: E402

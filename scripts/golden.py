@@ -50,17 +50,11 @@ import sys
 import zipfile
 import zlib
 
-# Stock's reference is the Eigen kernel: oneDNN off unless the user chose.
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import eigen  # noqa: F401,E402  (first: oneDNN off, the package on sys.path)
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO_ROOT, "python"))
-
-# The library lookup, the tolerance table and the float64 references are the package's.
 import gobn  # noqa: E402
 from gobn._opdefs_gen import BY_KIND  # noqa: E402
 from gobn._testing import (  # noqa: E402

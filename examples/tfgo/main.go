@@ -19,9 +19,12 @@ import (
 	tf "github.com/galeone/tensorflow/tensorflow/go"
 	"github.com/galeone/tensorflow/tensorflow/go/op"
 	tg "github.com/galeone/tfgo"
-	"github.com/gobn/gobn/internal/tolerance"
 	"github.com/gobn/gobn/ops"
 )
+
+// float32's tolerance in gobn's docs/design.md: an element passes when
+// |got − want| ≤ atol·max|want| + rtol·|want|.
+const rtol, atol = 1e-4, 1e-5
 
 func main() {
 	library := flag.String("library", defaultLibrary(), "path of libgobn.so")
@@ -88,9 +91,7 @@ func compare() error {
 		for j := range got {
 			err := math.Abs(float64(got[j]) - float64(want[j]))
 			maxErr = math.Max(maxErr, err)
-			// float32's tolerance (docs/design.md): |got − want| ≤ atol·max|want| + rtol·|want|.
-			tol := tolerance.ByDType["float"]
-			pass = pass && err <= tol.Atol*maxWant+tol.Rtol*math.Abs(float64(want[j]))
+			pass = pass && err <= atol*maxWant+rtol*math.Abs(float64(want[j]))
 		}
 		ok = ok && pass
 		fmt.Printf("  %-16s max |gobn - stock| %.3g (max |stock| %.3g) %s\n", name, maxErr, maxWant, verdict(pass))

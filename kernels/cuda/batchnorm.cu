@@ -150,12 +150,7 @@ __device__ __forceinline__ void reduce_cl(const gobn_params& p) {
   if (active) {
     for (; r + (U - 1) * step < R; r += U * step) {
       float d[U][V], xv[U][V];
-#pragma unroll
-      for (int u = 0; u < U; u++) {
-        const long long off = (r + u * step) * C + c0;
-        load<T, V>(dy + off, d[u]);
-        load<T, V>(x + off, xv[u]);
-      }
+      load_rows<T, V, U>(dy, x, r, step, C, c0, d, xv);
       float gdy[V], gdx[V];
 #pragma unroll
       for (int v = 0; v < V; v++) {
@@ -249,6 +244,33 @@ struct cf_cursor {
       n += nstep;
     }
   }
+
+  // load claims the next U vectors and loads their dy and x into d and xv,
+  // with their offsets; a slot past the end (ok false) is left as it is, or
+  // zeroed where Zero is set (a reduction adds every slot).
+  template <typename T, int V, int U, bool Zero>
+  __device__ __forceinline__ void load(const T* dy, const T* x, long long (&off)[U], bool (&ok)[U],
+                                       float (&d)[U][V], float (&xv)[U][V]) {
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      ok[u] = valid();
+      off[u] = offset(V);
+      if (ok[u]) next();
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      if (ok[u]) {
+        ::load<T, V>(dy + off[u], d[u]);
+        ::load<T, V>(x + off[u], xv[u]);
+      } else if (Zero) {
+#pragma unroll
+        for (int v = 0; v < V; v++) {
+          d[u][v] = 0.f;
+          xv[u][v] = 0.f;
+        }
+      }
+    }
+  }
 };
 
 // reduce_cf is the reduce kernel for channels first. Plain loop it equals,
@@ -271,26 +293,8 @@ __device__ __forceinline__ void reduce_cf(const gobn_params& p) {
   while (cur.valid()) {
     long long off[U];
     bool ok[U];
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-      ok[u] = cur.valid();
-      off[u] = cur.offset(V);
-      if (ok[u]) cur.next();
-    }
     float d[U][V], xv[U][V];
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-      if (ok[u]) {
-        load<T, V>(dy + off[u], d[u]);
-        load<T, V>(x + off[u], xv[u]);
-      } else {
-#pragma unroll
-        for (int v = 0; v < V; v++) {
-          d[u][v] = 0.f;
-          xv[u][v] = 0.f;
-        }
-      }
-    }
+    cur.load<T, V, U, true>(dy, x, off, ok, d, xv);
     float gdy = 0.f, gdx = 0.f;
 #pragma unroll
     for (int u = 0; u < U; u++) {
@@ -346,12 +350,7 @@ __device__ __forceinline__ void apply_cl(const gobn_params& p) {
   long long r = static_cast<long long>(blockIdx.y) * blockDim.y + threadIdx.y;
   for (; r + (U - 1) * step < R; r += U * step) {
     float d[U][V], xv[U][V];
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-      const long long off = (r + u * step) * C + c0;
-      load<T, V>(dy + off, d[u]);
-      load<T, V>(x + off, xv[u]);
-    }
+    load_rows<T, V, U>(dy, x, r, step, C, c0, d, xv);
 #pragma unroll
     for (int u = 0; u < U; u++) {
       float o[V];
@@ -386,20 +385,8 @@ __device__ __forceinline__ void apply_cf(const gobn_params& p) {
   while (cur.valid()) {
     long long off[U];
     bool ok[U];
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-      ok[u] = cur.valid();
-      off[u] = cur.offset(V);
-      if (ok[u]) cur.next();
-    }
     float d[U][V], xv[U][V];
-#pragma unroll
-    for (int u = 0; u < U; u++) {
-      if (ok[u]) {
-        load<T, V>(dy + off[u], d[u]);
-        load<T, V>(x + off[u], xv[u]);
-      }
-    }
+    cur.load<T, V, U, false>(dy, x, off, ok, d, xv);
 #pragma unroll
     for (int u = 0; u < U; u++) {
       if (ok[u]) {

@@ -91,6 +91,19 @@ __device__ __forceinline__ void load(const T* p, float (&out)[V]) {
   for (int v = 0; v < V; v++) out[v] = to_float(u.e[v]);
 }
 
+// load_rows reads dy and x at U rows of C elements, step rows apart from row
+// r, V elements from column c0 of each: one row's vector per unrolled slot.
+template <typename T, int V, int U>
+__device__ __forceinline__ void load_rows(const T* dy, const T* x, long long r, long long step, long long C,
+                                          long long c0, float (&d)[U][V], float (&xv)[U][V]) {
+#pragma unroll
+  for (int u = 0; u < U; u++) {
+    const long long off = (r + u * step) * C + c0;
+    load<T, V>(dy + off, d[u]);
+    load<T, V>(x + off, xv[u]);
+  }
+}
+
 // store rounds the V floats to T and writes them at p in one instruction.
 template <typename T, int V>
 __device__ __forceinline__ void store(T* p, const float (&in)[V]) {

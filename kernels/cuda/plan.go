@@ -200,13 +200,10 @@ func reducePlan(d kernels.Dims, t DType, job string, finalize kernelID, withAppl
 }
 
 func (a FusedGradArgs) plan() (plan, error) {
-	if err := checkDims(a.Dims, a.DType); err != nil {
-		return plan{}, err
+	if err := checkDims(a.Dims, a.DType); err != nil || a.Dims.C == 0 {
+		return plan{}, err // no channels: nothing to launch
 	}
-	d, C := a.Dims, a.Dims.C
-	if C == 0 {
-		return plan{}, nil
-	}
+	d := a.Dims
 	base := params{
 		dy: a.YBackprop, x: a.X, dx: a.XBackprop,
 		mean: a.ReserveSpace1, scale: a.Scale, variance: a.ReserveSpace2,
@@ -253,13 +250,10 @@ func (a GlobalNormalizationArgs) plan() (plan, error) {
 }
 
 func (a GradReduceArgs) plan() (plan, error) {
-	if err := checkDims(a.Dims, a.DType); err != nil {
-		return plan{}, err
+	if err := checkDims(a.Dims, a.DType); err != nil || a.Dims.C == 0 {
+		return plan{}, err // no channels: nothing to launch
 	}
-	d, C := a.Dims, a.Dims.C
-	if C == 0 {
-		return plan{}, nil
-	}
+	d := a.Dims
 	base := params{
 		dy: a.YBackprop, x: a.X, mean: a.Mean,
 		out: [5]Ptr{a.SumDy, a.SumDyXmu},

@@ -23,6 +23,8 @@ Importing gobn also registers second-order gradients for the ``Gobn>`` ops
 (see ``gobn._gradients``), so double backprop through them works.
 """
 
+import collections
+
 import tensorflow as tf
 
 from gobn import _supported
@@ -33,8 +35,8 @@ from gobn import _gradients  # noqa: E402,F401  (registers the Gobn> gradients)
 from gobn import _library  # noqa: E402
 from gobn import _opdefs_gen as _opdefs  # noqa: E402
 
-__all__ = ["enable", "fused_batch_norm", "kernel_calls", "keras", "library_path", "load_library", "ops",
-           "sync_batch_norm"]
+__all__ = ["FusedBatchNormOutput", "SyncBatchNormOutput", "enable", "fused_batch_norm", "kernel_calls", "keras",
+           "library_path", "load_library", "ops", "sync_batch_norm"]
 
 OP_NAMES = _opdefs.OP_NAMES
 ENV_VAR = _library.ENV_VAR
@@ -210,6 +212,14 @@ def _format(data_format):
     return data_format.decode() if isinstance(data_format, bytes) else data_format
 
 
+# What fused_batch_norm returns: tf.compat.v1.nn.fused_batch_norm's outputs,
+# batch_variance Bessel-corrected as stock's.
+FusedBatchNormOutput = collections.namedtuple("FusedBatchNormOutput", "y batch_mean batch_variance")
+
+# What sync_batch_norm returns: the global batch's mean and its biased variance.
+SyncBatchNormOutput = collections.namedtuple("SyncBatchNormOutput", "y mean biased_variance")
+
+
 @tf.autograph.experimental.do_not_convert
 def fused_batch_norm(x, scale, offset, mean=None, variance=None, epsilon=0.001, data_format="NHWC",
                      is_training=True, name=None, exponential_avg_factor=1.0):
@@ -223,9 +233,12 @@ def fused_batch_norm(x, scale, offset, mean=None, variance=None, epsilon=0.001, 
     outputs pass one back. Second-order gradients work (gobn registers them).
 
     Returns:
-      (y, batch_mean, batch_variance) as tf.compat.v1.nn.fused_batch_norm:
-      with exponential_avg_factor != 1 the running averages; batch_variance
-      is Bessel-corrected, as stock's.
+      FusedBatchNormOutput(y, batch_mean, batch_variance), the outputs of
+      tf.compat.v1.nn.fused_batch_norm: batch_variance is Bessel-corrected
+      (the sum of squares over R−1), as stock's is; with
+      exponential_avg_factor != 1 both are the running averages. (The biased
+      variance is batch_variance·(R−1)/R, R the elements per channel;
+      sync_batch_norm returns that one, and says so by its field's name.)
     """
     if (not is_training or exponential_avg_factor != 1.0) and (mean is None or variance is None):
         raise ValueError("Both `mean` and `variance` must be a 1D tensor when `is_training` is False or "
@@ -236,8 +249,9 @@ def fused_batch_norm(x, scale, offset, mean=None, variance=None, epsilon=0.001, 
         offset = tf.convert_to_tensor(offset, name="offset")
         mean = tf.constant([], tf.float32) if mean is None else tf.convert_to_tensor(mean, tf.float32)
         variance = tf.constant([], tf.float32) if variance is None else tf.convert_to_tensor(variance, tf.float32)
-        return _fused_batch_norm(x, scale, offset, mean, variance, float(epsilon), _format(data_format),
-                                 bool(is_training), float(exponential_avg_factor))
+        return FusedBatchNormOutput(*_fused_batch_norm(
+            x, scale, offset, mean, variance, float(epsilon), _format(data_format), bool(is_training),
+            float(exponential_avg_factor)))
 
 
 def _fused_batch_norm(x, scale, offset, mean, variance, epsilon, data_format, is_training, factor):
@@ -300,8 +314,10 @@ def sync_batch_norm(x, scale, offset, epsilon=0.001, data_format="NHWC", replica
     norm.
 
     Returns:
-      (y, mean, variance): the global batch mean and biased variance, the
-      same on every replica (as float32).
+      SyncBatchNormOutput(y, mean, biased_variance): the global batch's mean
+      and biased variance (the sum of squares over n, as the normalization
+      uses it, where fused_batch_norm's batch_variance is Bessel-corrected),
+      the same on every replica (as float32).
     """
     ctx = replica_context or tf.distribute.get_replica_context()
     if ctx is None:
@@ -349,4 +365,4 @@ def sync_batch_norm(x, scale, offset, epsilon=0.001, data_format="NHWC", replica
 
             return (y, mean, variance), grad
 
-        return forward(x, scale, offset)
+        return SyncBatchNormOutput(*forward(x, scale, offset))

@@ -182,7 +182,7 @@ def _convert_in_place(model):
     return model
 
 
-def convert(model, in_place=None):
+def convert(model, in_place=False):
     """Returns the model with gobn's layers for every keras.layers.BatchNormalization.
 
     Each stock ``keras.layers.BatchNormalization`` (Keras 3) becomes
@@ -196,24 +196,24 @@ def convert(model, in_place=None):
     custom layers holding BatchNormalization layers in attributes, lists or
     dicts, layers shared between several places.
 
-    Supported models:
+    Whether the model is copied or changed is the caller's to say, by
+    ``in_place``:
 
-    - Sequential and functional models (keras.Sequential, keras.Model(inputs,
-      outputs) and their nested models): by default the result is a new
-      model, ``keras.models.clone_model(model, recursive=True)`` with the
-      original's weights copied; the original is left as it was, and the two
-      train independently. A compiled model's clone is compiled from its
-      compile config (a fresh optimizer, as clone_model does).
-    - Subclassed models (``class M(keras.Model)`` with a custom ``call``) and
-      any other keras.layers.Layer: Keras cannot copy them, so they are
-      converted in place and returned (the same object). Every
-      BatchNormalization layer Keras tracks is converted: those assigned to
-      attributes of the model or of its (nested) layers, directly or in
-      lists, tuples and dicts.
-    - ``in_place=True`` converts any of them in place: the layers keep their
-      variable objects, so a compiled model keeps its optimizer and its
-      state; functions Keras traced (fit, evaluate, predict) are traced again
-      at their next call.
+    - ``in_place=False`` (the default) returns a new model and leaves the
+      original as it was: ``keras.models.clone_model(model, recursive=True)``
+      with the original's weights copied, for Sequential and functional
+      models (keras.Sequential, keras.Model(inputs, outputs) and their nested
+      models); the two train independently. A compiled model's clone is
+      compiled from its compile config (a fresh optimizer, as clone_model
+      does). Keras cannot copy subclassed models (``class M(keras.Model)``
+      with a custom ``call``) or other layers: for them it raises TypeError.
+    - ``in_place=True`` converts the model itself, of any kind, and returns
+      it: the layers keep their variable objects, so a compiled model keeps
+      its optimizer and its state; functions Keras traced (fit, evaluate,
+      predict) are traced again at their next call. Every BatchNormalization
+      layer Keras tracks is converted: those assigned to attributes of the
+      model or of its (nested) layers, directly or in lists, tuples and
+      dicts.
 
     Not supported:
 
@@ -230,9 +230,8 @@ def convert(model, in_place=None):
 
     Args:
       model: a Keras 3 model or layer.
-      in_place: True to convert model itself; False to require a copy
-        (TypeError for a model Keras cannot clone); None (default): a copy
-        of a Sequential or functional model, model itself otherwise.
+      in_place: False (default) for a converted copy (TypeError for a model
+        Keras cannot copy), True to convert model itself.
 
     Returns:
       The converted model.
@@ -246,8 +245,6 @@ def convert(model, in_place=None):
                 "and its gradients run on gobn unconverted.")
         raise TypeError(f"gobn.keras.convert takes a Keras 3 model or layer, not {type(model).__qualname__}")
     cloneable = isinstance(model, keras.Sequential) or keras.src.models.functional.Functional in type(model).__mro__
-    if in_place is None:
-        in_place = not cloneable
     if in_place:
         return _convert_in_place(model)
     if not cloneable:

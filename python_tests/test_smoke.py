@@ -8,8 +8,9 @@ finds it and takes its tolerances and float64 references from
 processes, with oneDNN off and on.
 
 - the ops against stock's (or the float64 reference where stock has none);
-- ``gobn.fused_batch_norm`` and the Keras layer against stock's, gradients
-  included;
+- ``gobn.fused_batch_norm``, ``gobn.sync_batch_norm`` and the Keras layer
+  against stock's or the float64 reference, gradients included, and
+  ``gobn.keras.convert``;
 - ``tf.vectorized_map`` over gobn's ops without the while-loop fallback;
 - ``gobn.enable()``: stock's gradient ops on gobn's kernels;
 - a tf_keras model trained after ``enable()``, where tf_keras is installed.
@@ -148,6 +149,47 @@ def test_keras_model_trains():
     model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     history = model.fit(x, y, batch_size=16, epochs=2, verbose=0)
     assert np.all(np.isfinite(history.history["loss"]))
+
+
+def test_sync_batch_norm_with_one_replica_is_batch_norm():
+    """gobn.sync_batch_norm in a strategy's replica: with one replica, the
+    statistics and gradients of the batch (the Keras layers' synchronized
+    path is the same function)."""
+    rng = np.random.default_rng(8)
+    x = tf.constant(rng.normal(1.0, 2.0, (4, 5, 6, 3)), tf.float32)
+    w = tf.constant(rng.normal(size=(4, 5, 6, 3)), tf.float32)
+    scale, offset = tf.constant([1.0, 2.0, 0.5]), tf.constant([0.0, 1.0, -1.0])
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+
+    def replica(x):
+        with tf.GradientTape() as tape:
+            tape.watch([x, scale, offset])
+            out = gobn.sync_batch_norm(x, scale, offset, epsilon=EPSILON)
+            loss = tf.reduce_sum(out.y * w)
+        return [out.y, out.mean, out.biased_variance] + tape.gradient(loss, [x, scale, offset])
+
+    got = strategy.run(tf.function(replica), args=(x,))
+    flat = x.numpy().reshape(-1, 3).astype(np.float64)
+    mean, variance = flat.mean(axis=0), flat.var(axis=0)
+    dx, dscale, doffset = _testing.fused_grad_reference(w, x, scale, mean, variance, EPSILON, True, "NHWC")
+    y = (x.numpy() - mean) / np.sqrt(variance + EPSILON) * scale.numpy() + offset.numpy()
+    for name, g, want in zip(("y", "mean", "biased_variance", "x", "scale", "offset"), got,
+                             (y, mean, variance, dx, dscale, doffset)):
+        assert_close(g, want, tf.float32, name)
+
+
+def test_convert_takes_keras3_models_and_sends_keras2_to_enable():
+    import keras
+
+    if not keras.__version__.startswith("3."):  # Keras 2 (TensorFlow 2.14, 2.15): enable() is its route
+        with pytest.raises(TypeError, match="Keras 3"):
+            gobn.keras.convert(keras.Sequential([keras.layers.BatchNormalization(input_shape=(4,))]))
+        return
+    model = keras.Sequential([keras.Input((4, 4, 3)), keras.layers.BatchNormalization()])
+    converted = gobn.keras.convert(model)
+    assert converted is not model
+    assert isinstance(converted.layers[0], gobn.keras.BatchNormalization)
+    assert type(model.layers[0]) is keras.layers.BatchNormalization, "the original stays stock"
 
 
 # ---------------------------------------------------------------------------

@@ -25,6 +25,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/gobn/gobn/internal/fuzzbytes"
 	"github.com/gobn/gobn/kernels"
 	"github.com/gobn/gobn/opdef"
 )
@@ -307,17 +308,6 @@ var fuzzFormats = []string{opdef.NHWC, opdef.NCHW, opdef.NDHWC, opdef.NCDHW, "NW
 // are only possible beside a zero dimension.
 var fuzzDims = []int64{0, 1, 2, 3, 4, 5, 7, 1 << 31, 1 << 32, 1 << 40, 3037000500}
 
-type computeFuzzer struct{ b []byte }
-
-func (f *computeFuzzer) byte() byte {
-	if len(f.b) == 0 {
-		return 0
-	}
-	v := f.b[0]
-	f.b = f.b[1:]
-	return v
-}
-
 // elements returns the element count of dims, or -1 when it is over limit.
 func elements(dims []int64, limit int64) int64 {
 	for _, d := range dims {
@@ -350,22 +340,22 @@ func FuzzCompute(f *testing.F) {
 		f.Add([]byte{byte(op), 0x00, 0, 0, 0, 0, 4, 2, 3, 4, 5, 1, 3, 1, 3})
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		r := &computeFuzzer{b: data}
-		op := opdef.All[int(r.byte())%len(opdef.All)]
-		mode := r.byte()
-		binding := op.Kernels[int(r.byte())%len(op.Kernels)]
+		r := fuzzbytes.New(data)
+		op := opdef.All[int(r.Byte())%len(opdef.All)]
+		mode := r.Byte()
+		binding := op.Kernels[int(r.Byte())%len(op.Kernels)]
 		k := &kernel{
 			op:                      op,
 			dtype:                   binding["T"],
-			dataFormat:              fuzzFormats[int(r.byte())%len(fuzzFormats)],
-			isTraining:              r.byte()%2 == 0,
-			epsilon:                 []float32{1e-3, 0, -1, float32(math.NaN())}[r.byte()%4],
+			dataFormat:              fuzzFormats[int(r.Byte())%len(fuzzFormats)],
+			isTraining:              r.Byte()%2 == 0,
+			epsilon:                 []float32{1e-3, 0, -1, float32(math.NaN())}[r.Byte()%4],
 			scaleAfterNormalization: mode&0x10 != 0,
 		}
 		// The activation shape, and the channel count under the format.
-		activation := make([]int64, 4+int(r.byte()%2))
+		activation := make([]int64, 4+int(r.Byte()%2))
 		for i := range activation {
-			activation[i] = fuzzDims[int(r.byte())%len(fuzzDims)]
+			activation[i] = fuzzDims[int(r.Byte())%len(fuzzDims)]
 		}
 		channels := activation[len(activation)-1]
 		if k.dataFormat == opdef.NCHW || k.dataFormat == opdef.NCDHW {
@@ -382,19 +372,19 @@ func FuzzCompute(f *testing.F) {
 			case mode&8 != 0 && len(in.Ranks) == 1 && in.Ranks[0] == 0:
 				dims = []int64{}
 			default:
-				dims = make([]int64, int(r.byte()%6))
+				dims = make([]int64, int(r.Byte()%6))
 				for j := range dims {
-					dims[j] = fuzzDims[int(r.byte())%len(fuzzDims)]
+					dims[j] = fuzzDims[int(r.Byte())%len(fuzzDims)]
 				}
 			}
 			dtype := inputDType(in, k.dtype)
 			if mode&1 == 0 {
-				dtype = fuzzDTypes[int(r.byte())%len(fuzzDTypes)]
+				dtype = fuzzDTypes[int(r.Byte())%len(fuzzDTypes)]
 			}
 			if elements(dims, 1<<12) < 0 {
 				t.Skip("an input TensorFlow cannot hold in memory")
 			}
-			inputs[i] = newGoTensor(dtype, dims, func(j int) float64 { return float64(int(r.byte())-128) / 16 })
+			inputs[i] = newGoTensor(dtype, dims, func(j int) float64 { return float64(int(r.Byte())-128) / 16 })
 		}
 		a := newRecordingAllocator()
 		err := k.compute(inputs, a.allocate, nil)

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/gobn/gobn/internal/fuzzbytes"
 	"github.com/gobn/gobn/kernels"
 )
 
@@ -32,37 +33,28 @@ import (
 // each briefly, make fuzz for longer. Seeds are in testdata/fuzz/<FuzzName>/.
 
 // fuzzSource hands out the fuzzer's bytes, then pseudo-random ones.
-type fuzzSource struct {
-	b   []byte
-	rng *rand.Rand
-}
+type fuzzSource struct{ *fuzzbytes.Reader }
 
 func newFuzzSource(data []byte) *fuzzSource {
 	h := fnv.New64a()
 	h.Write(data)
-	return &fuzzSource{b: data, rng: rand.New(rand.NewPCG(h.Sum64(), uint64(len(data))))}
-}
-
-func (s *fuzzSource) byte() byte {
-	if len(s.b) == 0 {
-		return byte(s.rng.Uint32())
-	}
-	v := s.b[0]
-	s.b = s.b[1:]
-	return v
+	rng := rand.New(rand.NewPCG(h.Sum64(), uint64(len(data))))
+	s := &fuzzSource{fuzzbytes.New(data)}
+	s.Rest = func() byte { return byte(rng.Uint32()) }
+	return s
 }
 
 // value decodes an element: mostly a multiple of 1/16 in [−7.9, 7.9] (exact
 // in every element type), sometimes scaled by 1/64 to 1024, sometimes NaN,
 // ±Inf or −0.
 func (s *fuzzSource) value() float64 {
-	tag := s.byte()
+	tag := s.Byte()
 	switch {
 	case tag >= 0xfc:
 		return []float64{math.NaN(), math.Inf(1), math.Inf(-1), math.Copysign(0, -1)}[tag-0xfc]
 	case tag >= 0xf0:
 		scales := []float64{1.0 / 64, 1.0 / 4, 4, 64, 256, 1024}
-		return scales[int(tag-0xf0)%len(scales)] * float64(int(s.byte())-128) / 16
+		return scales[int(tag-0xf0)%len(scales)] * float64(int(s.Byte())-128) / 16
 	}
 	return float64(int(tag)-126) / 16
 }
@@ -70,7 +62,7 @@ func (s *fuzzSource) value() float64 {
 // variance decodes a variance: mostly in [0, 15], sometimes zero, negative,
 // tiny or not finite.
 func (s *fuzzSource) variance() float64 {
-	tag := s.byte()
+	tag := s.Byte()
 	if tag >= 0xf8 {
 		return []float64{math.NaN(), math.Inf(1), math.Inf(-1), 0, -1, -1e-3, 1e-30, math.Copysign(0, -1)}[tag-0xf8]
 	}
@@ -83,10 +75,10 @@ var fuzzEpsilons = []float32{1e-3, 1e-5, 0.1, 1e-3, 0, 1, -1e-3, float32(math.Na
 // size at which the kernels go parallel.
 func (s *fuzzSource) shape(header byte) (N, C, S int) {
 	if header&0x70 == 0x70 {
-		C = 1 + int(s.byte()%4)
-		return 1 + int(s.byte()%2), C, 2*65536/C + int(s.byte())*37 + 1
+		C = 1 + int(s.Byte()%4)
+		return 1 + int(s.Byte()%2), C, 2*65536/C + int(s.Byte())*37 + 1
 	}
-	return int(s.byte() % 4), int(s.byte() % 9), int(s.byte() % 13)
+	return int(s.Byte() % 4), int(s.Byte() % 9), int(s.Byte() % 13)
 }
 
 func fuzzValues[T kernels.Element](s *fuzzSource, n int) []T {
@@ -164,7 +156,7 @@ func fuzzFused[T kernels.Element](t *testing.T, s *fuzzSource, header byte) {
 	n := N * C * S
 	in := fusedInputs[T]{
 		dims:     d,
-		epsilon:  fuzzEpsilons[int(s.byte())%len(fuzzEpsilons)],
+		epsilon:  fuzzEpsilons[int(s.Byte())%len(fuzzEpsilons)],
 		scale:    fuzzVector(s, C, s.value),
 		mean:     fuzzVector(s, C, s.value),
 		variance: fuzzVector(s, C, s.variance),
@@ -258,8 +250,8 @@ func FuzzFusedGrad(f *testing.F) {
 	fuzzSeedsKernels(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s := newFuzzSource(data)
-		header := s.byte()
-		switch s.byte() % 4 {
+		header := s.Byte()
+		switch s.Byte() % 4 {
 		case 0:
 			fuzzFused[float32](t, s, header)
 		case 1:
@@ -279,7 +271,7 @@ func fuzzGlobal[T kernels.Element](t *testing.T, s *fuzzSource, header byte) {
 	n := N * C * S
 	in := globalInputs[T]{
 		dims:    d,
-		epsilon: fuzzEpsilons[int(s.byte())%len(fuzzEpsilons)],
+		epsilon: fuzzEpsilons[int(s.Byte())%len(fuzzEpsilons)],
 		m:       fuzzValues[T](s, C),
 		gamma:   fuzzValues[T](s, C),
 	}
@@ -316,8 +308,8 @@ func FuzzGlobalNormalizationGrad(f *testing.F) {
 	fuzzSeedsKernels(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s := newFuzzSource(data)
-		header := s.byte()
-		switch s.byte() % 3 {
+		header := s.Byte()
+		switch s.Byte() % 3 {
 		case 0:
 			fuzzGlobal[float32](t, s, header)
 		case 1:

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gobn/gobn/internal/fuzzbytes"
 	"github.com/gobn/gobn/opdef"
 )
 
@@ -35,21 +36,12 @@ var edgeDims = []int64{
 }
 
 // fuzzReader hands out the fuzzer's bytes; once they run out it returns zeros.
-type fuzzReader struct{ b []byte }
-
-func (r *fuzzReader) byte() byte {
-	if len(r.b) == 0 {
-		return 0
-	}
-	v := r.b[0]
-	r.b = r.b[1:]
-	return v
-}
+type fuzzReader struct{ *fuzzbytes.Reader }
 
 // dim decodes one dimension: mostly small, sometimes an edge value or a raw
 // int64.
-func (r *fuzzReader) dim() int64 {
-	tag := r.byte()
+func (r fuzzReader) dim() int64 {
+	tag := r.Byte()
 	switch {
 	case tag < 0x80:
 		return int64(tag % 9)
@@ -58,14 +50,14 @@ func (r *fuzzReader) dim() int64 {
 	}
 	var raw [8]byte
 	for i := range raw {
-		raw[i] = r.byte()
+		raw[i] = r.Byte()
 	}
 	return int64(binary.LittleEndian.Uint64(raw[:]))
 }
 
 // shape decodes a rank in [0, 6] and that many dims.
-func (r *fuzzReader) shape() []int64 {
-	dims := make([]int64, int(r.byte()%7))
+func (r fuzzReader) shape() []int64 {
+	dims := make([]int64, int(r.Byte()%7))
 	for i := range dims {
 		dims[i] = r.dim()
 	}
@@ -228,8 +220,8 @@ func fuzzSeeds(f *testing.F) {
 // bit 1 sizes the vectors as x's channels (bit 5: as its last dimension,
 // whatever the format).
 func decodeFused(format string, data []byte) (string, opdef.FusedGradInputs) {
-	r := &fuzzReader{b: data}
-	mode := r.byte()
+	r := fuzzReader{fuzzbytes.New(data)}
+	mode := r.Byte()
 	if sel := int(mode>>2) & 7; sel < len(fuzzFormats) {
 		format = fuzzFormats[sel]
 	}
@@ -305,8 +297,8 @@ func globalOracle(in opdef.GlobalNormalizationGradInputs) *violation {
 func FuzzCheckGlobalNormalizationGrad(f *testing.F) {
 	fuzzSeeds(f)
 	f.Fuzz(func(t *testing.T, _ string, data []byte) {
-		r := &fuzzReader{b: data}
-		mode := r.byte()
+		r := fuzzReader{fuzzbytes.New(data)}
+		mode := r.Byte()
 		var in opdef.GlobalNormalizationGradInputs
 		in.T = r.shape()
 		if mode&1 != 0 {
@@ -348,20 +340,20 @@ func FuzzCheckStaticShapes(f *testing.F) {
 	f.Add([]byte{3, 1, 4, 2, 0xff, 6, 3, 1, 1, 4, 0, 1, 1, 3, 1, 4, 2, 5, 6, 3})
 	f.Add([]byte{2, 0, 0, 1, 4, 0xff, 0xff, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		r := &fuzzReader{b: data}
-		op := opdef.All[int(r.byte())%len(opdef.All)]
+		r := fuzzReader{fuzzbytes.New(data)}
+		op := opdef.All[int(r.Byte())%len(opdef.All)]
 		if op.Kind != opdef.FusedBatchNormGrad && op.Kind != opdef.GlobalNormalizationGrad {
 			t.Skipf("%s: no oracle for this kind of op", op.Name)
 		}
 		partial := make([][]int64, len(op.Inputs))
 		complete := make([][]int64, len(op.Inputs))
 		for i, in := range op.Inputs {
-			known := r.byte()%4 != 0
+			known := r.Byte()%4 != 0
 			ranks := in.Ranks
 			if len(ranks) == 0 {
-				ranks = []int{int(r.byte() % 3)}
+				ranks = []int{int(r.Byte() % 3)}
 			}
-			rank := ranks[int(r.byte())%len(ranks)]
+			rank := ranks[int(r.Byte())%len(ranks)]
 			complete[i] = make([]int64, rank)
 			for j := range complete[i] {
 				complete[i][j] = r.dim() & math.MaxInt64 // TensorFlow's dims are never negative
@@ -371,7 +363,7 @@ func FuzzCheckStaticShapes(f *testing.F) {
 			}
 			partial[i] = append([]int64(nil), complete[i]...)
 			for j := range partial[i] {
-				if r.byte()%4 == 0 {
+				if r.Byte()%4 == 0 {
 					partial[i][j] = -1
 				}
 			}

@@ -28,10 +28,33 @@ import (
 	"sync"
 
 	tf "github.com/galeone/tensorflow/tensorflow/go"
+	"github.com/galeone/tensorflow/tensorflow/go/op"
 )
 
 // optionalAttr holds the optional attrs of one op, as in the bindings.
 type optionalAttr map[string]interface{}
+
+// noOptions stands for the options of an op that has none.
+var noOptions []func(optionalAttr)
+
+// setAttr returns the option that sets attr name to value.
+func setAttr(name string, value any) func(optionalAttr) {
+	return func(m optionalAttr) { m[name] = value }
+}
+
+// addOperation adds an operation of type typ to scope's graph, with the
+// required attrs and the options applied over them, or returns nil when
+// scope already holds an error.
+func addOperation[A ~func(optionalAttr)](scope *op.Scope, typ string, inputs []tf.Input,
+	attrs optionalAttr, options []A) *tf.Operation {
+	if scope.Err() != nil {
+		return nil
+	}
+	for _, set := range options {
+		set(attrs)
+	}
+	return scope.AddOperation(tf.OpSpec{Type: typ, Input: inputs, Attrs: attrs})
+}
 
 var (
 	loadMu   sync.Mutex

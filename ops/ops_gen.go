@@ -10,30 +10,22 @@ import (
 // FusedBatchNormGradAttr is an optional argument to FusedBatchNormGrad.
 type FusedBatchNormGradAttr func(optionalAttr)
 
-// FusedBatchNormGradEpsilon sets the optional epsilon attribute to value.
-// If not specified, defaults to 0.0001
+// FusedBatchNormGradEpsilon sets the optional epsilon attribute to value;
+// if not specified, it defaults to 0.0001.
 func FusedBatchNormGradEpsilon(value float32) FusedBatchNormGradAttr {
-	return func(m optionalAttr) {
-		m["epsilon"] = value
-	}
+	return FusedBatchNormGradAttr(setAttr("epsilon", value))
 }
 
-// FusedBatchNormGradDataFormat sets the optional data_format attribute to value.
-//
-// value: one of 'NHWC', 'NCHW'.
-// If not specified, defaults to "NHWC"
+// FusedBatchNormGradDataFormat sets the optional data_format attribute to value, one of 'NHWC', 'NCHW';
+// if not specified, it defaults to "NHWC".
 func FusedBatchNormGradDataFormat(value string) FusedBatchNormGradAttr {
-	return func(m optionalAttr) {
-		m["data_format"] = value
-	}
+	return FusedBatchNormGradAttr(setAttr("data_format", value))
 }
 
-// FusedBatchNormGradIsTraining sets the optional is_training attribute to value.
-// If not specified, defaults to true
+// FusedBatchNormGradIsTraining sets the optional is_training attribute to value;
+// if not specified, it defaults to true.
 func FusedBatchNormGradIsTraining(value bool) FusedBatchNormGradAttr {
-	return func(m optionalAttr) {
-		m["is_training"] = value
-	}
+	return FusedBatchNormGradAttr(setAttr("is_training", value))
 }
 
 // FusedBatchNormGrad adds a Gobn>FusedBatchNormGrad operation to the graph:
@@ -43,59 +35,38 @@ func FusedBatchNormGradIsTraining(value bool) FusedBatchNormGradAttr {
 // Inputs: y_backprop: T, x: T, scale: T, reserve_space_1: T, reserve_space_2: T.
 // T is inferred from the inputs (float); CPU kernels exist for float.
 //
-// Returns:
-//
-//	x_backprop: T, shaped like x
-//	scale_backprop: T, shaped like scale
-//	offset_backprop: T, shaped like scale
-//	reserve_space_3: T, an empty placeholder of shape [0]
-//	reserve_space_4: T, an empty placeholder of shape [0]
+// Returns x_backprop (T, shaped like x), scale_backprop (T, shaped like scale),
+// offset_backprop (T, shaped like scale), reserve_space_3 (T, an empty
+// placeholder of shape [0]), reserve_space_4 (T, an empty placeholder of shape
+// [0]).
 func FusedBatchNormGrad(scope *op.Scope, y_backprop tf.Output, x tf.Output, scale tf.Output, reserve_space_1 tf.Output, reserve_space_2 tf.Output, optional ...FusedBatchNormGradAttr) (x_backprop tf.Output, scale_backprop tf.Output, offset_backprop tf.Output, reserve_space_3 tf.Output, reserve_space_4 tf.Output) {
-	if scope.Err() != nil {
+	operation := addOperation(scope, "Gobn>FusedBatchNormGrad", []tf.Input{y_backprop, x, scale, reserve_space_1, reserve_space_2},
+		optionalAttr{}, optional)
+	if operation == nil {
 		return
 	}
-	attrs := map[string]interface{}{}
-	for _, a := range optional {
-		a(attrs)
-	}
-	opspec := tf.OpSpec{
-		Type: "Gobn>FusedBatchNormGrad",
-		Input: []tf.Input{
-			y_backprop, x, scale, reserve_space_1, reserve_space_2,
-		},
-		Attrs: attrs,
-	}
-	operation := scope.AddOperation(opspec)
 	return operation.Output(0), operation.Output(1), operation.Output(2), operation.Output(3), operation.Output(4)
 }
 
 // FusedBatchNormGradV2Attr is an optional argument to FusedBatchNormGradV2.
 type FusedBatchNormGradV2Attr func(optionalAttr)
 
-// FusedBatchNormGradV2Epsilon sets the optional epsilon attribute to value.
-// If not specified, defaults to 0.0001
+// FusedBatchNormGradV2Epsilon sets the optional epsilon attribute to value;
+// if not specified, it defaults to 0.0001.
 func FusedBatchNormGradV2Epsilon(value float32) FusedBatchNormGradV2Attr {
-	return func(m optionalAttr) {
-		m["epsilon"] = value
-	}
+	return FusedBatchNormGradV2Attr(setAttr("epsilon", value))
 }
 
-// FusedBatchNormGradV2DataFormat sets the optional data_format attribute to value.
-//
-// value: one of 'NHWC', 'NCHW'.
-// If not specified, defaults to "NHWC"
+// FusedBatchNormGradV2DataFormat sets the optional data_format attribute to value, one of 'NHWC', 'NCHW';
+// if not specified, it defaults to "NHWC".
 func FusedBatchNormGradV2DataFormat(value string) FusedBatchNormGradV2Attr {
-	return func(m optionalAttr) {
-		m["data_format"] = value
-	}
+	return FusedBatchNormGradV2Attr(setAttr("data_format", value))
 }
 
-// FusedBatchNormGradV2IsTraining sets the optional is_training attribute to value.
-// If not specified, defaults to true
+// FusedBatchNormGradV2IsTraining sets the optional is_training attribute to value;
+// if not specified, it defaults to true.
 func FusedBatchNormGradV2IsTraining(value bool) FusedBatchNormGradV2Attr {
-	return func(m optionalAttr) {
-		m["is_training"] = value
-	}
+	return FusedBatchNormGradV2Attr(setAttr("is_training", value))
 }
 
 // FusedBatchNormGradV2 adds a Gobn>FusedBatchNormGradV2 operation to the graph:
@@ -106,59 +77,38 @@ func FusedBatchNormGradV2IsTraining(value bool) FusedBatchNormGradV2Attr {
 // T is inferred from the inputs (half, bfloat16, float); CPU kernels exist for float, half, bfloat16.
 // U is inferred from the inputs (float); CPU kernels exist for float.
 //
-// Returns:
-//
-//	x_backprop: T, shaped like x
-//	scale_backprop: U, shaped like scale
-//	offset_backprop: U, shaped like scale
-//	reserve_space_3: U, an empty placeholder of shape [0]
-//	reserve_space_4: U, an empty placeholder of shape [0]
+// Returns x_backprop (T, shaped like x), scale_backprop (U, shaped like scale),
+// offset_backprop (U, shaped like scale), reserve_space_3 (U, an empty
+// placeholder of shape [0]), reserve_space_4 (U, an empty placeholder of shape
+// [0]).
 func FusedBatchNormGradV2(scope *op.Scope, y_backprop tf.Output, x tf.Output, scale tf.Output, reserve_space_1 tf.Output, reserve_space_2 tf.Output, optional ...FusedBatchNormGradV2Attr) (x_backprop tf.Output, scale_backprop tf.Output, offset_backprop tf.Output, reserve_space_3 tf.Output, reserve_space_4 tf.Output) {
-	if scope.Err() != nil {
+	operation := addOperation(scope, "Gobn>FusedBatchNormGradV2", []tf.Input{y_backprop, x, scale, reserve_space_1, reserve_space_2},
+		optionalAttr{}, optional)
+	if operation == nil {
 		return
 	}
-	attrs := map[string]interface{}{}
-	for _, a := range optional {
-		a(attrs)
-	}
-	opspec := tf.OpSpec{
-		Type: "Gobn>FusedBatchNormGradV2",
-		Input: []tf.Input{
-			y_backprop, x, scale, reserve_space_1, reserve_space_2,
-		},
-		Attrs: attrs,
-	}
-	operation := scope.AddOperation(opspec)
 	return operation.Output(0), operation.Output(1), operation.Output(2), operation.Output(3), operation.Output(4)
 }
 
 // FusedBatchNormGradV3Attr is an optional argument to FusedBatchNormGradV3.
 type FusedBatchNormGradV3Attr func(optionalAttr)
 
-// FusedBatchNormGradV3Epsilon sets the optional epsilon attribute to value.
-// If not specified, defaults to 0.0001
+// FusedBatchNormGradV3Epsilon sets the optional epsilon attribute to value;
+// if not specified, it defaults to 0.0001.
 func FusedBatchNormGradV3Epsilon(value float32) FusedBatchNormGradV3Attr {
-	return func(m optionalAttr) {
-		m["epsilon"] = value
-	}
+	return FusedBatchNormGradV3Attr(setAttr("epsilon", value))
 }
 
-// FusedBatchNormGradV3DataFormat sets the optional data_format attribute to value.
-//
-// value: one of 'NHWC', 'NCHW', 'NDHWC', 'NCDHW'.
-// If not specified, defaults to "NHWC"
+// FusedBatchNormGradV3DataFormat sets the optional data_format attribute to value, one of 'NHWC', 'NCHW', 'NDHWC', 'NCDHW';
+// if not specified, it defaults to "NHWC".
 func FusedBatchNormGradV3DataFormat(value string) FusedBatchNormGradV3Attr {
-	return func(m optionalAttr) {
-		m["data_format"] = value
-	}
+	return FusedBatchNormGradV3Attr(setAttr("data_format", value))
 }
 
-// FusedBatchNormGradV3IsTraining sets the optional is_training attribute to value.
-// If not specified, defaults to true
+// FusedBatchNormGradV3IsTraining sets the optional is_training attribute to value;
+// if not specified, it defaults to true.
 func FusedBatchNormGradV3IsTraining(value bool) FusedBatchNormGradV3Attr {
-	return func(m optionalAttr) {
-		m["is_training"] = value
-	}
+	return FusedBatchNormGradV3Attr(setAttr("is_training", value))
 }
 
 // FusedBatchNormGradV3 adds a Gobn>FusedBatchNormGradV3 operation to the graph:
@@ -169,29 +119,16 @@ func FusedBatchNormGradV3IsTraining(value bool) FusedBatchNormGradV3Attr {
 // T is inferred from the inputs (half, bfloat16, float); CPU kernels exist for float, half, bfloat16.
 // U is inferred from the inputs (float); CPU kernels exist for float.
 //
-// Returns:
-//
-//	x_backprop: T, shaped like x
-//	scale_backprop: U, shaped like scale
-//	offset_backprop: U, shaped like scale
-//	reserve_space_4: U, an empty placeholder of shape [0]
-//	reserve_space_5: U, an empty placeholder of shape [0]
+// Returns x_backprop (T, shaped like x), scale_backprop (U, shaped like scale),
+// offset_backprop (U, shaped like scale), reserve_space_4 (U, an empty
+// placeholder of shape [0]), reserve_space_5 (U, an empty placeholder of shape
+// [0]).
 func FusedBatchNormGradV3(scope *op.Scope, y_backprop tf.Output, x tf.Output, scale tf.Output, reserve_space_1 tf.Output, reserve_space_2 tf.Output, reserve_space_3 tf.Output, optional ...FusedBatchNormGradV3Attr) (x_backprop tf.Output, scale_backprop tf.Output, offset_backprop tf.Output, reserve_space_4 tf.Output, reserve_space_5 tf.Output) {
-	if scope.Err() != nil {
+	operation := addOperation(scope, "Gobn>FusedBatchNormGradV3", []tf.Input{y_backprop, x, scale, reserve_space_1, reserve_space_2, reserve_space_3},
+		optionalAttr{}, optional)
+	if operation == nil {
 		return
 	}
-	attrs := map[string]interface{}{}
-	for _, a := range optional {
-		a(attrs)
-	}
-	opspec := tf.OpSpec{
-		Type: "Gobn>FusedBatchNormGradV3",
-		Input: []tf.Input{
-			y_backprop, x, scale, reserve_space_1, reserve_space_2, reserve_space_3,
-		},
-		Attrs: attrs,
-	}
-	operation := scope.AddOperation(opspec)
 	return operation.Output(0), operation.Output(1), operation.Output(2), operation.Output(3), operation.Output(4)
 }
 
@@ -204,40 +141,24 @@ func FusedBatchNormGradV3(scope *op.Scope, y_backprop tf.Output, x tf.Output, sc
 // variance_epsilon is the variance_epsilon attribute (float32).
 // scale_after_normalization is the scale_after_normalization attribute (bool).
 //
-// Returns:
-//
-//	dx: T, shaped like t
-//	dm: T, shaped like m
-//	dv: T, shaped like v
-//	db: T, shaped like m
-//	dg: T, shaped like gamma
+// Returns dx (T, shaped like t), dm (T, shaped like m), dv (T, shaped like v),
+// db (T, shaped like m), dg (T, shaped like gamma).
 func BatchNormWithGlobalNormalizationGrad(scope *op.Scope, t tf.Output, m tf.Output, v tf.Output, gamma tf.Output, backprop tf.Output, variance_epsilon float32, scale_after_normalization bool) (dx tf.Output, dm tf.Output, dv tf.Output, db tf.Output, dg tf.Output) {
-	if scope.Err() != nil {
+	operation := addOperation(scope, "Gobn>BatchNormWithGlobalNormalizationGrad", []tf.Input{t, m, v, gamma, backprop},
+		optionalAttr{"variance_epsilon": variance_epsilon, "scale_after_normalization": scale_after_normalization}, noOptions)
+	if operation == nil {
 		return
 	}
-	attrs := map[string]interface{}{"variance_epsilon": variance_epsilon, "scale_after_normalization": scale_after_normalization}
-	opspec := tf.OpSpec{
-		Type: "Gobn>BatchNormWithGlobalNormalizationGrad",
-		Input: []tf.Input{
-			t, m, v, gamma, backprop,
-		},
-		Attrs: attrs,
-	}
-	operation := scope.AddOperation(opspec)
 	return operation.Output(0), operation.Output(1), operation.Output(2), operation.Output(3), operation.Output(4)
 }
 
 // BatchNormGradReduceAttr is an optional argument to BatchNormGradReduce.
 type BatchNormGradReduceAttr func(optionalAttr)
 
-// BatchNormGradReduceDataFormat sets the optional data_format attribute to value.
-//
-// value: one of 'NHWC', 'NCHW', 'NDHWC', 'NCDHW'.
-// If not specified, defaults to "NHWC"
+// BatchNormGradReduceDataFormat sets the optional data_format attribute to value, one of 'NHWC', 'NCHW', 'NDHWC', 'NCDHW';
+// if not specified, it defaults to "NHWC".
 func BatchNormGradReduceDataFormat(value string) BatchNormGradReduceAttr {
-	return func(m optionalAttr) {
-		m["data_format"] = value
-	}
+	return BatchNormGradReduceAttr(setAttr("data_format", value))
 }
 
 // BatchNormGradReduce adds a Gobn>BatchNormGradReduce operation to the graph:
@@ -248,49 +169,30 @@ func BatchNormGradReduceDataFormat(value string) BatchNormGradReduceAttr {
 // T is inferred from the inputs (half, bfloat16, float); CPU kernels exist for float, half, bfloat16.
 // U is inferred from the inputs (float); CPU kernels exist for float.
 //
-// Returns:
-//
-//	sum_dy: U, shaped like mean
-//	sum_dy_xmu: U, shaped like mean
-//	count: int64, a scalar
+// Returns sum_dy (U, shaped like mean), sum_dy_xmu (U, shaped like mean), count
+// (int64, a scalar).
 func BatchNormGradReduce(scope *op.Scope, y_backprop tf.Output, x tf.Output, mean tf.Output, optional ...BatchNormGradReduceAttr) (sum_dy tf.Output, sum_dy_xmu tf.Output, count tf.Output) {
-	if scope.Err() != nil {
+	operation := addOperation(scope, "Gobn>BatchNormGradReduce", []tf.Input{y_backprop, x, mean},
+		optionalAttr{}, optional)
+	if operation == nil {
 		return
 	}
-	attrs := map[string]interface{}{}
-	for _, a := range optional {
-		a(attrs)
-	}
-	opspec := tf.OpSpec{
-		Type: "Gobn>BatchNormGradReduce",
-		Input: []tf.Input{
-			y_backprop, x, mean,
-		},
-		Attrs: attrs,
-	}
-	operation := scope.AddOperation(opspec)
 	return operation.Output(0), operation.Output(1), operation.Output(2)
 }
 
 // BatchNormGradApplyAttr is an optional argument to BatchNormGradApply.
 type BatchNormGradApplyAttr func(optionalAttr)
 
-// BatchNormGradApplyEpsilon sets the optional epsilon attribute to value.
-// If not specified, defaults to 0.0001
+// BatchNormGradApplyEpsilon sets the optional epsilon attribute to value;
+// if not specified, it defaults to 0.0001.
 func BatchNormGradApplyEpsilon(value float32) BatchNormGradApplyAttr {
-	return func(m optionalAttr) {
-		m["epsilon"] = value
-	}
+	return BatchNormGradApplyAttr(setAttr("epsilon", value))
 }
 
-// BatchNormGradApplyDataFormat sets the optional data_format attribute to value.
-//
-// value: one of 'NHWC', 'NCHW', 'NDHWC', 'NCDHW'.
-// If not specified, defaults to "NHWC"
+// BatchNormGradApplyDataFormat sets the optional data_format attribute to value, one of 'NHWC', 'NCHW', 'NDHWC', 'NCDHW';
+// if not specified, it defaults to "NHWC".
 func BatchNormGradApplyDataFormat(value string) BatchNormGradApplyAttr {
-	return func(m optionalAttr) {
-		m["data_format"] = value
-	}
+	return BatchNormGradApplyAttr(setAttr("data_format", value))
 }
 
 // BatchNormGradApply adds a Gobn>BatchNormGradApply operation to the graph:
@@ -301,24 +203,12 @@ func BatchNormGradApplyDataFormat(value string) BatchNormGradApplyAttr {
 // T is inferred from the inputs (half, bfloat16, float); CPU kernels exist for float, half, bfloat16.
 // U is inferred from the inputs (float); CPU kernels exist for float.
 //
-// Returns:
-//
-//	x_backprop: T, shaped like x
+// Returns x_backprop (T, shaped like x).
 func BatchNormGradApply(scope *op.Scope, y_backprop tf.Output, x tf.Output, scale tf.Output, mean tf.Output, variance tf.Output, sum_dy tf.Output, sum_dy_xmu tf.Output, count tf.Output, optional ...BatchNormGradApplyAttr) (x_backprop tf.Output) {
-	if scope.Err() != nil {
+	operation := addOperation(scope, "Gobn>BatchNormGradApply", []tf.Input{y_backprop, x, scale, mean, variance, sum_dy, sum_dy_xmu, count},
+		optionalAttr{}, optional)
+	if operation == nil {
 		return
 	}
-	attrs := map[string]interface{}{}
-	for _, a := range optional {
-		a(attrs)
-	}
-	opspec := tf.OpSpec{
-		Type: "Gobn>BatchNormGradApply",
-		Input: []tf.Input{
-			y_backprop, x, scale, mean, variance, sum_dy, sum_dy_xmu, count,
-		},
-		Attrs: attrs,
-	}
-	operation := scope.AddOperation(opspec)
 	return operation.Output(0)
 }

@@ -134,13 +134,13 @@ func generateOp(b *bytes.Buffer, o opdef.Op) error {
 		p("type %sAttr func(optionalAttr)\n", goName)
 		for _, at := range optional {
 			fn := goName + camel(at.name)
-			p("\n// %s sets the optional %s attribute to value.\n", fn, at.name)
+			p("\n// %s sets the optional %s attribute to value", fn, at.name)
 			if at.goType == "string" && at.allowed != "" {
-				p("//\n// value: one of %s.\n", at.allowed)
+				p(", one of %s", at.allowed)
 			}
-			p("// If not specified, defaults to %s\n", at.def)
-			p("func %s(value %s) %sAttr {\n", fn, at.goType, goName)
-			p("\treturn func(m optionalAttr) {\n\t\tm[%q] = value\n\t}\n}\n", at.name)
+			p(";\n// if not specified, it defaults to %s.\n", at.def)
+			p("func %s(value %s) %sAttr { return %sAttr(setAttr(%q, value)) }\n",
+				fn, at.goType, goName, goName, at.name)
 		}
 	}
 
@@ -162,16 +162,18 @@ func generateOp(b *bytes.Buffer, o opdef.Op) error {
 	for _, at := range required {
 		p("// %s is the %s attribute (%s).\n", at.name, at.name, at.goType)
 	}
-	p("//\n// Returns:\n")
-	for _, out := range o.Outputs {
-		if out.Shape.Empty {
-			p("//\t%s: %s, an empty placeholder of shape [0]\n", out.Name, out.Type)
-		} else if out.Shape.Scalar {
-			p("//\t%s: %s, a scalar\n", out.Name, out.Type)
-		} else {
-			p("//\t%s: %s, shaped like %s\n", out.Name, out.Type, o.Inputs[out.Shape.Like].Name)
+	returns := make([]string, len(o.Outputs))
+	for i, out := range o.Outputs {
+		switch {
+		case out.Shape.Empty:
+			returns[i] = fmt.Sprintf("%s (%s, an empty placeholder of shape [0])", out.Name, out.Type)
+		case out.Shape.Scalar:
+			returns[i] = fmt.Sprintf("%s (%s, a scalar)", out.Name, out.Type)
+		default:
+			returns[i] = fmt.Sprintf("%s (%s, shaped like %s)", out.Name, out.Type, o.Inputs[out.Shape.Like].Name)
 		}
 	}
+	p("//\n%s", comment("Returns "+strings.Join(returns, ", ")+"."))
 
 	params := []string{"scope *op.Scope"}
 	inputs := make([]string, len(o.Inputs))
@@ -192,21 +194,34 @@ func generateOp(b *bytes.Buffer, o opdef.Op) error {
 		outputs[i] = fmt.Sprintf("operation.Output(%d)", i)
 	}
 	p("func %s(%s) (%s) {\n", goName, strings.Join(params, ", "), strings.Join(results, ", "))
-	p("\tif scope.Err() != nil {\n\t\treturn\n\t}\n")
 	requiredAttrs := make([]string, len(required))
 	for i, at := range required {
 		requiredAttrs[i] = fmt.Sprintf("%q: %s", at.name, at.name)
 	}
-	p("\tattrs := map[string]interface{}{%s}\n", strings.Join(requiredAttrs, ", "))
+	optionalArg := "noOptions"
 	if len(optional) > 0 {
-		p("\tfor _, a := range optional {\n\t\ta(attrs)\n\t}\n")
+		optionalArg = "optional"
 	}
-	p("\topspec := tf.OpSpec{\n\t\tType: %q,\n", o.Name)
-	p("\t\tInput: []tf.Input{\n\t\t\t%s,\n\t\t},\n", strings.Join(inputs, ", "))
-	p("\t\tAttrs: attrs,\n\t}\n")
-	p("\toperation := scope.AddOperation(opspec)\n")
+	p("\toperation := addOperation(scope, %q, []tf.Input{%s},\n\t\toptionalAttr{%s}, %s)\n",
+		o.Name, strings.Join(inputs, ", "), strings.Join(requiredAttrs, ", "), optionalArg)
+	p("\tif operation == nil {\n\t\treturn\n\t}\n")
 	p("\treturn %s\n}\n", strings.Join(outputs, ", "))
 	return nil
+}
+
+// comment wraps text into // lines of at most 80 columns.
+func comment(text string) string {
+	var b strings.Builder
+	line := "//"
+	for _, word := range strings.Fields(text) {
+		if len(line)+1+len(word) > 80 && line != "//" {
+			b.WriteString(line + "\n")
+			line = "//"
+		}
+		line += " " + word
+	}
+	b.WriteString(line + "\n")
+	return b.String()
 }
 
 // camel turns an attr name into the suffix of its option function, as the

@@ -5,6 +5,8 @@ package opdef
 // data_format, ranks of y_backprop and x, the 1-D (and 0-D) inputs, x and
 // y_backprop of the same shape, the per-channel inputs sized C.
 
+import "slices"
+
 // GradReduceInputs are the shapes of the inputs of BatchNormGradReduce.
 type GradReduceInputs struct {
 	YBackprop, X, Mean []int64
@@ -67,7 +69,7 @@ func checkSync(dataFormat string, yBackprop, x []int64, perChannel []named, scal
 	if scalar != nil && len(scalar.shape) != 0 {
 		return Geometry{}, invalid("%s must be a scalar, got shape %s", scalar.name, ShapeString(scalar.shape))
 	}
-	if !sameShape(x, yBackprop) {
+	if !slices.Equal(x, yBackprop) {
 		return Geometry{}, invalid("x and y_backprop must have same shape, but x has shape %s and y_backprop has shape %s",
 			ShapeString(x), ShapeString(yBackprop))
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"math/big"
+	"slices"
 	"strings"
 	"testing"
 
@@ -90,18 +91,6 @@ func hasNegative(dims []int64) bool {
 	return false
 }
 
-func equalDims(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // activationViolation checks what geometry checks of a rank-4/5 tensor: no
 // negative dimension and at most 2^63−1 elements (a tensor with a zero
 // dimension has none, whatever its other dimensions).
@@ -136,7 +125,7 @@ func fusedOracle(format string, in opdef.FusedGradInputs) *violation {
 			return &violation{a.name, opdef.ShapeString(a.dims)}
 		}
 	}
-	if !equalDims(in.X, in.YBackprop) {
+	if !slices.Equal(in.X, in.YBackprop) {
 		return &violation{"x and y_backprop", opdef.ShapeString(in.YBackprop)}
 	}
 	if v := activationViolation("x", in.X); v != nil {
@@ -280,7 +269,7 @@ func globalOracle(in opdef.GlobalNormalizationGradInputs) *violation {
 	if len(in.Backprop) != 4 {
 		return &violation{"backprop", opdef.ShapeString(in.Backprop)}
 	}
-	if !equalDims(in.T, in.Backprop) {
+	if !slices.Equal(in.T, in.Backprop) {
 		return &violation{"t and backprop", opdef.ShapeString(in.Backprop)}
 	}
 	if v := activationViolation("t", in.T); v != nil {

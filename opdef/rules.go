@@ -2,6 +2,7 @@ package opdef
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -122,7 +123,7 @@ func CheckFusedGrad(dataFormat string, in FusedGradInputs) (Geometry, error) {
 			return Geometry{}, invalid("%s must be 1-dimensional, got shape %s", a.name, ShapeString(a.shape))
 		}
 	}
-	if !sameShape(in.X, in.YBackprop) {
+	if !slices.Equal(in.X, in.YBackprop) {
 		return Geometry{}, invalid("x and y_backprop must have same shape, but x has shape %s and y_backprop has shape %s",
 			ShapeString(in.X), ShapeString(in.YBackprop))
 	}
@@ -167,7 +168,7 @@ func CheckGlobalNormalizationGrad(in GlobalNormalizationGradInputs) (Geometry, e
 	if len(in.Backprop) != 4 {
 		return Geometry{}, invalid("backprop must be 4-dimensional, got shape %s", ShapeString(in.Backprop))
 	}
-	if !sameShape(in.T, in.Backprop) {
+	if !slices.Equal(in.T, in.Backprop) {
 		return Geometry{}, invalid("t and backprop must have same shape, but t has shape %s and backprop has shape %s",
 			ShapeString(in.T), ShapeString(in.Backprop))
 	}
@@ -184,16 +185,4 @@ func CheckGlobalNormalizationGrad(in GlobalNormalizationGradInputs) (Geometry, e
 		}
 	}
 	return g, nil
-}
-
-func sameShape(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -251,3 +251,26 @@ def built_wheel():
     if len(wheels) != 1:
         pytest.fail(f"expected one gobn wheel in dist/, found {wheels}: run `make wheel`", pytrace=False)
     return wheels[0]
+
+
+# Logical channels-last shapes: (N, H, W, C) and (N, D, H, W, C).
+SHAPES_4D = {
+    "n1": (1, 5, 6, 7),
+    "c1": (3, 4, 5, 1),
+    "r1": (1, 1, 1, 6),
+    "c3": (2, 5, 3, 3),
+    "c13": (2, 3, 7, 13),
+    "moderate": (4, 9, 11, 20),
+    "n0": (0, 4, 5, 6),
+    "c0": (2, 3, 4, 0),
+    # Over 2 * 2^18 elements: large enough that gobn splits the work over goroutines;
+    # odd sizes so the split does not fall on channel or row boundaries.
+    "large": (5, 37, 61, 59),
+}
+SHAPES_5D = {
+    "5d": (2, 3, 4, 5, 6),
+    "5d_c13": (1, 2, 3, 4, 13),
+    "5d_r1": (1, 1, 1, 1, 5),
+    "5d_n0": (0, 2, 3, 4, 5),
+    "5d_large": (2, 5, 17, 19, 43),
+}

@@ -21,21 +21,13 @@ from support import (
     record_error,
     run_in_function,
     run_stock_global_norm_grad,
+    SHAPES_4D,
 )
 
 VARIANCE_EPSILON = 1e-3
 OUTPUT_NAMES = ("dx", "dm", "dv", "db", "dg")
 
-SHAPES = {
-    "small": (2, 3, 4, 5),
-    "c1": (3, 4, 5, 1),
-    "r1": (1, 1, 1, 6),
-    "c13": (2, 3, 7, 13),
-    "moderate": (4, 9, 11, 20),
-    "n0": (0, 4, 5, 6),
-    "c0": (2, 3, 4, 0),
-    "large": (5, 37, 61, 59),  # over 2 * 2^18 elements: gobn splits the work
-}
+SHAPES = {"small": (2, 3, 4, 5), **SHAPES_4D}
 
 
 def make_inputs(dtype, shape, seed):

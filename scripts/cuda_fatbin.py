@@ -107,17 +107,35 @@ def wheel_path(component, *parts):
              f"{nvidia_dirs()}: is its wheel (requirements.txt) installed?")
 
 
-class Nvrtc:
+class Library:
+    """A library of the pinned nvidia wheels through ctypes: each function
+    named in signatures takes those argument types and returns a status,
+    which error_string names."""
+
+    def __init__(self, component, soname, signatures, error_string):
+        self.path = wheel_path(component, "lib", soname)
+        self.lib = ctypes.CDLL(self.path)
+        for name, args in signatures:
+            f = getattr(self.lib, name)
+            f.argtypes = args
+            f.restype = ctypes.c_int
+        self._error_string = getattr(self.lib, error_string)
+        self._error_string.argtypes = [ctypes.c_int]
+        self._error_string.restype = ctypes.c_char_p
+
+    def error_string(self, res):
+        return (self._error_string(res) or b"?").decode()
+
+
+P = ctypes.c_void_p
+SIZE = ctypes.POINTER(ctypes.c_size_t)
+
+
+class Nvrtc(Library):
     def __init__(self):
-        path = wheel_path("cuda_nvrtc", "lib", "libnvrtc.so.12")
         # libnvrtc dlopens libnvrtc-builtins.so.12.X, found beside it by its
         # RUNPATH $ORIGIN.
-        lib = ctypes.CDLL(path)
-        self.path = path
-        self.lib = lib
-        P = ctypes.c_void_p
-        sz = ctypes.POINTER(ctypes.c_size_t)
-        for name, args in (
+        super().__init__("cuda_nvrtc", "libnvrtc.so.12", (
             ("nvrtcVersion", [ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int)]),
             ("nvrtcGetNumSupportedArchs", [ctypes.POINTER(ctypes.c_int)]),
             ("nvrtcGetSupportedArchs", [ctypes.POINTER(ctypes.c_int)]),
@@ -125,23 +143,17 @@ class Nvrtc:
                                     ctypes.c_int, P, P]),
             ("nvrtcDestroyProgram", [ctypes.POINTER(P)]),
             ("nvrtcCompileProgram", [P, ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]),
-            ("nvrtcGetProgramLogSize", [P, sz]),
+            ("nvrtcGetProgramLogSize", [P, SIZE]),
             ("nvrtcGetProgramLog", [P, ctypes.c_char_p]),
-            ("nvrtcGetPTXSize", [P, sz]),
+            ("nvrtcGetPTXSize", [P, SIZE]),
             ("nvrtcGetPTX", [P, ctypes.c_char_p]),
-            ("nvrtcGetCUBINSize", [P, sz]),
+            ("nvrtcGetCUBINSize", [P, SIZE]),
             ("nvrtcGetCUBIN", [P, ctypes.c_char_p]),
-        ):
-            f = getattr(lib, name)
-            f.argtypes = args
-            f.restype = ctypes.c_int
-        lib.nvrtcGetErrorString.argtypes = [ctypes.c_int]
-        lib.nvrtcGetErrorString.restype = ctypes.c_char_p
+        ), "nvrtcGetErrorString")
 
     def check(self, res, what):
         if res != 0:
-            msg = self.lib.nvrtcGetErrorString(res).decode()
-            raise RuntimeError(f"{what}: {msg} ({res})")
+            raise RuntimeError(f"{what}: {self.error_string(res)} ({res})")
 
     def version(self):
         major, minor = ctypes.c_int(), ctypes.c_int()
@@ -170,7 +182,7 @@ class Nvrtc:
             self.check(self.lib.nvrtcGetProgramLog(prog, buf), "nvrtcGetProgramLog")
             log = buf.value.decode(errors="replace")
             if res != 0:
-                return False, f"nvrtcCompileProgram: {self.lib.nvrtcGetErrorString(res).decode()}\n{log}", None
+                return False, f"nvrtcCompileProgram: {self.error_string(res)}\n{log}", None
             size_f, get_f = ((self.lib.nvrtcGetCUBINSize, self.lib.nvrtcGetCUBIN) if cubin
                              else (self.lib.nvrtcGetPTXSize, self.lib.nvrtcGetPTX))
             self.check(size_f(prog, ctypes.byref(n)), size_f.__name__)
@@ -181,33 +193,22 @@ class Nvrtc:
             self.lib.nvrtcDestroyProgram(ctypes.byref(prog))
 
 
-class Fatbin:
+class Fatbin(Library):
     def __init__(self):
-        path = wheel_path("nvfatbin", "lib", "libnvfatbin.so.12")
-        lib = ctypes.CDLL(path)
-        self.path = path
-        self.lib = lib
-        P = ctypes.c_void_p
-        for name, args in (
+        super().__init__("nvfatbin", "libnvfatbin.so.12", (
             ("nvFatbinVersion", [ctypes.POINTER(ctypes.c_uint), ctypes.POINTER(ctypes.c_uint)]),
             ("nvFatbinCreate", [ctypes.POINTER(P), ctypes.POINTER(ctypes.c_char_p), ctypes.c_size_t]),
             ("nvFatbinDestroy", [ctypes.POINTER(P)]),
             ("nvFatbinAddCubin", [P, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_char_p]),
             ("nvFatbinAddPTX", [P, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_char_p,
                                 ctypes.c_char_p]),
-            ("nvFatbinSize", [P, ctypes.POINTER(ctypes.c_size_t)]),
+            ("nvFatbinSize", [P, SIZE]),
             ("nvFatbinGet", [P, ctypes.c_char_p]),
-        ):
-            f = getattr(lib, name)
-            f.argtypes = args
-            f.restype = ctypes.c_int
-        lib.nvFatbinGetErrorString.argtypes = [ctypes.c_int]
-        lib.nvFatbinGetErrorString.restype = ctypes.c_char_p
+        ), "nvFatbinGetErrorString")
 
     def check(self, res, what):
         if res != 0:
-            msg = (self.lib.nvFatbinGetErrorString(res) or b"?").decode()
-            sys.exit(f"cuda_fatbin: {what}: {msg} (nvFatbinResult {res})")
+            sys.exit(f"cuda_fatbin: {what}: {self.error_string(res)} (nvFatbinResult {res})")
 
     def version(self):
         major, minor = ctypes.c_uint(), ctypes.c_uint()

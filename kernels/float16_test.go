@@ -11,28 +11,32 @@ import (
 	"github.com/gobn/gobn/kernels"
 )
 
-// halfDecode decodes binary16 bits field by field with math.Ldexp, as an
-// independent reference for Half.Float32. isNaN reports a NaN pattern, for
+// decode16 decodes the bits of a 16-bit IEEE-style float with mantBits
+// mantissa bits (binary16: 10, bfloat16: 7) field by field with math.Ldexp,
+// as an independent reference for Float32. isNaN reports a NaN pattern, for
 // which value is meaningless.
-func halfDecode(h uint16) (value float64, isNaN bool) {
-	negative := h&0x8000 != 0
-	exp := int(h>>10) & 0x1f
-	mant := int(h & 0x3ff)
+func decode16(bits uint16, mantBits int) (value float64, isNaN bool) {
+	expMax := 1<<(15-mantBits) - 1
+	bias := expMax >> 1
+	exp := int(bits>>mantBits) & expMax
+	mant := int(bits) & (1<<mantBits - 1)
 	switch {
-	case exp == 0x1f && mant != 0:
+	case exp == expMax && mant != 0:
 		return 0, true
-	case exp == 0x1f:
+	case exp == expMax:
 		value = math.Inf(1)
 	case exp == 0:
-		value = math.Ldexp(float64(mant), -24) // subnormal or zero
+		value = math.Ldexp(float64(mant), 1-bias-mantBits) // subnormal or zero
 	default:
-		value = math.Ldexp(float64(1024+mant), exp-15-10)
+		value = math.Ldexp(float64(1<<mantBits+mant), exp-bias-mantBits)
 	}
-	if negative {
+	if bits&0x8000 != 0 {
 		value = math.Copysign(value, -1)
 	}
 	return value, false
 }
+
+func halfDecode(h uint16) (float64, bool) { return decode16(h, 10) }
 
 // halfEncode encodes v, which must be ±0, ±Inf or exactly a finite binary16
 // value, as binary16 bits.
@@ -75,6 +79,78 @@ func isHalfNaN(h kernels.Half) bool { return h&0x7c00 == 0x7c00 && h&0x3ff != 0 
 
 func isBFloat16NaN(b kernels.BFloat16) bool { return b&0x7f80 == 0x7f80 && b&0x7f != 0 }
 
+// float16 is one of the 16-bit float types.
+type float16 interface {
+	kernels.Half | kernels.BFloat16
+	Float32() float32
+}
+
+// format16 is what the tests common to Half and BFloat16 need of the type.
+type format16[T float16] struct {
+	fromFloat32 func(float32) T
+	isNaN       func(T) bool
+	nans        []uint32 // float32 NaNs, quiet and signalling, that must stay NaN
+	// widenKeepsNaNs: the block conversion to float32 keeps a NaN's payload.
+	widenKeepsNaNs bool
+}
+
+var (
+	halfFormat = format16[kernels.Half]{kernels.HalfFromFloat32, isHalfNaN, []uint32{
+		0x7fc00000, 0xffc00000, // quiet NaNs
+		0x7f800001, 0xff800001, // signalling NaNs whose payload lies below binary16's mantissa
+		0x7fffffff, 0xffffffff, 0x7fa00000, 0x7f802000,
+	}, false}
+	bfloat16Format = format16[kernels.BFloat16]{kernels.BFloat16FromFloat32, isBFloat16NaN, []uint32{
+		0x7fc00000, 0xffc00000,
+		0x7f800001, 0xff800001, // payload only in the bits bfloat16 drops
+		0x7f80ffff, 0x7fffffff, 0xffffffff, 0x7fa00000,
+	}, true}
+)
+
+// testRoundTripAllPatterns: every pattern converts to float32 and back to
+// itself, a NaN to a NaN of the same sign.
+func testRoundTripAllPatterns[T float16](t *testing.T, f format16[T]) {
+	for i := range 1 << 16 {
+		h := T(i)
+		got := f.fromFloat32(h.Float32())
+		if f.isNaN(h) {
+			if !f.isNaN(got) {
+				t.Errorf("%#04x round trip = %#04x, want NaN", uint16(h), uint16(got))
+			}
+			if got&0x8000 != h&0x8000 {
+				t.Errorf("%#04x round trip = %#04x: NaN sign lost", uint16(h), uint16(got))
+			}
+			continue
+		}
+		if got != h {
+			t.Errorf("%#04x round trip = %#04x", uint16(h), uint16(got))
+		}
+	}
+}
+
+func TestRoundTripAllPatterns(t *testing.T) {
+	t.Run("Half", func(t *testing.T) { testRoundTripAllPatterns(t, halfFormat) })
+	t.Run("BFloat16", func(t *testing.T) { testRoundTripAllPatterns(t, bfloat16Format) })
+}
+
+// testFromFloat32NaN: float32 NaNs become NaNs of the same sign.
+func testFromFloat32NaN[T float16](t *testing.T, f format16[T]) {
+	for _, bits := range f.nans {
+		got := f.fromFloat32(math.Float32frombits(bits))
+		assert.Truef(t, f.isNaN(got), "from %#08x = %#04x, want NaN", bits, uint16(got))
+		assert.Equalf(t, bits&0x80000000 != 0, got&0x8000 != 0, "from %#08x = %#04x: NaN sign", bits, uint16(got))
+	}
+}
+
+func TestFromFloat32NaN(t *testing.T) {
+	t.Run("Half", func(t *testing.T) {
+		testFromFloat32NaN(t, halfFormat)
+		assert.Equal(t, kernels.Half(0x7c00), kernels.HalfFromFloat32(float32(math.Inf(1))))
+		assert.Equal(t, kernels.Half(0xfc00), kernels.HalfFromFloat32(float32(math.Inf(-1))))
+	})
+	t.Run("BFloat16", func(t *testing.T) { testFromFloat32NaN(t, bfloat16Format) })
+}
+
 func TestHalfFloat32AllPatterns(t *testing.T) {
 	for i := range 1 << 16 {
 		h := uint16(i)
@@ -95,40 +171,6 @@ func TestHalfFloat32AllPatterns(t *testing.T) {
 			t.Errorf("Half(%#04x).Float32() = %v (%#08x), want %v", h, got, math.Float32bits(got), want)
 		}
 	}
-}
-
-func TestHalfRoundTripAllPatterns(t *testing.T) {
-	for i := range 1 << 16 {
-		h := kernels.Half(i)
-		got := kernels.HalfFromFloat32(h.Float32())
-		if isHalfNaN(h) {
-			if !isHalfNaN(got) {
-				t.Errorf("HalfFromFloat32(Half(%#04x).Float32()) = %#04x, want NaN", uint16(h), uint16(got))
-			}
-			if got&0x8000 != h&0x8000 {
-				t.Errorf("HalfFromFloat32(Half(%#04x).Float32()) = %#04x: NaN sign lost", uint16(h), uint16(got))
-			}
-			continue
-		}
-		if got != h {
-			t.Errorf("HalfFromFloat32(Half(%#04x).Float32()) = %#04x", uint16(h), uint16(got))
-		}
-	}
-}
-
-func TestHalfFromFloat32NaN(t *testing.T) {
-	for _, bits := range []uint32{
-		0x7fc00000, 0xffc00000, // quiet NaNs
-		0x7f800001, 0xff800001, // signalling NaNs whose payload lies below binary16's mantissa
-		0x7fffffff, 0xffffffff, 0x7fa00000, 0x7f802000,
-	} {
-		f := math.Float32frombits(bits)
-		got := kernels.HalfFromFloat32(f)
-		assert.Truef(t, isHalfNaN(got), "HalfFromFloat32(%#08x) = %#04x, want NaN", bits, uint16(got))
-		assert.Equalf(t, bits&0x80000000 != 0, got&0x8000 != 0, "HalfFromFloat32(%#08x) = %#04x: NaN sign", bits, uint16(got))
-	}
-	assert.Equal(t, kernels.Half(0x7c00), kernels.HalfFromFloat32(float32(math.Inf(1))))
-	assert.Equal(t, kernels.Half(0xfc00), kernels.HalfFromFloat32(float32(math.Inf(-1))))
 }
 
 // TestHalfFromFloat32Midpoints checks every pair of adjacent finite binary16
@@ -227,27 +269,6 @@ func TestHalfFromFloat32Random(t *testing.T) {
 	}
 }
 
-// bfloat16Decode decodes bfloat16 bits field by field with math.Ldexp.
-func bfloat16Decode(b uint16) (value float64, isNaN bool) {
-	negative := b&0x8000 != 0
-	exp := int(b>>7) & 0xff
-	mant := int(b & 0x7f)
-	switch {
-	case exp == 0xff && mant != 0:
-		return 0, true
-	case exp == 0xff:
-		value = math.Inf(1)
-	case exp == 0:
-		value = math.Ldexp(float64(mant), -126-7)
-	default:
-		value = math.Ldexp(float64(128+mant), exp-127-7)
-	}
-	if negative {
-		value = math.Copysign(value, -1)
-	}
-	return value, false
-}
-
 // bfloat16RoundReference rounds the finite float64 v (a float32 value) to the
 // nearest bfloat16 with ties to even, overflow to ±Inf, and returns its bits.
 func bfloat16RoundReference(v float64) uint16 {
@@ -274,7 +295,7 @@ func TestBFloat16Float32AllPatterns(t *testing.T) {
 	for i := range 1 << 16 {
 		b := uint16(i)
 		got := kernels.BFloat16(b).Float32()
-		want, nan := bfloat16Decode(b)
+		want, nan := decode16(b, 7)
 		if nan {
 			if !math.IsNaN(float64(got)) {
 				t.Errorf("BFloat16(%#04x).Float32() = %v, want NaN", b, got)
@@ -283,25 +304,6 @@ func TestBFloat16Float32AllPatterns(t *testing.T) {
 		}
 		if math.Float32bits(got) != math.Float32bits(float32(want)) {
 			t.Errorf("BFloat16(%#04x).Float32() = %v, want %v", b, got, want)
-		}
-	}
-}
-
-func TestBFloat16RoundTripAllPatterns(t *testing.T) {
-	for i := range 1 << 16 {
-		b := kernels.BFloat16(i)
-		got := kernels.BFloat16FromFloat32(b.Float32())
-		if isBFloat16NaN(b) {
-			if !isBFloat16NaN(got) {
-				t.Errorf("BFloat16FromFloat32(BFloat16(%#04x).Float32()) = %#04x, want NaN", uint16(b), uint16(got))
-			}
-			if got&0x8000 != b&0x8000 {
-				t.Errorf("BFloat16FromFloat32(BFloat16(%#04x).Float32()) = %#04x: NaN sign lost", uint16(b), uint16(got))
-			}
-			continue
-		}
-		if got != b {
-			t.Errorf("BFloat16FromFloat32(BFloat16(%#04x).Float32()) = %#04x", uint16(b), uint16(got))
 		}
 	}
 }
@@ -359,18 +361,6 @@ func TestBFloat16FromFloat32Edges(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equalf(t, tc.want, kernels.BFloat16FromFloat32(tc.in), "BFloat16FromFloat32(%v)", tc.in)
 		})
-	}
-}
-
-func TestBFloat16FromFloat32NaN(t *testing.T) {
-	for _, bits := range []uint32{
-		0x7fc00000, 0xffc00000,
-		0x7f800001, 0xff800001, // payload only in the bits bfloat16 drops
-		0x7f80ffff, 0x7fffffff, 0xffffffff, 0x7fa00000,
-	} {
-		got := kernels.BFloat16FromFloat32(math.Float32frombits(bits))
-		assert.Truef(t, isBFloat16NaN(got), "BFloat16FromFloat32(%#08x) = %#04x, want NaN", bits, uint16(got))
-		assert.Equalf(t, bits&0x80000000 != 0, got&0x8000 != 0, "BFloat16FromFloat32(%#08x) = %#04x: NaN sign", bits, uint16(got))
 	}
 }
 

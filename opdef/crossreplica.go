@@ -5,8 +5,6 @@ package opdef
 // data_format, ranks of y_backprop and x, the 1-D (and 0-D) inputs, x and
 // y_backprop of the same shape, the per-channel inputs sized C.
 
-import "slices"
-
 // GradReduceInputs are the shapes of the inputs of BatchNormGradReduce.
 type GradReduceInputs struct {
 	YBackprop, X, Mean []int64
@@ -46,41 +44,19 @@ func CheckCount(count int64, g Geometry) error {
 	return nil
 }
 
-type named struct {
-	name  string
-	shape []int64
-}
-
 func checkSync(dataFormat string, yBackprop, x []int64, perChannel []named, scalar *named) (Geometry, error) {
 	channelsLast, err := ChannelsLast(dataFormat)
 	if err != nil {
 		return Geometry{}, err
 	}
-	for _, a := range []named{{"y_backprop", yBackprop}, {"x", x}} {
-		if len(a.shape) != 4 && len(a.shape) != 5 {
-			return Geometry{}, invalid("%s must be 4 or 5-dimensional, got shape %s", a.name, ShapeString(a.shape))
-		}
+	if err := checkActivations(yBackprop, x); err != nil {
+		return Geometry{}, err
 	}
-	for _, a := range perChannel {
-		if len(a.shape) != 1 {
-			return Geometry{}, invalid("%s must be 1-dimensional, got shape %s", a.name, ShapeString(a.shape))
-		}
+	if err := checkVectors(perChannel); err != nil {
+		return Geometry{}, err
 	}
 	if scalar != nil && len(scalar.shape) != 0 {
 		return Geometry{}, invalid("%s must be a scalar, got shape %s", scalar.name, ShapeString(scalar.shape))
 	}
-	if !slices.Equal(x, yBackprop) {
-		return Geometry{}, invalid("x and y_backprop must have same shape, but x has shape %s and y_backprop has shape %s",
-			ShapeString(x), ShapeString(yBackprop))
-	}
-	g, err := geometry("x", x, channelsLast)
-	if err != nil {
-		return Geometry{}, err
-	}
-	for _, a := range perChannel {
-		if a.shape[0] != g.C {
-			return Geometry{}, invalid("%s must have the same number of elements as the channels of x, got %d and %d", a.name, a.shape[0], g.C)
-		}
-	}
-	return g, nil
+	return checkSameShape(named{"x", x}, named{"y_backprop", yBackprop}, channelsLast, perChannel)
 }

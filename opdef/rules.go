@@ -107,39 +107,15 @@ func CheckFusedGrad(dataFormat string, in FusedGradInputs) (Geometry, error) {
 	if err != nil {
 		return Geometry{}, err
 	}
-	for _, a := range []struct {
-		name  string
-		shape []int64
-	}{{"y_backprop", in.YBackprop}, {"x", in.X}} {
-		if len(a.shape) != 4 && len(a.shape) != 5 {
-			return Geometry{}, invalid("%s must be 4 or 5-dimensional, got shape %s", a.name, ShapeString(a.shape))
-		}
-	}
-	for _, a := range []struct {
-		name  string
-		shape []int64
-	}{{"scale", in.Scale}, {"reserve_space_1 (saved mean)", in.ReserveSpace1}, {"reserve_space_2 (saved variance)", in.ReserveSpace2}} {
-		if len(a.shape) != 1 {
-			return Geometry{}, invalid("%s must be 1-dimensional, got shape %s", a.name, ShapeString(a.shape))
-		}
-	}
-	if !slices.Equal(in.X, in.YBackprop) {
-		return Geometry{}, invalid("x and y_backprop must have same shape, but x has shape %s and y_backprop has shape %s",
-			ShapeString(in.X), ShapeString(in.YBackprop))
-	}
-	g, err := geometry("x", in.X, channelsLast)
-	if err != nil {
+	vectors := []named{{"scale", in.Scale}, {"reserve_space_1 (saved mean)", in.ReserveSpace1},
+		{"reserve_space_2 (saved variance)", in.ReserveSpace2}}
+	if err := checkActivations(in.YBackprop, in.X); err != nil {
 		return Geometry{}, err
 	}
-	for _, a := range []struct {
-		name string
-		n    int64
-	}{{"scale", in.Scale[0]}, {"reserve_space_1", in.ReserveSpace1[0]}, {"reserve_space_2", in.ReserveSpace2[0]}} {
-		if a.n != g.C {
-			return Geometry{}, invalid("%s must have the same number of elements as the channels of x, got %d and %d", a.name, a.n, g.C)
-		}
+	if err := checkVectors(vectors); err != nil {
+		return Geometry{}, err
 	}
-	return g, nil
+	return checkSameShape(named{"x", in.X}, named{"y_backprop", in.YBackprop}, channelsLast, vectors)
 }
 
 // GlobalNormalizationGradInputs are the shapes of the inputs of
@@ -157,31 +133,60 @@ func CheckGlobalNormalizationGrad(in GlobalNormalizationGradInputs) (Geometry, e
 	if len(in.T) != 4 {
 		return Geometry{}, invalid("t (input) must be 4-dimensional, got shape %s", ShapeString(in.T))
 	}
-	for _, a := range []struct {
-		name  string
-		shape []int64
-	}{{"m (mean)", in.M}, {"v (variance)", in.V}, {"gamma", in.Gamma}} {
-		if len(a.shape) != 1 {
-			return Geometry{}, invalid("%s must be 1-dimensional, got shape %s", a.name, ShapeString(a.shape))
-		}
+	vectors := []named{{"m (mean)", in.M}, {"v (variance)", in.V}, {"gamma", in.Gamma}}
+	if err := checkVectors(vectors); err != nil {
+		return Geometry{}, err
 	}
 	if len(in.Backprop) != 4 {
 		return Geometry{}, invalid("backprop must be 4-dimensional, got shape %s", ShapeString(in.Backprop))
 	}
-	if !slices.Equal(in.T, in.Backprop) {
-		return Geometry{}, invalid("t and backprop must have same shape, but t has shape %s and backprop has shape %s",
-			ShapeString(in.T), ShapeString(in.Backprop))
+	return checkSameShape(named{"t", in.T}, named{"backprop", in.Backprop}, true, vectors)
+}
+
+// named is an input as the error messages name it, and its shape.
+type named struct {
+	name  string
+	shape []int64
+}
+
+// checkActivations checks that y_backprop and x have rank 4 or 5.
+func checkActivations(yBackprop, x []int64) error {
+	for _, a := range []named{{"y_backprop", yBackprop}, {"x", x}} {
+		if len(a.shape) != 4 && len(a.shape) != 5 {
+			return invalid("%s must be 4 or 5-dimensional, got shape %s", a.name, ShapeString(a.shape))
+		}
 	}
-	g, err := geometry("t", in.T, true)
+	return nil
+}
+
+// checkVectors checks that each of vectors has rank 1.
+func checkVectors(vectors []named) error {
+	for _, a := range vectors {
+		if len(a.shape) != 1 {
+			return invalid("%s must be 1-dimensional, got shape %s", a.name, ShapeString(a.shape))
+		}
+	}
+	return nil
+}
+
+// checkSameShape checks that act and other have the same shape and that
+// each of vectors (of rank 1) is sized as act's channels, and returns act's
+// geometry. A vector is named there without the words in parentheses that
+// its rank message adds.
+func checkSameShape(act, other named, channelsLast bool, vectors []named) (Geometry, error) {
+	if !slices.Equal(act.shape, other.shape) {
+		return Geometry{}, invalid("%s and %s must have same shape, but %s has shape %s and %s has shape %s",
+			act.name, other.name, act.name, ShapeString(act.shape), other.name, ShapeString(other.shape))
+	}
+	g, err := geometry(act.name, act.shape, channelsLast)
 	if err != nil {
 		return Geometry{}, err
 	}
-	for _, a := range []struct {
-		name string
-		n    int64
-	}{{"m", in.M[0]}, {"v", in.V[0]}, {"gamma", in.Gamma[0]}} {
-		if a.n != g.C {
-			return Geometry{}, invalid("%s must have the same number of elements as the channels of t, got %d and %d", a.name, a.n, g.C)
+	for _, a := range vectors {
+		if a.shape[0] != g.C {
+			name, _, _ := strings.Cut(a.name, " (")
+			return Geometry{}, invalid("%s must have the same number of elements as the channels of %s, got %d and %d",
+				name, act.name, a.shape[0], g.C)
 		}
 	}
 	return g, nil

@@ -20,13 +20,7 @@ func validApply() opdef.GradApplyInputs {
 }
 
 func TestCheckGradApplyRules(t *testing.T) {
-	for _, tc := range []struct {
-		name      string
-		format    string
-		edit      func(*opdef.GradApplyInputs)
-		tensor    string
-		fragments []string
-	}{
+	checkRuleCases(t, validApply, opdef.CheckGradApply, []ruleCase[opdef.GradApplyInputs]{
 		{"bad data_format", "NWHC", func(*opdef.GradApplyInputs) {}, "data_format", []string{"NWHC"}},
 		{"y_backprop rank 3", "NHWC", func(in *opdef.GradApplyInputs) { in.YBackprop = []int64{2, 5, 3} },
 			"y_backprop", []string{"4 or 5-dimensional", "[2,5,3]"}},
@@ -61,16 +55,7 @@ func TestCheckGradApplyRules(t *testing.T) {
 		{"negative dimension", "NHWC", func(in *opdef.GradApplyInputs) {
 			in.X, in.YBackprop = []int64{2, -5, 6, 3}, []int64{2, -5, 6, 3}
 		}, "x", []string{"[2,-5,6,3]"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			in := validApply()
-			tc.edit(&in)
-			g, err := opdef.CheckGradApply(tc.format, in)
-			requireArgumentError(t, err, tc.fragments...)
-			startsWithName(t, err, tc.tensor)
-			assert.Zero(t, g, "geometry returned with an error")
-		})
-	}
+	})
 }
 
 // TestCheckGradApplyOrder breaks two rules at once and checks that the one

@@ -46,16 +46,32 @@ func startsWithName(t *testing.T, err error, name string) {
 		"message %q does not start with the tensor name %q", msg, name)
 }
 
+// ruleCase is one broken rule: edit breaks valid inputs, and check's error
+// must start with the name tensor and contain fragments.
+type ruleCase[I any] struct {
+	name      string
+	format    string
+	edit      func(*I)
+	tensor    string
+	fragments []string
+}
+
+// checkRuleCases runs check on valid inputs broken by each case.
+func checkRuleCases[I any](t *testing.T, valid func() I, check func(format string, in I) (opdef.Geometry, error), cases []ruleCase[I]) {
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			in := valid()
+			tc.edit(&in)
+			g, err := check(tc.format, in)
+			requireArgumentError(t, err, tc.fragments...)
+			startsWithName(t, err, tc.tensor)
+			assert.Zero(t, g, "geometry returned with an error")
+		})
+	}
+}
+
 func TestCheckFusedGradRules(t *testing.T) {
-	for _, tc := range []struct {
-		name   string
-		format string
-		edit   func(*opdef.FusedGradInputs)
-		// tensor is the tensor the message must start with; fragments are
-		// further words it must contain.
-		tensor    string
-		fragments []string
-	}{
+	checkRuleCases(t, validFused, opdef.CheckFusedGrad, []ruleCase[opdef.FusedGradInputs]{
 		{"y_backprop rank 3", "NHWC", func(in *opdef.FusedGradInputs) { in.YBackprop = []int64{2, 5, 3} },
 			"y_backprop", []string{"4 or 5-dimensional", "[2,5,3]"}},
 		{"y_backprop rank 6", "NHWC", func(in *opdef.FusedGradInputs) { in.YBackprop = []int64{2, 5, 6, 1, 1, 3} },
@@ -112,16 +128,7 @@ func TestCheckFusedGradRules(t *testing.T) {
 			in.X, in.YBackprop = []int64{1 << 31, 1, 1 << 31, 2}, []int64{1 << 31, 1, 1 << 31, 2}
 			in.Scale, in.ReserveSpace1, in.ReserveSpace2 = []int64{1}, []int64{1}, []int64{1}
 		}, "x", []string{"[2147483648,1,2147483648,2]"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			in := validFused()
-			tc.edit(&in)
-			g, err := opdef.CheckFusedGrad(tc.format, in)
-			requireArgumentError(t, err, tc.fragments...)
-			startsWithName(t, err, tc.tensor)
-			assert.Zero(t, g, "geometry returned with an error")
-		})
-	}
+	})
 }
 
 func TestCheckFusedGradLargeValid(t *testing.T) {
@@ -276,43 +283,29 @@ func validGlobal() opdef.GlobalNormalizationGradInputs {
 
 func TestCheckGlobalNormalizationGradRules(t *testing.T) {
 	type inputs = opdef.GlobalNormalizationGradInputs
-	for _, tc := range []struct {
-		name      string
-		edit      func(*inputs)
-		tensor    string
-		fragments []string
-	}{
-		{"t rank 3", func(in *inputs) { in.T = []int64{2, 5, 3} }, "t", []string{"4-dimensional", "[2,5,3]"}},
-		{"t rank 5", func(in *inputs) { in.T = []int64{2, 4, 5, 6, 3} }, "t", []string{"4-dimensional"}},
-		{"t rank 6", func(in *inputs) { in.T = []int64{2, 4, 5, 6, 1, 3} }, "t", []string{"4-dimensional"}},
-		{"m 2-D", func(in *inputs) { in.M = []int64{3, 1} }, "m", []string{"1-dimensional", "[3,1]"}},
-		{"v 2-D", func(in *inputs) { in.V = []int64{1, 3} }, "v", []string{"1-dimensional", "[1,3]"}},
-		{"gamma 0-D", func(in *inputs) { in.Gamma = []int64{} }, "gamma", []string{"1-dimensional", "[]"}},
-		{"backprop rank 3", func(in *inputs) { in.Backprop = []int64{2, 5, 3} }, "backprop", []string{"4-dimensional", "[2,5,3]"}},
-		{"backprop rank 6", func(in *inputs) { in.Backprop = []int64{2, 5, 6, 1, 1, 3} }, "backprop", []string{"4-dimensional"}},
-		{"t and backprop differ", func(in *inputs) { in.Backprop = []int64{2, 5, 7, 3} },
+	checkRuleCases(t, validGlobal, func(_ string, in inputs) (opdef.Geometry, error) { return opdef.CheckGlobalNormalizationGrad(in) }, []ruleCase[inputs]{
+		{"t rank 3", "", func(in *inputs) { in.T = []int64{2, 5, 3} }, "t", []string{"4-dimensional", "[2,5,3]"}},
+		{"t rank 5", "", func(in *inputs) { in.T = []int64{2, 4, 5, 6, 3} }, "t", []string{"4-dimensional"}},
+		{"t rank 6", "", func(in *inputs) { in.T = []int64{2, 4, 5, 6, 1, 3} }, "t", []string{"4-dimensional"}},
+		{"m 2-D", "", func(in *inputs) { in.M = []int64{3, 1} }, "m", []string{"1-dimensional", "[3,1]"}},
+		{"v 2-D", "", func(in *inputs) { in.V = []int64{1, 3} }, "v", []string{"1-dimensional", "[1,3]"}},
+		{"gamma 0-D", "", func(in *inputs) { in.Gamma = []int64{} }, "gamma", []string{"1-dimensional", "[]"}},
+		{"backprop rank 3", "", func(in *inputs) { in.Backprop = []int64{2, 5, 3} }, "backprop", []string{"4-dimensional", "[2,5,3]"}},
+		{"backprop rank 6", "", func(in *inputs) { in.Backprop = []int64{2, 5, 6, 1, 1, 3} }, "backprop", []string{"4-dimensional"}},
+		{"t and backprop differ", "", func(in *inputs) { in.Backprop = []int64{2, 5, 7, 3} },
 			"t and backprop", []string{"same shape", "[2,5,6,3]", "[2,5,7,3]"}},
-		{"m wrong size", func(in *inputs) { in.M = []int64{4} }, "m", []string{"channels", "4", "3"}},
-		{"v wrong size", func(in *inputs) { in.V = []int64{2} }, "v", []string{"channels", "2", "3"}},
-		{"gamma wrong size", func(in *inputs) { in.Gamma = []int64{1} }, "gamma", []string{"channels", "1", "3"}},
-		{"negative dimension", func(in *inputs) { in.T, in.Backprop = []int64{2, 5, -6, 3}, []int64{2, 5, -6, 3} },
+		{"m wrong size", "", func(in *inputs) { in.M = []int64{4} }, "m", []string{"channels", "4", "3"}},
+		{"v wrong size", "", func(in *inputs) { in.V = []int64{2} }, "v", []string{"channels", "2", "3"}},
+		{"gamma wrong size", "", func(in *inputs) { in.Gamma = []int64{1} }, "gamma", []string{"channels", "1", "3"}},
+		{"negative dimension", "", func(in *inputs) { in.T, in.Backprop = []int64{2, 5, -6, 3}, []int64{2, 5, -6, 3} },
 			"t", []string{"[2,5,-6,3]"}},
-		{"negative batch dimension", func(in *inputs) { in.T, in.Backprop = []int64{-2, 5, 6, 3}, []int64{-2, 5, 6, 3} },
+		{"negative batch dimension", "", func(in *inputs) { in.T, in.Backprop = []int64{-2, 5, 6, 3}, []int64{-2, 5, 6, 3} },
 			"t", []string{"[-2,5,6,3]"}},
-		{"element count overflows", func(in *inputs) {
+		{"element count overflows", "", func(in *inputs) {
 			in.T, in.Backprop = []int64{1 << 40, 1 << 40, 1 << 40, 2}, []int64{1 << 40, 1 << 40, 1 << 40, 2}
 			in.M, in.V, in.Gamma = []int64{2}, []int64{2}, []int64{2}
 		}, "t", []string{"[1099511627776,1099511627776,1099511627776,2]"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			in := validGlobal()
-			tc.edit(&in)
-			g, err := opdef.CheckGlobalNormalizationGrad(in)
-			requireArgumentError(t, err, tc.fragments...)
-			startsWithName(t, err, tc.tensor)
-			assert.Zero(t, g, "geometry returned with an error")
-		})
-	}
+	})
 }
 
 func TestCheckGlobalNormalizationGradOrder(t *testing.T) {

@@ -42,10 +42,7 @@ func testTrainingGradByChannel[T kernels.Element](t *testing.T) {
 }
 
 func TestTrainingGradByChannel(t *testing.T) {
-	t.Run("float32", func(t *testing.T) { testTrainingGradByChannel[float32](t) })
-	t.Run("float64", func(t *testing.T) { testTrainingGradByChannel[float64](t) })
-	t.Run("Half", func(t *testing.T) { testTrainingGradByChannel[kernels.Half](t) })
-	t.Run("BFloat16", func(t *testing.T) { testTrainingGradByChannel[kernels.BFloat16](t) })
+	eachElement(t, testTrainingGradByChannel[float32], testTrainingGradByChannel[float64], testTrainingGradByChannel[kernels.Half], testTrainingGradByChannel[kernels.BFloat16])
 }
 
 // TestByChannelOnlyWhere checks the gradients that keep the two passes over

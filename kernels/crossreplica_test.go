@@ -110,10 +110,7 @@ func testGradReduce[T kernels.Element](t *testing.T) {
 }
 
 func TestGradReduce(t *testing.T) {
-	t.Run("float32", func(t *testing.T) { testGradReduce[float32](t) })
-	t.Run("float64", func(t *testing.T) { testGradReduce[float64](t) })
-	t.Run("Half", func(t *testing.T) { testGradReduce[kernels.Half](t) })
-	t.Run("BFloat16", func(t *testing.T) { testGradReduce[kernels.BFloat16](t) })
+	eachElement(t, testGradReduce[float32], testGradReduce[float64], testGradReduce[kernels.Half], testGradReduce[kernels.BFloat16])
 }
 
 // testGradApply feeds GradApply global sums and counts that are not this
@@ -146,10 +143,7 @@ func testGradApply[T kernels.Element](t *testing.T) {
 }
 
 func TestGradApply(t *testing.T) {
-	t.Run("float32", func(t *testing.T) { testGradApply[float32](t) })
-	t.Run("float64", func(t *testing.T) { testGradApply[float64](t) })
-	t.Run("Half", func(t *testing.T) { testGradApply[kernels.Half](t) })
-	t.Run("BFloat16", func(t *testing.T) { testGradApply[kernels.BFloat16](t) })
+	eachElement(t, testGradApply[float32], testGradApply[float64], testGradApply[kernels.Half], testGradApply[kernels.BFloat16])
 }
 
 // testShardsEqualWholeBatch splits a batch along N into replicas, runs
@@ -237,10 +231,7 @@ func shardTolerance[T kernels.Element]() float64 {
 }
 
 func TestShardsEqualWholeBatch(t *testing.T) {
-	t.Run("float32", func(t *testing.T) { testShardsEqualWholeBatch[float32](t) })
-	t.Run("float64", func(t *testing.T) { testShardsEqualWholeBatch[float64](t) })
-	t.Run("Half", func(t *testing.T) { testShardsEqualWholeBatch[kernels.Half](t) })
-	t.Run("BFloat16", func(t *testing.T) { testShardsEqualWholeBatch[kernels.BFloat16](t) })
+	eachElement(t, testShardsEqualWholeBatch[float32], testShardsEqualWholeBatch[float64], testShardsEqualWholeBatch[kernels.Half], testShardsEqualWholeBatch[kernels.BFloat16])
 }
 
 func TestSyncKernelsPanicOnBadArguments(t *testing.T) {

@@ -683,3 +683,12 @@ func runGlobal[T kernels.Element](t *testing.T, in globalInputs[T], scaleAfter b
 	requireUnchanged(t, "gamma", in.gamma, savedGamma)
 	return globalOutputs[T]{dx.inner, dm.inner, dv.inner, db.inner, dg.inner}
 }
+
+// eachElement runs the forms of one generic test for the four element types
+// as subtests named after the types.
+func eachElement(t *testing.T, f32, f64, half, bf16 func(*testing.T)) {
+	t.Run("float32", f32)
+	t.Run("float64", f64)
+	t.Run("Half", half)
+	t.Run("BFloat16", bf16)
+}

@@ -47,23 +47,26 @@ func host[E any](p unsafe.Pointer, n int) []E {
 	return unsafe.Slice((*E)(p), n)
 }
 
+// byDType runs the float32, half or bfloat16 form of a CPU call as dtype
+// code dtype says; a nil form is a dtype the op has no GPU kernel for.
+func byDType(dtype int, f32, half, bf16 func()) error {
+	forms := map[int]func(){dtFloat32: f32, dtHalf: half, dtBFloat16: bf16}
+	if form := forms[dtype]; form != nil {
+		form()
+		return nil
+	}
+	return fmt.Errorf("dtype code %d: no GPU kernel of this op takes it", dtype)
+}
+
 // fusedHost holds the fused family's host pointers, in argument order.
 type fusedHost struct {
 	YBackprop, X, Scale, Reserve1, Reserve2, XBackprop, ScaleBackprop, OffsetBackprop unsafe.Pointer
 }
 
 func fusedCPU(dtype int, d kernels.Dims, training bool, epsilon float32, h fusedHost) error {
-	switch dtype {
-	case dtFloat32:
-		fusedCPUOf[float32](d, training, epsilon, h)
-	case dtHalf:
-		fusedCPUOf[kernels.Half](d, training, epsilon, h)
-	case dtBFloat16:
-		fusedCPUOf[kernels.BFloat16](d, training, epsilon, h)
-	default:
-		return fmt.Errorf("dtype code %d, want 0, 1 or 2", dtype)
-	}
-	return nil
+	return byDType(dtype, func() { fusedCPUOf[float32](d, training, epsilon, h) },
+		func() { fusedCPUOf[kernels.Half](d, training, epsilon, h) },
+		func() { fusedCPUOf[kernels.BFloat16](d, training, epsilon, h) })
 }
 
 func fusedCPUOf[T kernels.Element](d kernels.Dims, training bool, epsilon float32, h fusedHost) {
@@ -89,17 +92,8 @@ type globalHost struct {
 }
 
 func globalCPU(dtype int, d kernels.Dims, scaleAfter bool, epsilon float32, h globalHost) error {
-	switch dtype {
-	case dtFloat32:
-		globalCPUOf[float32](d, scaleAfter, epsilon, h)
-	case dtHalf:
-		globalCPUOf[kernels.Half](d, scaleAfter, epsilon, h)
-	case dtBFloat16:
-		globalCPUOf[kernels.BFloat16](d, scaleAfter, epsilon, h)
-	default:
-		return fmt.Errorf("dtype code %d, want 0, 1 or 2", dtype)
-	}
-	return nil
+	return byDType(dtype, func() { globalCPUOf[float32](d, scaleAfter, epsilon, h) },
+		func() { globalCPUOf[kernels.Half](d, scaleAfter, epsilon, h) }, nil)
 }
 
 func globalCPUOf[T kernels.Element](d kernels.Dims, scaleAfter bool, epsilon float32, h globalHost) {
@@ -120,17 +114,8 @@ type reduceHost struct {
 }
 
 func reduceCPU(dtype int, d kernels.Dims, h reduceHost) error {
-	switch dtype {
-	case dtFloat32:
-		reduceCPUOf[float32](d, h)
-	case dtHalf:
-		reduceCPUOf[kernels.Half](d, h)
-	case dtBFloat16:
-		reduceCPUOf[kernels.BFloat16](d, h)
-	default:
-		return fmt.Errorf("dtype code %d, want 0, 1 or 2", dtype)
-	}
-	return nil
+	return byDType(dtype, func() { reduceCPUOf[float32](d, h) },
+		func() { reduceCPUOf[kernels.Half](d, h) }, func() { reduceCPUOf[kernels.BFloat16](d, h) })
 }
 
 func reduceCPUOf[T kernels.Element](d kernels.Dims, h reduceHost) {
@@ -148,17 +133,9 @@ type applyHost struct {
 }
 
 func applyCPU(dtype int, d kernels.Dims, count int64, epsilon float32, h applyHost) error {
-	switch dtype {
-	case dtFloat32:
-		applyCPUOf[float32](d, count, epsilon, h)
-	case dtHalf:
-		applyCPUOf[kernels.Half](d, count, epsilon, h)
-	case dtBFloat16:
-		applyCPUOf[kernels.BFloat16](d, count, epsilon, h)
-	default:
-		return fmt.Errorf("dtype code %d, want 0, 1 or 2", dtype)
-	}
-	return nil
+	return byDType(dtype, func() { applyCPUOf[float32](d, count, epsilon, h) },
+		func() { applyCPUOf[kernels.Half](d, count, epsilon, h) },
+		func() { applyCPUOf[kernels.BFloat16](d, count, epsilon, h) })
 }
 
 func applyCPUOf[T kernels.Element](d kernels.Dims, count int64, epsilon float32, h applyHost) {

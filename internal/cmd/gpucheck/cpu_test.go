@@ -268,6 +268,10 @@ func TestErrors(t *testing.T) {
 	if err := fusedCPU(7, d, true, 0, fusedHost{}); err == nil {
 		t.Error("dtype 7: no error")
 	}
+	// BatchNormWithGlobalNormalizationGrad has no bfloat16 kernel.
+	if err := globalCPU(dtBFloat16, d, true, 0, globalHost{}); err == nil {
+		t.Error("global-norm bfloat16: no error")
+	}
 	if _, err := makeDims(2, 1, 1, 1); err == nil {
 		t.Error("layout 2: no error")
 	}

@@ -325,74 +325,67 @@ func TestGlobalNormalizationGradNaN(t *testing.T) {
 // ---------------------------------------------------------------------------
 // Panics.
 
+// mutation breaks one argument of a kernel call.
+type mutation[A any] struct {
+	name   string
+	mutate func(*A)
+}
+
+// checkPanics checks that each call runs on valid() and panics on valid()
+// broken by each mutation.
+func checkPanics[A any](t *testing.T, valid func() A, mutations []mutation[A], calls map[string]func(A)) {
+	for _, tc := range mutations {
+		t.Run(tc.name, func(t *testing.T) {
+			for name, call := range calls {
+				ok, g := valid(), valid()
+				assert.NotPanics(t, func() { call(ok) }, name)
+				tc.mutate(&g)
+				assert.Panics(t, func() { call(g) }, name)
+			}
+		})
+	}
+}
+
 func TestFusedGradPanics(t *testing.T) {
 	const N, C, S = 2, 3, 4
 	n := N * C * S
-	valid := func() kernels.FusedGradArgs[float32] {
-		return kernels.FusedGradArgs[float32]{
-			Dims:           kernels.Dims{N: N, C: C, S: S, Layout: kernels.ChannelsLast},
-			YBackprop:      make([]float32, n),
-			X:              make([]float32, n),
-			Scale:          make([]float32, C),
-			ReserveSpace1:  make([]float32, C),
-			ReserveSpace2:  make([]float32, C),
-			Epsilon:        1e-3,
-			XBackprop:      make([]float32, n),
-			ScaleBackprop:  make([]float32, C),
-			OffsetBackprop: make([]float32, C),
+	type args = kernels.FusedGradArgs[float32]
+	valid := func() args {
+		return args{
+			Dims:      kernels.Dims{N: N, C: C, S: S, Layout: kernels.ChannelsLast},
+			YBackprop: make([]float32, n), X: make([]float32, n), XBackprop: make([]float32, n),
+			Scale: make([]float32, C), ReserveSpace1: make([]float32, C), ReserveSpace2: make([]float32, C),
+			ScaleBackprop: make([]float32, C), OffsetBackprop: make([]float32, C), Epsilon: 1e-3,
 		}
 	}
-	for _, tc := range []struct {
-		name   string
-		mutate func(*kernels.FusedGradArgs[float32])
-	}{
-		{"y_backprop short", func(g *kernels.FusedGradArgs[float32]) { g.YBackprop = g.YBackprop[:n-1] }},
-		{"x long", func(g *kernels.FusedGradArgs[float32]) { g.X = make([]float32, n+1) }},
-		{"x_backprop short", func(g *kernels.FusedGradArgs[float32]) { g.XBackprop = g.XBackprop[:n-1] }},
-		{"x_backprop nil", func(g *kernels.FusedGradArgs[float32]) { g.XBackprop = nil }},
-		{"scale short", func(g *kernels.FusedGradArgs[float32]) { g.Scale = g.Scale[:C-1] }},
-		{"reserve_space_1 long", func(g *kernels.FusedGradArgs[float32]) { g.ReserveSpace1 = make([]float32, C+1) }},
-		{"reserve_space_2 short", func(g *kernels.FusedGradArgs[float32]) { g.ReserveSpace2 = nil }},
-		{"scale_backprop short", func(g *kernels.FusedGradArgs[float32]) { g.ScaleBackprop = g.ScaleBackprop[:C-1] }},
-		{"offset_backprop long", func(g *kernels.FusedGradArgs[float32]) { g.OffsetBackprop = make([]float32, C+1) }},
-		{"dims larger than slices", func(g *kernels.FusedGradArgs[float32]) { g.Dims.N++ }},
-		{"more channels than vectors", func(g *kernels.FusedGradArgs[float32]) { g.Dims.C, g.Dims.S = 4, 3 }},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ok := valid()
-			assert.NotPanics(t, func() { kernels.TrainingGrad(ok) })
-			assert.NotPanics(t, func() { kernels.InferenceGrad(ok) })
-			g := valid()
-			tc.mutate(&g)
-			assert.Panics(t, func() { kernels.TrainingGrad(g) }, "TrainingGrad")
-			assert.Panics(t, func() { kernels.InferenceGrad(g) }, "InferenceGrad")
-		})
-	}
+	checkPanics(t, valid, []mutation[args]{
+		{"y_backprop short", func(g *args) { g.YBackprop = g.YBackprop[:n-1] }},
+		{"x long", func(g *args) { g.X = make([]float32, n+1) }},
+		{"x_backprop short", func(g *args) { g.XBackprop = g.XBackprop[:n-1] }},
+		{"x_backprop nil", func(g *args) { g.XBackprop = nil }},
+		{"scale short", func(g *args) { g.Scale = g.Scale[:C-1] }},
+		{"reserve_space_1 long", func(g *args) { g.ReserveSpace1 = make([]float32, C+1) }},
+		{"reserve_space_2 short", func(g *args) { g.ReserveSpace2 = nil }},
+		{"scale_backprop short", func(g *args) { g.ScaleBackprop = g.ScaleBackprop[:C-1] }},
+		{"offset_backprop long", func(g *args) { g.OffsetBackprop = make([]float32, C+1) }},
+		{"dims larger than slices", func(g *args) { g.Dims.N++ }},
+		{"more channels than vectors", func(g *args) { g.Dims.C, g.Dims.S = 4, 3 }},
+	}, map[string]func(args){"TrainingGrad": kernels.TrainingGrad[float32], "InferenceGrad": kernels.InferenceGrad[float32]})
 }
 
 func TestGlobalNormalizationGradPanics(t *testing.T) {
 	const N, C, S = 2, 3, 4
 	n := N * C * S
-	valid := func() kernels.GlobalNormalizationArgs[float32] {
-		return kernels.GlobalNormalizationArgs[float32]{
-			Dims:     kernels.Dims{N: N, C: C, S: S, Layout: kernels.ChannelsLast},
-			T:        make([]float32, n),
-			Backprop: make([]float32, n),
-			M:        make([]float32, C),
-			V:        make([]float32, C),
-			Gamma:    make([]float32, C),
-			DX:       make([]float32, n),
-			DM:       make([]float32, C),
-			DV:       make([]float32, C),
-			DB:       make([]float32, C),
-			DG:       make([]float32, C),
+	type args = kernels.GlobalNormalizationArgs[float32]
+	valid := func() args {
+		return args{
+			Dims: kernels.Dims{N: N, C: C, S: S, Layout: kernels.ChannelsLast},
+			T:    make([]float32, n), Backprop: make([]float32, n), DX: make([]float32, n),
+			M: make([]float32, C), V: make([]float32, C), Gamma: make([]float32, C),
+			DM: make([]float32, C), DV: make([]float32, C), DB: make([]float32, C), DG: make([]float32, C),
 		}
 	}
-	type args = kernels.GlobalNormalizationArgs[float32]
-	for _, tc := range []struct {
-		name   string
-		mutate func(*args)
-	}{
+	checkPanics(t, valid, []mutation[args]{
 		{"channels first", func(g *args) { g.Dims.Layout = kernels.ChannelsFirst }},
 		{"t short", func(g *args) { g.T = g.T[:n-1] }},
 		{"backprop long", func(g *args) { g.Backprop = make([]float32, n+1) }},
@@ -405,15 +398,7 @@ func TestGlobalNormalizationGradPanics(t *testing.T) {
 		{"db short", func(g *args) { g.DB = g.DB[:0] }},
 		{"dg short", func(g *args) { g.DG = g.DG[:C-1] }},
 		{"dims larger than slices", func(g *args) { g.Dims.S++ }},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ok := valid()
-			assert.NotPanics(t, func() { kernels.GlobalNormalizationGrad(ok) })
-			g := valid()
-			tc.mutate(&g)
-			assert.Panics(t, func() { kernels.GlobalNormalizationGrad(g) })
-		})
-	}
+	}, map[string]func(args){"GlobalNormalizationGrad": kernels.GlobalNormalizationGrad[float32]})
 }
 
 // TestWorkerPanicReachesCaller checks that a panic inside a worker goroutine

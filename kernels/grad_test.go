@@ -15,10 +15,8 @@ import (
 )
 
 func TestTrainingGrad(t *testing.T) {
-	t.Run("float32", func(t *testing.T) { testFusedGrad[float32](t, true) })
-	t.Run("float64", func(t *testing.T) { testFusedGrad[float64](t, true) })
-	t.Run("Half", func(t *testing.T) { testFusedGrad[kernels.Half](t, true) })
-	t.Run("BFloat16", func(t *testing.T) { testFusedGrad[kernels.BFloat16](t, true) })
+	eachElement(t, fusedGradTest[float32](true), fusedGradTest[float64](true),
+		fusedGradTest[kernels.Half](true), fusedGradTest[kernels.BFloat16](true))
 }
 
 // TestTrainingGradArbitraryStatistics feeds TrainingGrad a mean and variance
@@ -33,10 +31,8 @@ func TestTrainingGradArbitraryStatistics(t *testing.T) {
 }
 
 func TestInferenceGrad(t *testing.T) {
-	t.Run("float32", func(t *testing.T) { testFusedGrad[float32](t, false) })
-	t.Run("float64", func(t *testing.T) { testFusedGrad[float64](t, false) })
-	t.Run("Half", func(t *testing.T) { testFusedGrad[kernels.Half](t, false) })
-	t.Run("BFloat16", func(t *testing.T) { testFusedGrad[kernels.BFloat16](t, false) })
+	eachElement(t, fusedGradTest[float32](false), fusedGradTest[float64](false),
+		fusedGradTest[kernels.Half](false), fusedGradTest[kernels.BFloat16](false))
 }
 
 // TestFusedGradWorkerSplits runs the parallel path with a set number of

@@ -584,6 +584,11 @@ func checkFused[T kernels.Element](t *testing.T, training bool, in fusedInputs[T
 	return scaleBp, offsetBp
 }
 
+// fusedGradTest returns testFusedGrad for one mode, as a test function.
+func fusedGradTest[T kernels.Element](training bool) func(*testing.T) {
+	return func(t *testing.T) { testFusedGrad[T](t, training) }
+}
+
 func testFusedGrad[T kernels.Element](t *testing.T, training bool) {
 	rng := rand.New(rand.NewPCG(20240601, uint64(len(typeName[T]()))))
 	for _, sc := range shapeCases {

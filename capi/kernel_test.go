@@ -265,9 +265,7 @@ func TestComputeConcurrent(t *testing.T) {
 	var wg sync.WaitGroup
 	failures := make(chan string, goroutines)
 	for g := range goroutines {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			order := rand.New(rand.NewPCG(uint64(g), 3)).Perm(len(cases))
 			for range rounds {
 				for _, i := range order {
@@ -285,7 +283,7 @@ func TestComputeConcurrent(t *testing.T) {
 					}
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	close(failures)

@@ -182,11 +182,7 @@ func BenchmarkPasses(b *testing.B) {
 		w := runtime.GOMAXPROCS(0)
 		var wg sync.WaitGroup
 		for i := range w {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				fn(n*i/w, n*(i+1)/w)
-			}()
+			wg.Go(func() { fn(n*i/w, n*(i+1)/w) })
 		}
 		wg.Wait()
 	}

@@ -26,11 +26,7 @@ func main() {
 	run := func(fn func(lo, hi int)) {
 		var wg sync.WaitGroup
 		for w := range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				fn(n*w/workers, n*(w+1)/workers)
-			}()
+			wg.Go(func() { fn(n*w/workers, n*(w+1)/workers) })
 		}
 		wg.Wait()
 	}

@@ -90,23 +90,19 @@ func runGradApply[T kernels.Element](t *testing.T, args kernels.GradApplyArgs[T]
 
 func testGradReduce[T kernels.Element](t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, uint64(len(typeName[T]()))))
-	for _, sc := range shapeCases {
-		for _, l := range layouts {
-			t.Run(fmt.Sprintf("%s/%s", sc.name, l.name), func(t *testing.T) {
-				in := newFusedInputs[T](rng, true, l.layout, sc)
-				sumDy, sumDyXmu := runGradReduce(t, in.dims, in.dy, in.x, in.mean)
-				wantDy, wantDyXmu := referenceGradReduce(l.layout, sc.N, sc.C, sc.S, widenAll(in.dy), widenAll(in.x), widen32(in.mean))
-				assertClose(t, "sum_dy", widen32(sumDy), wantDy, 1e-6)
-				assertClose(t, "sum_dy_xmu", widen32(sumDyXmu), wantDyXmu, 1e-6)
-				if sc.N*sc.S == 0 {
-					for c := range sc.C {
-						assert.Zero(t, sumDy[c], "sum_dy[%d] of an empty batch", c)
-						assert.Zero(t, sumDyXmu[c], "sum_dy_xmu[%d] of an empty batch", c)
-					}
-				}
-			})
+	eachShapeLayout(t, func(t *testing.T, sc shapeCase, layout kernels.Layout) {
+		in := newFusedInputs[T](rng, true, layout, sc)
+		sumDy, sumDyXmu := runGradReduce(t, in.dims, in.dy, in.x, in.mean)
+		wantDy, wantDyXmu := referenceGradReduce(layout, sc.N, sc.C, sc.S, widenAll(in.dy), widenAll(in.x), widen32(in.mean))
+		assertClose(t, "sum_dy", widen32(sumDy), wantDy, 1e-6)
+		assertClose(t, "sum_dy_xmu", widen32(sumDyXmu), wantDyXmu, 1e-6)
+		if sc.N*sc.S == 0 {
+			for c := range sc.C {
+				assert.Zero(t, sumDy[c], "sum_dy[%d] of an empty batch", c)
+				assert.Zero(t, sumDyXmu[c], "sum_dy_xmu[%d] of an empty batch", c)
+			}
 		}
-	}
+	})
 }
 
 func TestGradReduce(t *testing.T) {
@@ -117,29 +113,25 @@ func TestGradReduce(t *testing.T) {
 // tensor's own (as after an all-reduce): the formula holds for any of them.
 func testGradApply[T kernels.Element](t *testing.T) {
 	rng := rand.New(rand.NewPCG(8, uint64(len(typeName[T]()))))
-	for _, sc := range shapeCases {
-		for _, l := range layouts {
-			t.Run(fmt.Sprintf("%s/%s", sc.name, l.name), func(t *testing.T) {
-				in := newFusedInputs[T](rng, false, l.layout, sc)
-				R := sc.N * sc.S
-				count := int64(R + rng.IntN(3*R+2))
-				if R == 0 {
-					count = 0 // an empty tensor needs no count
-				}
-				sumDy := randomVector(rng, sc.C, -float64(count), float64(count))
-				sumDyXmu := randomVector(rng, sc.C, -float64(count), float64(count))
-				dx := runGradApply(t, kernels.GradApplyArgs[T]{
-					Dims: in.dims, YBackprop: in.dy, X: in.x,
-					Scale: in.scale, Mean: in.mean, Variance: in.variance,
-					SumDy: sumDy, SumDyXmu: sumDyXmu, Count: count, Epsilon: in.epsilon,
-				})
-				want, magnitude := referenceGradApply(l.layout, sc.N, sc.C, sc.S, widenAll(in.dy), widenAll(in.x),
-					widen32(in.scale), widen32(in.mean), widen32(in.variance), widen32(sumDy), widen32(sumDyXmu),
-					float64(count), float64(in.epsilon))
-				assertActivation(t, "x_backprop", dx, want, magnitude)
-			})
+	eachShapeLayout(t, func(t *testing.T, sc shapeCase, layout kernels.Layout) {
+		in := newFusedInputs[T](rng, false, layout, sc)
+		R := sc.N * sc.S
+		count := int64(R + rng.IntN(3*R+2))
+		if R == 0 {
+			count = 0 // an empty tensor needs no count
 		}
-	}
+		sumDy := randomVector(rng, sc.C, -float64(count), float64(count))
+		sumDyXmu := randomVector(rng, sc.C, -float64(count), float64(count))
+		dx := runGradApply(t, kernels.GradApplyArgs[T]{
+			Dims: in.dims, YBackprop: in.dy, X: in.x,
+			Scale: in.scale, Mean: in.mean, Variance: in.variance,
+			SumDy: sumDy, SumDyXmu: sumDyXmu, Count: count, Epsilon: in.epsilon,
+		})
+		want, magnitude := referenceGradApply(layout, sc.N, sc.C, sc.S, widenAll(in.dy), widenAll(in.x),
+			widen32(in.scale), widen32(in.mean), widen32(in.variance), widen32(sumDy), widen32(sumDyXmu),
+			float64(count), float64(in.epsilon))
+		assertActivation(t, "x_backprop", dx, want, magnitude)
+	})
 }
 
 func TestGradApply(t *testing.T) {

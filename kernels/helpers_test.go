@@ -591,22 +591,18 @@ func fusedGradTest[T kernels.Element](training bool) func(*testing.T) {
 
 func testFusedGrad[T kernels.Element](t *testing.T, training bool) {
 	rng := rand.New(rand.NewPCG(20240601, uint64(len(typeName[T]()))))
-	for _, sc := range shapeCases {
-		for _, l := range layouts {
-			t.Run(fmt.Sprintf("%s/%s", sc.name, l.name), func(t *testing.T) {
-				if isParallel(sc) {
-					t.Logf("N·C·S = %d with GOMAXPROCS = %d", sc.N*sc.C*sc.S, runtime.GOMAXPROCS(0))
-				}
-				scaleBp, offsetBp := checkFused(t, training, newFusedInputs[T](rng, training, l.layout, sc), 1e-5)
-				if sc.N*sc.S == 0 {
-					for c := range sc.C {
-						assert.Zero(t, scaleBp[c], "scale_backprop[%d] of an empty batch", c)
-						assert.Zero(t, offsetBp[c], "offset_backprop[%d] of an empty batch", c)
-					}
-				}
-			})
+	eachShapeLayout(t, func(t *testing.T, sc shapeCase, layout kernels.Layout) {
+		if isParallel(sc) {
+			t.Logf("N·C·S = %d with GOMAXPROCS = %d", sc.N*sc.C*sc.S, runtime.GOMAXPROCS(0))
 		}
-	}
+		scaleBp, offsetBp := checkFused(t, training, newFusedInputs[T](rng, training, layout, sc), 1e-5)
+		if sc.N*sc.S == 0 {
+			for c := range sc.C {
+				assert.Zero(t, scaleBp[c], "scale_backprop[%d] of an empty batch", c)
+				assert.Zero(t, offsetBp[c], "offset_backprop[%d] of an empty batch", c)
+			}
+		}
+	})
 }
 
 // channelOf returns the channel of flat index i.
@@ -696,4 +692,13 @@ func eachElement(t *testing.T, f32, f64, half, bf16 func(*testing.T)) {
 	t.Run("float64", f64)
 	t.Run("Half", half)
 	t.Run("BFloat16", bf16)
+}
+
+// eachShapeLayout runs test as a subtest for each shape case in each layout.
+func eachShapeLayout(t *testing.T, test func(t *testing.T, sc shapeCase, layout kernels.Layout)) {
+	for _, sc := range shapeCases {
+		for _, l := range layouts {
+			t.Run(fmt.Sprintf("%s/%s", sc.name, l.name), func(t *testing.T) { test(t, sc, l.layout) })
+		}
+	}
 }

@@ -107,6 +107,21 @@ var (
 	}, true}
 )
 
+// edgeCase is a float32 and the 16-bit value it must round to.
+type edgeCase[T float16] struct {
+	name string
+	in   float32
+	want T
+}
+
+func checkEdges[T float16](t *testing.T, fromFloat32 func(float32) T, cases []edgeCase[T]) {
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equalf(t, tc.want, fromFloat32(tc.in), "from %v", tc.in)
+		})
+	}
+}
+
 // testRoundTripAllPatterns: every pattern converts to float32 and back to
 // itself, a NaN to a NaN of the same sign.
 func testRoundTripAllPatterns[T float16](t *testing.T, f format16[T]) {
@@ -212,11 +227,7 @@ func TestHalfFromFloat32Midpoints(t *testing.T) {
 }
 
 func TestHalfFromFloat32Edges(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		in   float32
-		want kernels.Half
-	}{
+	checkEdges(t, kernels.HalfFromFloat32, []edgeCase[kernels.Half]{
 		{"zero", 0, 0x0000},
 		{"negative zero", float32(math.Copysign(0, -1)), 0x8000},
 		{"one", 1, 0x3c00},
@@ -245,11 +256,7 @@ func TestHalfFromFloat32Edges(t *testing.T) {
 		{"1 + 2^-11 ties to 1", 1 + 0x1p-11, 0x3c00},
 		{"1 + 3·2^-11 ties to 1 + 2^-9", 1 + 3*0x1p-11, 0x3c02},
 		{"2047.5 rounds to 2048", 2047.5, 0x6800},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			assert.Equalf(t, tc.want, kernels.HalfFromFloat32(tc.in), "HalfFromFloat32(%v)", tc.in)
-		})
-	}
+	})
 }
 
 // TestHalfFromFloat32Random compares HalfFromFloat32 with a float64 rounding
@@ -336,11 +343,7 @@ func TestBFloat16FromFloat32Midpoints(t *testing.T) {
 }
 
 func TestBFloat16FromFloat32Edges(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		in   float32
-		want kernels.BFloat16
-	}{
+	checkEdges(t, kernels.BFloat16FromFloat32, []edgeCase[kernels.BFloat16]{
 		{"zero", 0, 0x0000},
 		{"negative zero", float32(math.Copysign(0, -1)), 0x8000},
 		{"one", 1, 0x3f80},
@@ -357,11 +360,7 @@ func TestBFloat16FromFloat32Edges(t *testing.T) {
 		{"float32 subnormal tie to even", math.Float32frombits(0x00018000), 0x0002},
 		{"float32 subnormal tie to zero", math.Float32frombits(0x00008000), 0x0000},
 		{"largest float32 subnormal rounds to smallest normal", math.Float32frombits(0x007fffff), 0x0080},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			assert.Equalf(t, tc.want, kernels.BFloat16FromFloat32(tc.in), "BFloat16FromFloat32(%v)", tc.in)
-		})
-	}
+	})
 }
 
 // TestBFloat16FromFloat32Random compares BFloat16FromFloat32 with a float64

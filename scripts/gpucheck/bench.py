@@ -24,7 +24,6 @@ plus written) for the memory's bandwidth.
 """
 
 import argparse
-import json
 import math
 import os
 import statistics
@@ -34,7 +33,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gobncheck import Lib, context_broken, device_facts  # noqa: E402
+from gobncheck import Lib, context_broken, run_facts, write_json  # noqa: E402
 
 EPS = 1e-3
 TORCH_DTYPE = {"float": torch.float32, "half": torch.float16}
@@ -318,16 +317,9 @@ def main():
     t_start = time.time()
     torch.manual_seed(0)
     ctx = Ctx(args)
-    # file names without their directories: the results name no machine's paths
-    facts = {"argv": [os.path.basename(a) for a in sys.argv], "lib": os.path.basename(ctx.lib.path),
-             "lib_info": ctx.lib.info(), "cpu_smoke": args.cpu_smoke}
-    if not args.cpu_smoke:
-        why = ctx.lib.available()
-        if why is not None:
-            print("gobn's CUDA path is not available: %s" % why)
-            write_json(args.json, {"facts": facts, "ok": False, "error": "not available: %s" % why})
-            return 2
-        facts.update(device_facts(torch))
+    facts = run_facts(torch, ctx.lib, args.json, args.cpu_smoke, cpu_smoke=args.cpu_smoke)
+    if facts is None:
+        return 2
 
     shapes = []
     if args.cpu_smoke:
@@ -431,15 +423,6 @@ class _null:
 
     def __exit__(self, *a):
         return False
-
-
-def write_json(path, obj):
-    if not path:
-        return
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1)
-    os.replace(tmp, path)
 
 
 if __name__ == "__main__":

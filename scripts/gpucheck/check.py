@@ -42,7 +42,7 @@ import zlib
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gobncheck import CHANNELS_LAST, Lib, context_broken, device_facts, dims  # noqa: E402
+from gobncheck import CHANNELS_LAST, Lib, context_broken, dims, run_facts, write_json  # noqa: E402
 
 TORCH_DTYPE = {"float": torch.float32, "half": torch.float16, "bfloat16": torch.bfloat16}
 # (rtol, atol): a copy of gobn._testing.TOLERANCES (docs/design.md), on purpose.
@@ -618,16 +618,9 @@ def main():
     t_start = time.time()
     torch.manual_seed(0)
     ctx = Context(args)
-    # file names without their directories: the results name no machine's paths
-    facts = {"lib": os.path.basename(ctx.lib.path), "lib_info": ctx.lib.info(),
-             "argv": [os.path.basename(a) for a in sys.argv], "fake_gpu": args.fake_gpu}
-    if not args.fake_gpu:
-        why = ctx.lib.available()
-        if why is not None:
-            print("gobn's CUDA path is not available: %s" % why)
-            write_json(args.json, {"facts": facts, "ok": False, "error": "not available: %s" % why})
-            return 2
-        facts.update(device_facts(torch))
+    facts = run_facts(torch, ctx.lib, args.json, args.fake_gpu, fake_gpu=args.fake_gpu)
+    if facts is None:
+        return 2
     print("check.py: %s, lib %s (%s)" % (facts.get("gpu", "fake GPU (host)"), ctx.lib.path,
                                          json.dumps(facts["lib_info"])))
     start_launches = ctx.launches()
@@ -774,15 +767,6 @@ def print_summary(rows, failures, delta, launch_check, skipped, fatal, show):
     return [{"family": k[0], "mode": k[1], "dtype": k[2], "layout": k[3],
              **{f: round(v, 4) if isinstance(v, float) else v for f, v in t.items() if f != "layouts"}}
             for k, t in sorted(fine.items())]
-
-
-def write_json(path, obj):
-    if not path:
-        return
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1, allow_nan=True)
-    os.replace(tmp, path)
 
 
 if __name__ == "__main__":

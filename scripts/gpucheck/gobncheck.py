@@ -11,6 +11,7 @@ import ctypes
 import json
 import os
 import pathlib
+import sys
 
 DTYPE_CODE = {"float": 0, "half": 1, "bfloat16": 2}
 LAYOUT_CODE = {"NHWC": 0, "NDHWC": 0, "NCHW": 1, "NCDHW": 1}
@@ -153,6 +154,34 @@ def device_facts(torch):
     except Exception:  # noqa: BLE001
         pass
     return facts
+
+
+def run_facts(torch, lib, json_path, on_host, **flags):
+    """The facts a result JSON states: the command line and library (file
+    names only: the results name no machine's paths), flags, and the device's
+    facts unless on_host. None, after writing a failed result to json_path,
+    when gobn's CUDA path is not available."""
+    facts = {"argv": [os.path.basename(a) for a in sys.argv], "lib": os.path.basename(lib.path),
+             "lib_info": lib.info(), **flags}
+    if on_host:
+        return facts
+    why = lib.available()
+    if why is not None:
+        print("gobn's CUDA path is not available: %s" % why)
+        write_json(json_path, {"facts": facts, "ok": False, "error": "not available: %s" % why})
+        return None
+    facts.update(device_facts(torch))
+    return facts
+
+
+def write_json(path, obj):
+    """Writes obj to path (nothing when path is empty), replacing it at once."""
+    if not path:
+        return
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1)
+    os.replace(tmp, path)
 
 
 def context_broken(torch):

@@ -72,10 +72,8 @@ func TrainingGrad[T Element](g FusedGradArgs[T]) {
 	if g.empty() {
 		return
 	}
-	s := getScratch()
+	s, mean, t := g.setup()
 	defer s.release()
-	mean := toFloat64(s, g.ReserveSpace1)
-	t := newAffine(s, mean)
 	if byChannel[T](g.Dims) {
 		trainingByChannel(s, g, t)
 		return
@@ -87,6 +85,14 @@ func TrainingGrad[T Element](g FusedGradArgs[T]) {
 	sumDy, sumDyXc := reduce(s, g.Dims, g.YBackprop, g.X, mean)
 	g.coefficients(t, sumDy, sumDyXc, 0, len(mean))
 	applyAll(s, g.Dims, t, g.YBackprop, g.X, g.XBackprop)
+}
+
+// setup returns scratch space for a call, which the caller releases, the
+// saved mean in float64 and an affine transform about it.
+func (g FusedGradArgs[T]) setup() (*scratch, []float64, affine) {
+	s := getScratch()
+	mean := toFloat64(s, g.ReserveSpace1)
+	return s, mean, newAffine(s, mean)
 }
 
 // trainingPasses is TrainingGrad's two passes over a tensor of more than
@@ -157,10 +163,8 @@ func InferenceGrad[T Element](g FusedGradArgs[T]) {
 	if g.empty() {
 		return
 	}
-	s := getScratch()
+	s, mean, t := g.setup()
 	defer s.release()
-	mean := toFloat64(s, g.ReserveSpace1)
-	t := newAffine(s, mean)
 	t.ScaleOnly = true // x_backprop does not involve x
 	inv := s.float64s(len(mean))
 	invStds(inv, g.ReserveSpace2, g.Epsilon)

@@ -95,26 +95,12 @@ func forBlocks[T Element](lo, hi, blk int, dy, x, dx []T, fn32 func(off int, dy,
 	}
 	switch dy := any(dy).(type) {
 	case []float32:
-		x := any(x).([]float32)
 		dx, _ := any(dx).([]float32)
-		blocks(func(b, e int) {
-			var dxBlock []float32
-			if dx != nil {
-				dxBlock = dx[b:e]
-			}
-			fn32(b, dy[b:e], x[b:e], dxBlock)
-		})
+		nativeBlocks(lo, hi, blk, dy, any(x).([]float32), dx, fn32)
 		return
 	case []float64:
-		x := any(x).([]float64)
 		dx, _ := any(dx).([]float64)
-		blocks(func(b, e int) {
-			var dxBlock []float64
-			if dx != nil {
-				dxBlock = dx[b:e]
-			}
-			fn64(b, dy[b:e], x[b:e], dxBlock)
-		})
+		nativeBlocks(lo, hi, blk, dy, any(x).([]float64), dx, fn64)
 		return
 	}
 	blk = min(blk, maxBlockLen)
@@ -131,4 +117,17 @@ func forBlocks[T Element](lo, hi, blk int, dy, x, dx []T, fn32 func(off int, dy,
 		fn32(b, buf.dy[:n], buf.x[:n], buf.dx[:n])
 		narrow(dx[b:e], buf.dx[:n])
 	})
+}
+
+// nativeBlocks is forBlocks on native slices: fn sees the slices themselves,
+// dx nil where it is.
+func nativeBlocks[F native](lo, hi, blk int, dy, x, dx []F, fn func(off int, dy, x, dx []F)) {
+	for b := lo; b < hi; b += blk {
+		e := min(b+blk, hi)
+		var dxBlock []F
+		if dx != nil {
+			dxBlock = dx[b:e]
+		}
+		fn(b, dy[b:e], x[b:e], dxBlock)
+	}
 }

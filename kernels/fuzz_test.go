@@ -246,22 +246,19 @@ func fuzzSeedsKernels(f *testing.F) {
 	f.Add([]byte{0x02, 0, 2, 2, 3, 6, 0x90, 0x90, 0x80, 0x80, 0xf8, 0xfa, 0xfd, 0xfe, 0xff}) // negative epsilon, Inf values
 }
 
-func FuzzFusedGrad(f *testing.F) {
+// fuzzForms fuzzes the form of a test for one element type: the first byte
+// is the header the form reads, the second picks the form.
+func fuzzForms(f *testing.F, forms ...func(t *testing.T, s *fuzzSource, header byte)) {
 	fuzzSeedsKernels(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s := newFuzzSource(data)
 		header := s.Byte()
-		switch s.Byte() % 4 {
-		case 0:
-			fuzzFused[float32](t, s, header)
-		case 1:
-			fuzzFused[float64](t, s, header)
-		case 2:
-			fuzzFused[kernels.Half](t, s, header)
-		case 3:
-			fuzzFused[kernels.BFloat16](t, s, header)
-		}
+		forms[int(s.Byte())%len(forms)](t, s, header)
 	})
+}
+
+func FuzzFusedGrad(f *testing.F) {
+	fuzzForms(f, fuzzFused[float32], fuzzFused[float64], fuzzFused[kernels.Half], fuzzFused[kernels.BFloat16])
 }
 
 func fuzzGlobal[T kernels.Element](t *testing.T, s *fuzzSource, header byte) {
@@ -305,17 +302,5 @@ func fuzzGlobal[T kernels.Element](t *testing.T, s *fuzzSource, header byte) {
 }
 
 func FuzzGlobalNormalizationGrad(f *testing.F) {
-	fuzzSeedsKernels(f)
-	f.Fuzz(func(t *testing.T, data []byte) {
-		s := newFuzzSource(data)
-		header := s.Byte()
-		switch s.Byte() % 3 {
-		case 0:
-			fuzzGlobal[float32](t, s, header)
-		case 1:
-			fuzzGlobal[float64](t, s, header)
-		case 2:
-			fuzzGlobal[kernels.Half](t, s, header)
-		}
-	})
+	fuzzForms(f, fuzzGlobal[float32], fuzzGlobal[float64], fuzzGlobal[kernels.Half])
 }

@@ -65,6 +65,16 @@ func (r fuzzReader) shape() []int64 {
 	return dims
 }
 
+// pair decodes a shape and a second one: with mode bit 0 a copy of the
+// first, else a shape of its own.
+func (r fuzzReader) pair(mode byte) (first, second []int64) {
+	first = r.shape()
+	if mode&1 != 0 {
+		return first, slices.Clone(first)
+	}
+	return first, r.shape()
+}
+
 var fuzzFormats = []string{opdef.NHWC, opdef.NCHW, opdef.NDHWC, opdef.NCDHW}
 
 // exactElements returns the product of dims as an exact integer.
@@ -108,22 +118,14 @@ func fusedOracle(format string, in opdef.FusedGradInputs) *violation {
 	if !channelsLast && format != opdef.NCHW && format != opdef.NCDHW {
 		return &violation{"data_format", ""}
 	}
-	for _, a := range []struct {
-		name string
-		dims []int64
-	}{{"y_backprop", in.YBackprop}, {"x", in.X}} {
+	for _, a := range []dimsOf{{"y_backprop", in.YBackprop}, {"x", in.X}} {
 		if len(a.dims) != 4 && len(a.dims) != 5 {
 			return &violation{a.name, opdef.ShapeString(a.dims)}
 		}
 	}
-	vectors := []struct {
-		name string
-		dims []int64
-	}{{"scale", in.Scale}, {"reserve_space_1", in.ReserveSpace1}, {"reserve_space_2", in.ReserveSpace2}}
-	for _, a := range vectors {
-		if len(a.dims) != 1 {
-			return &violation{a.name, opdef.ShapeString(a.dims)}
-		}
+	vectors := []dimsOf{{"scale", in.Scale}, {"reserve_space_1", in.ReserveSpace1}, {"reserve_space_2", in.ReserveSpace2}}
+	if v := notVector(vectors); v != nil {
+		return v
 	}
 	if !slices.Equal(in.X, in.YBackprop) {
 		return &violation{"x and y_backprop", opdef.ShapeString(in.YBackprop)}
@@ -215,12 +217,7 @@ func decodeFused(format string, data []byte) (string, opdef.FusedGradInputs) {
 		format = fuzzFormats[sel]
 	}
 	var in opdef.FusedGradInputs
-	in.X = r.shape()
-	if mode&1 != 0 {
-		in.YBackprop = append([]int64(nil), in.X...)
-	} else {
-		in.YBackprop = r.shape()
-	}
+	in.X, in.YBackprop = r.pair(mode)
 	in.Scale, in.ReserveSpace1, in.ReserveSpace2 = r.shape(), r.shape(), r.shape()
 	if mode&2 != 0 && len(in.X) >= 2 {
 		c := fuzzChannels(in.X, format == opdef.NHWC || format == opdef.NDHWC || mode&0x20 != 0)
@@ -252,19 +249,31 @@ func FuzzCheckFusedGrad(f *testing.F) {
 	})
 }
 
+// dimsOf is an input of an oracle: its name and shape.
+type dimsOf struct {
+	name string
+	dims []int64
+}
+
+// notVector returns the first of inputs that is not 1-dimensional, as a
+// violation, or nil.
+func notVector(inputs []dimsOf) *violation {
+	for _, a := range inputs {
+		if len(a.dims) != 1 {
+			return &violation{a.name, opdef.ShapeString(a.dims)}
+		}
+	}
+	return nil
+}
+
 // globalOracle returns the first rule in stock order that in breaks, or nil.
 func globalOracle(in opdef.GlobalNormalizationGradInputs) *violation {
 	if len(in.T) != 4 {
 		return &violation{"t", opdef.ShapeString(in.T)}
 	}
-	vectors := []struct {
-		name string
-		dims []int64
-	}{{"m", in.M}, {"v", in.V}, {"gamma", in.Gamma}}
-	for _, a := range vectors {
-		if len(a.dims) != 1 {
-			return &violation{a.name, opdef.ShapeString(a.dims)}
-		}
+	vectors := []dimsOf{{"m", in.M}, {"v", in.V}, {"gamma", in.Gamma}}
+	if v := notVector(vectors); v != nil {
+		return v
 	}
 	if len(in.Backprop) != 4 {
 		return &violation{"backprop", opdef.ShapeString(in.Backprop)}
@@ -289,12 +298,7 @@ func FuzzCheckGlobalNormalizationGrad(f *testing.F) {
 		r := fuzzReader{fuzzbytes.New(data)}
 		mode := r.Byte()
 		var in opdef.GlobalNormalizationGradInputs
-		in.T = r.shape()
-		if mode&1 != 0 {
-			in.Backprop = append([]int64(nil), in.T...)
-		} else {
-			in.Backprop = r.shape()
-		}
+		in.T, in.Backprop = r.pair(mode)
 		in.M, in.V, in.Gamma = r.shape(), r.shape(), r.shape()
 		if mode&2 != 0 && len(in.T) >= 1 {
 			c := in.T[len(in.T)-1]

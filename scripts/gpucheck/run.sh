@@ -49,6 +49,14 @@ steps=$TMP/steps.jsonl
 step() { # name status rc seconds [detail]
 	printf '{"step":"%s","status":"%s","rc":%s,"seconds":%s,"detail":"%s"}\n' "$1" "$2" "$3" "$4" "${5:-}" >> "$steps"
 }
+# ended name rc start log: records a step that exited with rc (124: timed
+# out) since start, and caps its log
+ended() {
+	local st=fail
+	case $2 in 0) st=pass ;; 124) st=timeout ;; esac
+	step "$1" "$st" "$2" $(( $(date +%s) - $3 ))
+	cap "$4"
+}
 
 echo "== gobn GPU check: $(date -u +%FT%TZ), bundle $HERE, results $RES"
 {
@@ -61,12 +69,7 @@ t=$(date +%s)
 # (no ResNet-50 group starts after 30% of the deadline)
 timeout -k 10 $(( DEADLINE / 2 )) "$PY" "$HERE/check.py" "${FAKE[@]}" --json "$RES/check.json" --max-seconds $(( DEADLINE * 3 / 10 )) \
 	${CHECK_ARGS:-} 2>&1 | tee -a "$RES/check.log"
-rc=${PIPESTATUS[0]}
-case $rc in
-0) st=pass ;; 124) st=timeout ;; *) st=fail ;;
-esac
-step check "$st" "$rc" $(( $(date +%s) - t ))
-cap "$RES/check.log"
+ended check "${PIPESTATUS[0]}" "$t" "$RES/check.log"
 
 # 2. compute-sanitizer on check.py --small: exact-size allocations (no
 # caching allocator, no guard elements) so that memcheck sees every byte
@@ -151,12 +154,7 @@ fi
 echo "== bench.py $bargs ${BENCH_ARGS:-} ($(elapsed) s so far)"
 timeout -k 10 $(( left > 90 ? left : 90 )) "$PY" "$HERE/bench.py" "${BFAKE[@]}" --json "$RES/bench.json" $bargs ${BENCH_ARGS:-} 2>&1 \
 	| tee "$RES/bench.log"
-rc=${PIPESTATUS[0]}
-case $rc in
-0) st=pass ;; 124) st=timeout ;; *) st=fail ;;
-esac
-step bench "$st" "$rc" $(( $(date +%s) - t ))
-cap "$RES/bench.log"
+ended bench "${PIPESTATUS[0]}" "$t" "$RES/bench.log"
 
 # 4. one results JSON, and the summary last
 "$PY" "$HERE/summarize.py" --results "$RES" --steps "$steps" --sanitize-dir "$TMP" --elapsed "$(elapsed)"

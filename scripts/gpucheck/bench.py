@@ -23,7 +23,6 @@ plus written) for the memory's bandwidth.
     python3 bench.py --cpu-smoke     no GPU: runs this script's logic on the host
 """
 
-import argparse
 import math
 import os
 import statistics
@@ -33,7 +32,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gobncheck import Lib, context_broken, run_facts, write_json  # noqa: E402
+from gobncheck import Lib, arguments, context_broken, start, write_json  # noqa: E402
 
 EPS = 1e-3
 TORCH_DTYPE = {"float": torch.float32, "half": torch.float16}
@@ -303,9 +302,7 @@ def bench_mode(ctx, cfg, mode, timer_rounds, budget_s):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--lib", help="libgobncheck.so (default: beside this script, or build/gpu)")
-    ap.add_argument("--json", help="write the results here")
+    ap = arguments(__doc__)
     ap.add_argument("--quick", action="store_true", help="batch 32, five ResNet-50 shapes and two odd ones")
     ap.add_argument("--budget-s", type=float, default=0,
                     help="seconds of timed rounds over all shapes (0: 0.25 s a shape, 0.1 with --quick)")
@@ -315,9 +312,8 @@ def main():
     ap.add_argument("--cpu-smoke", action="store_true", help="no GPU: this script's logic on the host, tiny shapes")
     args = ap.parse_args()
     t_start = time.time()
-    torch.manual_seed(0)
     ctx = Ctx(args)
-    facts = run_facts(torch, ctx.lib, args.json, args.cpu_smoke, cpu_smoke=args.cpu_smoke)
+    facts = start(torch, ctx.lib, args.json, args.cpu_smoke, cpu_smoke=args.cpu_smoke)
     if facts is None:
         return 2
 

@@ -29,7 +29,6 @@ float32(1/sqrt(float64(var)+eps)).
                                      replaced by the CPU ones (tests this script)
 """
 
-import argparse
 import json
 import math
 import os
@@ -42,7 +41,7 @@ import zlib
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gobncheck import CHANNELS_LAST, Lib, context_broken, dims, run_facts, write_json  # noqa: E402
+from gobncheck import CHANNELS_LAST, Lib, arguments, context_broken, dims, start, write_json  # noqa: E402
 
 TORCH_DTYPE = {"float": torch.float32, "half": torch.float16, "bfloat16": torch.bfloat16}
 # (rtol, atol): a copy of gobn._testing.TOLERANCES (docs/design.md), on purpose.
@@ -595,9 +594,7 @@ def plan(args):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--lib", help="libgobncheck.so (default: beside this script, or build/gpu)")
-    ap.add_argument("--json", help="write the results here")
+    ap = arguments(__doc__)
     ap.add_argument("--small", action="store_true", help="a few small shapes, every kernel (compute-sanitizer)")
     ap.add_argument("--fake-gpu", action="store_true", help="no GPU: the GPU entries replaced by the CPU ones")
     ap.add_argument("--no-huge", action="store_true", help="skip the tensor over 2^31 elements")
@@ -616,9 +613,8 @@ def main():
         GUARD_BYTES = 0
 
     t_start = time.time()
-    torch.manual_seed(0)
     ctx = Context(args)
-    facts = run_facts(torch, ctx.lib, args.json, args.fake_gpu, fake_gpu=args.fake_gpu)
+    facts = start(torch, ctx.lib, args.json, args.fake_gpu, fake_gpu=args.fake_gpu)
     if facts is None:
         return 2
     print("check.py: %s, lib %s (%s)" % (facts.get("gpu", "fake GPU (host)"), ctx.lib.path,

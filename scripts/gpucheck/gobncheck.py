@@ -7,6 +7,7 @@ kernels/cuda package), plus a workspace query per family. See the package
 doc of internal/cmd/gpucheck for the argument order.
 """
 
+import argparse
 import ctypes
 import json
 import os
@@ -156,11 +157,21 @@ def device_facts(torch):
     return facts
 
 
-def run_facts(torch, lib, json_path, on_host, **flags):
-    """The facts a result JSON states: the command line and library (file
-    names only: the results name no machine's paths), flags, and the device's
-    facts unless on_host. None, after writing a failed result to json_path,
-    when gobn's CUDA path is not available."""
+def arguments(doc):
+    """The command-line parser of a script of this bundle, with the options
+    the scripts share."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lib", help="libgobncheck.so (default: beside this script, or build/gpu)")
+    ap.add_argument("--json", help="write the results here")
+    return ap
+
+
+def start(torch, lib, json_path, on_host, **flags):
+    """Seeds torch and returns the facts a result JSON states: the command
+    line and library (file names only: the results name no machine's paths),
+    flags, and the device's facts unless on_host. None, after writing a failed
+    result to json_path, when gobn's CUDA path is not available."""
+    torch.manual_seed(0)
     facts = {"argv": [os.path.basename(a) for a in sys.argv], "lib": os.path.basename(lib.path),
              "lib_info": lib.info(), **flags}
     if on_host:

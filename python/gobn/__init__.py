@@ -174,8 +174,8 @@ def enable():
     lib = _cdll()
     from tensorflow.python.framework import kernels as kernel_registry
 
-    has_gpu_kernels = any(k.device_type == "GPU" for k in
-                          kernel_registry.get_registered_kernels_for_op("Gobn>FusedBatchNormGradV3").kernel)
+    has_gpu_kernels = any(k.device_type == "GPU" for name in _opdefs.OP_NAMES
+                          for k in kernel_registry.get_registered_kernels_for_op(name).kernel)
     if not has_gpu_kernels and tf.config.list_physical_devices("GPU"):
         raise RuntimeError(
             "gobn.enable: this libgobn.so was built without the CUDA path (make GOBN_CUDA=0), and TensorFlow "

@@ -63,6 +63,9 @@ def parse_args(argv=None):
     p.add_argument("--warmup", type=int, default=2, help="steps of each config not counted (default 2)")
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--steps-per-round", type=int, default=2)
+    p.add_argument("--profile-rounds", type=int, default=0,
+                   help="after the timing, rounds of TensorFlow's profiler on stock's and gobn's steps, "
+                        "alternating: each op type's time per step (default 0: none)")
     p.add_argument("--json", help="write the results here too")
     p.add_argument("--timeout", type=float, default=600, help="seconds a process may take to answer")
     p.add_argument("--worker", nargs=4, metavar=("ROUTE", "MODEL", "CONFIG", "ARGS"), help=argparse.SUPPRESS)
@@ -140,8 +143,46 @@ def worker(route, name, config, options):
                 step().numpy()
                 times.append(time.perf_counter() - t0)
             answer(times=times, gobn_calls=calls() - before)
+        elif command == "profile":
+            answer(op_ms=profile_ops(step, int(arg)))
         elif command == "quit":
             return
+
+
+def profile_ops(step, steps):
+    """Runs steps steps under TensorFlow's profiler; returns each op type's
+    time on the host's threads, ms per step. An op's event is named
+    "node:OpType"; the runtime's are "Scope::Name", "Name: detail" or
+    without a colon."""
+    import collections
+    import glob
+    import shutil
+
+    import tensorflow as tf
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    logdir = tempfile.mkdtemp(prefix="bench_models_profile_")
+    try:
+        tf.profiler.experimental.start(logdir)
+        for _ in range(steps):
+            step().numpy()
+        tf.profiler.experimental.stop()
+        space = xplane_pb2.XSpace()
+        with open(glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)[0], "rb") as f:
+            space.ParseFromString(f.read())
+    finally:
+        shutil.rmtree(logdir, ignore_errors=True)
+    ms = collections.defaultdict(float)
+    for plane in space.planes:
+        if not plane.name.startswith("/host:"):
+            continue
+        names = {k: m.name for k, m in plane.event_metadata.items()}
+        for line in plane.lines:
+            for event in line.events:
+                name = names.get(event.metadata_id, "")
+                if ":" in name and "::" not in name and ": " not in name:
+                    ms[name.rsplit(":", 1)[1]] += event.duration_ps / 1e9 / steps
+    return dict(ms)
 
 
 # ---------------------------------------------------------------------------
@@ -197,6 +238,11 @@ def measure(args, route, name, onednn):
                 out = workers[c].ask(f"time {args.steps_per_round}")
                 times[c] += out["times"]
                 calls[c] += out["gobn_calls"]
+        op_ms = {c: {} for c in ("stock", "gobn")}
+        for r in range(args.profile_rounds):
+            for c in ("stock", "gobn") if r % 2 == 0 else ("gobn", "stock"):
+                for op, ms in workers[c].ask(f"profile {args.steps_per_round}")["op_ms"].items():
+                    op_ms[c][op] = op_ms[c].get(op, 0) + ms / args.profile_rounds
     finally:
         for w in workers.values():
             w.close()
@@ -220,6 +266,7 @@ def measure(args, route, name, onednn):
         "loss_rel_diff_gobn_float64": rel(last["gobn"], last["float64"]),
         "gobn_calls_in_warmup": warm["gobn"]["gobn_calls"], "gobn_calls_timed": calls,
         "timed_steps": len(times["gobn"]),
+        "op_ms_per_step": op_ms if args.profile_rounds else None,
     }
 
 
@@ -248,11 +295,24 @@ def report(rows, args):
         if r["first_loss_rel_diff_gobn"] > 1e-4:
             print(f"  ! {r['model']}: gobn's first loss differs from stock's")
             ok = False
+    for r in rows:
+        if r["op_ms_per_step"]:
+            report_ops(r)
     print("stock/gobn above 1: gobn's step is faster; noise: stock'/stock, the same config against itself;\n"
           f"loss 1, loss W: |gobn - stock| / stock of the first step's loss and of the loss after {steps} steps;\n"
           f"stock/64, gobn/64: |float32 - float64| / float64 of the loss after {steps} steps, from a float64 run\n"
           "of the same steps: where loss W is of their order, the losses drift apart by float32 round-off")
     return ok
+
+
+def report_ops(r, top=12):
+    """The op types that took longest, stock's time per step beside gobn's."""
+    stock, gobn = r["op_ms_per_step"]["stock"], r["op_ms_per_step"]["gobn"]
+    print(f"{r['route']} {r['model']} oneDNN {'on' if r['onednn'] else 'off'}: ms per step by op type "
+          "(the profiler's, on the host's threads)")
+    for op in sorted(set(stock) | set(gobn), key=lambda o: -(stock.get(o, 0) + gobn.get(o, 0)))[:top]:
+        print(f"  {op[:48]:48} {stock.get(op, 0):8.2f} {gobn.get(op, 0):8.2f}")
+    print(f"  {'all ops':48} {sum(stock.values()):8.2f} {sum(gobn.values()):8.2f}")
 
 
 def main(argv=None):

@@ -78,6 +78,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -174,8 +175,6 @@ def library_path():
 def go_runtime():
     """The Go version libgobn.so was built with, as `go version` reads it from
     the library, e.g. "go1.26.8-X:simd" (None without Go on PATH)."""
-    import shutil
-    import subprocess
     go = shutil.which("go")
     if not go:
         return None

@@ -92,9 +92,9 @@ OPS = (
 			formats = a.Values
 		}
 		p("    Op(%q, %q, %s, %q,\n", op.Name, WrapperName(op.Name), stock, op.Kind.String())
-		p("       inputs=%s,\n", tuple(argNames(op.Inputs)))
-		p("       outputs=%s,\n", tuple(argNames(op.Outputs)))
-		p("       attrs=%s,\n", tuple(attrNames(op.Attrs)))
+		p("       inputs=%s,\n", tuple(names(op.Inputs, func(a opdef.Arg) string { return a.Name })))
+		p("       outputs=%s,\n", tuple(names(op.Outputs, func(a opdef.Arg) string { return a.Name })))
+		p("       attrs=%s,\n", tuple(names(op.Attrs, func(a opdef.Attr) string { return a.Name })))
 		p("       data_formats=%s,\n", tuple(formats))
 		p("       dtypes=%s, gpu_dtypes=%s),\n", tuple(typesOf(op.Kernels)), tuple(typesOf(op.GPUKernels)))
 	}
@@ -131,27 +131,16 @@ func WrapperName(op string) string {
 
 // typesOf lists the dtypes bindings bind T to, in order.
 func typesOf(bindings []opdef.TypeBinding) []string {
-	names := make([]string, len(bindings))
-	for i, b := range bindings {
-		names[i] = b["T"].String()
-	}
-	return names
+	return names(bindings, func(b opdef.TypeBinding) string { return b["T"].String() })
 }
 
-func argNames(args []opdef.Arg) []string {
-	names := make([]string, len(args))
-	for i, a := range args {
-		names[i] = a.Name
+// names lists the names of xs, in order.
+func names[X any](xs []X, name func(X) string) []string {
+	out := make([]string, len(xs))
+	for i, x := range xs {
+		out[i] = name(x)
 	}
-	return names
-}
-
-func attrNames(attrs []opdef.Attr) []string {
-	names := make([]string, len(attrs))
-	for i, a := range attrs {
-		names[i] = a.Name
-	}
-	return names
+	return out
 }
 
 // tuple renders strs as a Python tuple of strings.

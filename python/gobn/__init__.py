@@ -83,11 +83,7 @@ def __getattr__(name):
 STOCK_OPS = tuple(_opdefs.BY_STOCK_NAME)
 
 
-def _cdll():
-    return _library.loaded()
-
-
-def _take_string(lib, ptr):
+def _take_string(ptr):
     """The C string at ptr as str; frees it (libc free)."""
     import ctypes
 
@@ -111,9 +107,9 @@ def kernel_calls():
     import ctypes
     import json
 
-    lib = _cdll()
+    lib = _library.loaded()
     lib.gobnKernelCalls.restype = ctypes.c_void_p
-    out = _take_string(lib, lib.gobnKernelCalls())
+    out = _take_string(lib.gobnKernelCalls())
     if out is None:
         raise RuntimeError("gobn: the library could not report its kernel calls")
     return json.loads(out)
@@ -171,7 +167,7 @@ def enable():
 
     if _enabled is not None:
         return _enabled
-    lib = _cdll()
+    lib = _library.loaded()
     from tensorflow.python.framework import kernels as kernel_registry
 
     has_gpu_kernels = any(k.device_type == "GPU" for name in _opdefs.OP_NAMES
@@ -185,7 +181,7 @@ def enable():
     lib.gobnEnable.restype = ctypes.c_int
     n = lib.gobnEnable(ctypes.byref(msg))
     if n < 0:
-        raise RuntimeError(_take_string(lib, msg.value) or "gobn.enable: registration failed")
+        raise RuntimeError(_take_string(msg.value) or "gobn.enable: registration failed")
     from tensorflow.python.eager import context
     from tensorflow.python.util import _pywrap_util_port
 

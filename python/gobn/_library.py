@@ -29,7 +29,8 @@ _BESIDE_PACKAGE = os.path.join(_PACKAGE_DIR, SONAME)
 _CHECKOUT_BUILD = os.path.join(os.path.dirname(os.path.dirname(_PACKAGE_DIR)), "build", SONAME)
 
 _lock = threading.Lock()
-_ops = None
+_ops = None  # the op module, once load() has it
+_file = None  # the file of the copy loaded then: a process keeps its copy
 
 
 def candidates(given=None):
@@ -104,10 +105,12 @@ def load(given=None):
         wanted, or TensorFlow could not load the library.
       FileNotFoundError: no library was found (see find).
     """
-    global _ops
+    global _ops, _file
+    wanted = given or os.environ.get(ENV_VAR) or None
+    if _ops is not None and wanted is None:
+        return _ops  # every op call comes here: no lookup
     with _lock:
-        wanted = given or os.environ.get(ENV_VAR) or None
-        loaded = loaded_path()
+        loaded = _file if _ops is not None else loaded_path()
         if loaded is not None and wanted is not None and not _same_file(wanted, loaded):
             raise ImportError(
                 f"gobn: this process has libgobn.so loaded already, from {loaded}, and cannot load a second "
@@ -116,7 +119,7 @@ def load(given=None):
         if _ops is not None:
             return _ops
         if loaded is not None:
-            _ops = _module_from_registry()
+            _ops, _file = _module_from_registry(), loaded
             return _ops
         stray = _registered_ops()
         if stray:
@@ -131,7 +134,7 @@ def load(given=None):
             raise ImportError(f"gobn: loading {file} failed: {e}") from e
         if not hasattr(module, "gobn_fused_batch_norm_grad_v3"):
             raise ImportError(f"gobn: {file} registered no Gobn> ops (is it libgobn.so?)")
-        _ops = module
+        _ops, _file = module, loaded_path()
         return _ops
 
 

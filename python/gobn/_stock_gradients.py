@@ -46,7 +46,7 @@ def _in_xla(op):
     return isinstance(op, ops.Operation) and control_flow_util.IsInXLAContext(op)
 
 
-def _fused_grad(gradient_op, with_reserve_3):
+def _fused_grad(gradient_op):
     """The gradient of a FusedBatchNorm* forward op on gobn's gradient_op."""
 
     def grad(op, *grad):
@@ -59,7 +59,7 @@ def _fused_grad(gradient_op, with_reserve_3):
             args.update(reserve_space_1=op.outputs[3], reserve_space_2=op.outputs[4])
         else:  # the population statistics the forward was given
             args.update(reserve_space_1=op.inputs[3], reserve_space_2=op.inputs[4])
-        if with_reserve_3:
+        if "reserve_space_3" in gradient_op.inputs:
             args["reserve_space_3"] = op.outputs[5]
         dx, dscale, doffset, _, _ = getattr(_library.load(), gradient_op.wrapper)(**args)
         return dx, dscale, doffset, None, None
@@ -78,27 +78,19 @@ def _global_norm_grad(op, grad):
 
 # Each forward op, and the function that gives its gradient on gobn.
 GRADIENTS = {
-    "FusedBatchNorm": _fused_grad(BY_STOCK_NAME["FusedBatchNormGrad"], with_reserve_3=False),
-    "FusedBatchNormV2": _fused_grad(BY_STOCK_NAME["FusedBatchNormGradV2"], with_reserve_3=False),
-    "FusedBatchNormV3": _fused_grad(BY_STOCK_NAME["FusedBatchNormGradV3"], with_reserve_3=True),
+    "FusedBatchNorm": _fused_grad(BY_STOCK_NAME["FusedBatchNormGrad"]),
+    "FusedBatchNormV2": _fused_grad(BY_STOCK_NAME["FusedBatchNormGradV2"]),
+    "FusedBatchNormV3": _fused_grad(BY_STOCK_NAME["FusedBatchNormGradV3"]),
     "BatchNormWithGlobalNormalization": _global_norm_grad,
 }
 
 
 def install():
-    """Points TensorFlow's gradient functions for the forward ops at gobn's; idempotent.
-
-    Returns the forward op types whose gradients now run on gobn.
-    """
+    """Points TensorFlow's gradient functions for the forward ops at gobn's; idempotent."""
     registry = ops.gradient_registry._registry  # noqa: SLF001 (no public way; see the module's doc)
     with _lock:
         for op_type, fn in GRADIENTS.items():
             if op_type not in _stock:
                 _stock[op_type] = registry[op_type]
             registry[op_type] = dict(_stock[op_type], type=fn)
-    return sorted(GRADIENTS)
 
-
-def installed():
-    """The forward op types whose registered gradient is gobn's now."""
-    return sorted(op_type for op_type, fn in GRADIENTS.items() if ops.gradient_registry.lookup(op_type) is fn)

@@ -313,7 +313,7 @@ def main():
     args = ap.parse_args()
     t_start = time.time()
     ctx = Ctx(args)
-    facts = start(torch, ctx.lib, args.json, args.cpu_smoke, cpu_smoke=args.cpu_smoke)
+    facts = start(torch, ctx.lib, args.json, "cpu_smoke", args.cpu_smoke)
     if facts is None:
         return 2
 

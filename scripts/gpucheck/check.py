@@ -614,7 +614,7 @@ def main():
 
     t_start = time.time()
     ctx = Context(args)
-    facts = start(torch, ctx.lib, args.json, args.fake_gpu, fake_gpu=args.fake_gpu)
+    facts = start(torch, ctx.lib, args.json, "fake_gpu", args.fake_gpu)
     if facts is None:
         return 2
     print("check.py: %s, lib %s (%s)" % (facts.get("gpu", "fake GPU (host)"), ctx.lib.path,

@@ -166,14 +166,15 @@ def arguments(doc):
     return ap
 
 
-def start(torch, lib, json_path, on_host, **flags):
+def start(torch, lib, json_path, host_mode, on_host):
     """Seeds torch and returns the facts a result JSON states: the command
     line and library (file names only: the results name no machine's paths),
-    flags, and the device's facts unless on_host. None, after writing a failed
-    result to json_path, when gobn's CUDA path is not available."""
+    whether the script runs on the host (its option host_mode, on_host), and
+    the device's facts unless it does. None, after writing a failed result to
+    json_path, when gobn's CUDA path is not available."""
     torch.manual_seed(0)
     facts = {"argv": [os.path.basename(a) for a in sys.argv], "lib": os.path.basename(lib.path),
-             "lib_info": lib.info(), **flags}
+             "lib_info": lib.info(), host_mode: on_host}
     if on_host:
         return facts
     why = lib.available()

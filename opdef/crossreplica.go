@@ -14,7 +14,7 @@ type GradReduceInputs struct {
 // of rank 4 or 5 and the same shape, mean 1-D and sized C, the channel
 // dimension of x under dataFormat. It returns x's geometry.
 func CheckGradReduce(dataFormat string, in GradReduceInputs) (Geometry, error) {
-	return checkSync(dataFormat, in.YBackprop, in.X, []named{{"mean", in.Mean}}, nil)
+	return checkActivationGrad(dataFormat, in.YBackprop, in.X, []named{{"mean", "", in.Mean}}, nil)
 }
 
 // GradApplyInputs are the shapes of the inputs of BatchNormGradApply.
@@ -28,10 +28,10 @@ type GradApplyInputs struct {
 // value of count is checked by CheckCount.
 func CheckGradApply(dataFormat string, in GradApplyInputs) (Geometry, error) {
 	perChannel := []named{
-		{"scale", in.Scale}, {"mean", in.Mean}, {"variance", in.Variance},
-		{"sum_dy", in.SumDy}, {"sum_dy_xmu", in.SumDyXmu},
+		{"scale", "", in.Scale}, {"mean", "", in.Mean}, {"variance", "", in.Variance},
+		{"sum_dy", "", in.SumDy}, {"sum_dy_xmu", "", in.SumDyXmu},
 	}
-	return checkSync(dataFormat, in.YBackprop, in.X, perChannel, &named{"count", in.Count})
+	return checkActivationGrad(dataFormat, in.YBackprop, in.X, perChannel, &named{"count", "", in.Count})
 }
 
 // CheckCount checks the count input of BatchNormGradApply against the
@@ -42,21 +42,4 @@ func CheckCount(count int64, g Geometry) error {
 		return invalid("count must be at least the number of elements per channel of x (%d), got %d", g.N*g.S, count)
 	}
 	return nil
-}
-
-func checkSync(dataFormat string, yBackprop, x []int64, perChannel []named, scalar *named) (Geometry, error) {
-	channelsLast, err := ChannelsLast(dataFormat)
-	if err != nil {
-		return Geometry{}, err
-	}
-	if err := checkActivations(yBackprop, x); err != nil {
-		return Geometry{}, err
-	}
-	if err := checkVectors(perChannel); err != nil {
-		return Geometry{}, err
-	}
-	if scalar != nil && len(scalar.shape) != 0 {
-		return Geometry{}, invalid("%s must be a scalar, got shape %s", scalar.name, ShapeString(scalar.shape))
-	}
-	return checkSameShape(named{"x", x}, named{"y_backprop", yBackprop}, channelsLast, perChannel)
 }

@@ -103,19 +103,29 @@ type FusedGradInputs struct {
 // the same shape; scale, reserve_space_1 and reserve_space_2 sized C, the
 // channel dimension of x under dataFormat. It returns x's geometry.
 func CheckFusedGrad(dataFormat string, in FusedGradInputs) (Geometry, error) {
+	return checkActivationGrad(dataFormat, in.YBackprop, in.X, []named{{"scale", "", in.Scale},
+		{"reserve_space_1", " (saved mean)", in.ReserveSpace1}, {"reserve_space_2", " (saved variance)", in.ReserveSpace2}}, nil)
+}
+
+// checkActivationGrad applies the fused gradients' rules, in their order,
+// which the synchronized ops share: data_format; y_backprop and x of rank 4
+// or 5; the per-channel inputs of rank 1 (and scalar, when not nil, of rank
+// 0); x and y_backprop of the same shape; the per-channel inputs sized C.
+func checkActivationGrad(dataFormat string, yBackprop, x []int64, perChannel []named, scalar *named) (Geometry, error) {
 	channelsLast, err := ChannelsLast(dataFormat)
 	if err != nil {
 		return Geometry{}, err
 	}
-	vectors := []named{{"scale", in.Scale}, {"reserve_space_1 (saved mean)", in.ReserveSpace1},
-		{"reserve_space_2 (saved variance)", in.ReserveSpace2}}
-	if err := checkActivations(in.YBackprop, in.X); err != nil {
+	if err := checkActivations(yBackprop, x); err != nil {
 		return Geometry{}, err
 	}
-	if err := checkVectors(vectors); err != nil {
+	if err := checkVectors(perChannel); err != nil {
 		return Geometry{}, err
 	}
-	return checkSameShape(named{"x", in.X}, named{"y_backprop", in.YBackprop}, channelsLast, vectors)
+	if scalar != nil && len(scalar.shape) != 0 {
+		return Geometry{}, invalid("%s must be a scalar, got shape %s", scalar.name, ShapeString(scalar.shape))
+	}
+	return checkSameShape(named{"x", "", x}, named{"y_backprop", "", yBackprop}, channelsLast, perChannel)
 }
 
 // GlobalNormalizationGradInputs are the shapes of the inputs of
@@ -133,25 +143,26 @@ func CheckGlobalNormalizationGrad(in GlobalNormalizationGradInputs) (Geometry, e
 	if len(in.T) != 4 {
 		return Geometry{}, invalid("t (input) must be 4-dimensional, got shape %s", ShapeString(in.T))
 	}
-	vectors := []named{{"m (mean)", in.M}, {"v (variance)", in.V}, {"gamma", in.Gamma}}
+	vectors := []named{{"m", " (mean)", in.M}, {"v", " (variance)", in.V}, {"gamma", "", in.Gamma}}
 	if err := checkVectors(vectors); err != nil {
 		return Geometry{}, err
 	}
 	if len(in.Backprop) != 4 {
 		return Geometry{}, invalid("backprop must be 4-dimensional, got shape %s", ShapeString(in.Backprop))
 	}
-	return checkSameShape(named{"t", in.T}, named{"backprop", in.Backprop}, true, vectors)
+	return checkSameShape(named{"t", "", in.T}, named{"backprop", "", in.Backprop}, true, vectors)
 }
 
-// named is an input as the error messages name it, and its shape.
+// named is an input as the error messages name it, and its shape. detail
+// follows the name in the rank messages of stock's, e.g. " (saved mean)".
 type named struct {
-	name  string
-	shape []int64
+	name, detail string
+	shape        []int64
 }
 
 // checkActivations checks that y_backprop and x have rank 4 or 5.
 func checkActivations(yBackprop, x []int64) error {
-	for _, a := range []named{{"y_backprop", yBackprop}, {"x", x}} {
+	for _, a := range []named{{"y_backprop", "", yBackprop}, {"x", "", x}} {
 		if len(a.shape) != 4 && len(a.shape) != 5 {
 			return invalid("%s must be 4 or 5-dimensional, got shape %s", a.name, ShapeString(a.shape))
 		}
@@ -163,7 +174,7 @@ func checkActivations(yBackprop, x []int64) error {
 func checkVectors(vectors []named) error {
 	for _, a := range vectors {
 		if len(a.shape) != 1 {
-			return invalid("%s must be 1-dimensional, got shape %s", a.name, ShapeString(a.shape))
+			return invalid("%s%s must be 1-dimensional, got shape %s", a.name, a.detail, ShapeString(a.shape))
 		}
 	}
 	return nil
@@ -171,8 +182,7 @@ func checkVectors(vectors []named) error {
 
 // checkSameShape checks that act and other have the same shape and that
 // each of vectors (of rank 1) is sized as act's channels, and returns act's
-// geometry. A vector is named there without the words in parentheses that
-// its rank message adds.
+// geometry.
 func checkSameShape(act, other named, channelsLast bool, vectors []named) (Geometry, error) {
 	if !slices.Equal(act.shape, other.shape) {
 		return Geometry{}, invalid("%s and %s must have same shape, but %s has shape %s and %s has shape %s",
@@ -184,9 +194,8 @@ func checkSameShape(act, other named, channelsLast bool, vectors []named) (Geome
 	}
 	for _, a := range vectors {
 		if a.shape[0] != g.C {
-			name, _, _ := strings.Cut(a.name, " (")
 			return Geometry{}, invalid("%s must have the same number of elements as the channels of %s, got %d and %d",
-				name, act.name, a.shape[0], g.C)
+				a.name, act.name, a.shape[0], g.C)
 		}
 	}
 	return g, nil

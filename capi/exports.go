@@ -56,12 +56,9 @@ func gobnKernelCalls() (s *C.char) {
 			if n == 0 {
 				continue
 			}
-			name, device := op.Name, "CPU"
+			name, device := op.Name, deviceName(flags&gobnOnGPU != 0)
 			if flags&gobnAsStock != 0 {
 				name = op.Stock
-			}
-			if flags&gobnOnGPU != 0 {
-				device = "GPU"
 			}
 			if calls[name] == nil {
 				calls[name] = map[string]uint64{}

@@ -470,6 +470,53 @@ func TestComputeAllocatesNothing(t *testing.T) {
 	}
 }
 
+// TestSyncComputeAllocatesNothing is TestComputeAllocatesNothing for the
+// synchronized ops, BatchNormGradReduce and BatchNormGradApply, on every
+// dtype their CPU kernels bind.
+func TestSyncComputeAllocatesNothing(t *testing.T) {
+	if raceEnabled {
+		t.Skip("sync.Pool drops items on purpose under -race")
+	}
+	x := []int64{2, 5, 7, 3} // NHWC: C = 3, N·S = 70
+	checked := 0
+	for _, op := range opdef.All {
+		if op.Kind != opdef.GradReduce && op.Kind != opdef.GradApply {
+			continue
+		}
+		for _, binding := range op.Kernels {
+			k := &kernel{op: op, dtype: binding["T"], dataFormat: opdef.NHWC, epsilon: 1e-3}
+			inputs := make([]tensor, len(op.Inputs))
+			for i, in := range op.Inputs {
+				dims := []int64{3}
+				switch {
+				case slices.Contains(in.Ranks, 4):
+					dims = x
+				case slices.Equal(in.Ranks, []int{0}):
+					dims = nil // count
+				}
+				inputs[i] = newGoTensor(inputDType(in, k.dtype), dims, func(int) float64 { return 70 })
+			}
+			rec := newRecordingAllocator()
+			if err := k.compute(inputs, rec.allocate, nil); err != nil {
+				t.Fatalf("%s T=%s: %v", op.Name, k.dtype, err)
+			}
+			outputs := make([]tensor, len(op.Outputs))
+			for i := range outputs {
+				outputs[i] = rec.outputs[i]
+			}
+			allocate := func(i int, _ opdef.DType, _ []int64, _ inputSet) (tensor, error) { return outputs[i], nil }
+			var err error
+			if n := testing.AllocsPerRun(50, func() { err = k.compute(inputs, allocate, nil) }); n != 0 || err != nil {
+				t.Errorf("%s T=%s: %v allocations a call (error %v), want 0", op.Name, k.dtype, n, err)
+			}
+			checked++
+		}
+	}
+	if checked != 6 {
+		t.Fatalf("%d cases checked, want 6 (two ops, three dtypes)", checked)
+	}
+}
+
 // TestComputeInPlace runs every accepted call of TestComputeConcurrent's
 // cases again with the allocator handing x_backprop (dx) each input it is
 // offered in turn, over a copy of the inputs, and requires every output to

@@ -88,11 +88,6 @@ var bufferPool = sync.Pool{New: func() any { return new(blockBuffers) }}
 // ones converted to float32 in blocks of at most maxBlockLen, with the
 // block's dx rounded back after fn returns.
 func forBlocks[T Element](lo, hi, blk int, dy, x, dx []T, fn32 func(off int, dy, x, dx []float32), fn64 func(off int, dy, x, dx []float64)) {
-	blocks := func(each func(b, e int)) {
-		for b := lo; b < hi; b += blk {
-			each(b, min(b+blk, hi))
-		}
-	}
 	switch dy := any(dy).(type) {
 	case []float32:
 		dx, _ := any(dx).([]float32)
@@ -106,17 +101,18 @@ func forBlocks[T Element](lo, hi, blk int, dy, x, dx []T, fn32 func(off int, dy,
 	blk = min(blk, maxBlockLen)
 	buf := bufferPool.Get().(*blockBuffers)
 	defer bufferPool.Put(buf)
-	blocks(func(b, e int) {
+	for b := lo; b < hi; b += blk {
+		e := min(b+blk, hi)
 		n := e - b
 		widen(buf.dy[:n], dy[b:e])
 		widen(buf.x[:n], x[b:e])
 		if dx == nil {
 			fn32(b, buf.dy[:n], buf.x[:n], nil)
-			return
+			continue
 		}
 		fn32(b, buf.dy[:n], buf.x[:n], buf.dx[:n])
 		narrow(dx[b:e], buf.dx[:n])
-	})
+	}
 }
 
 // nativeBlocks is forBlocks on native slices: fn sees the slices themselves,

@@ -93,9 +93,9 @@ func testGradReduce[T kernels.Element](t *testing.T) {
 	eachShapeLayout(t, func(t *testing.T, sc shapeCase, layout kernels.Layout) {
 		in := newFusedInputs[T](rng, true, layout, sc)
 		sumDy, sumDyXmu := runGradReduce(t, in.dims, in.dy, in.x, in.mean)
-		wantDy, wantDyXmu := referenceGradReduce(layout, sc.N, sc.C, sc.S, widenAll(in.dy), widenAll(in.x), widen32(in.mean))
-		assertClose(t, "sum_dy", widen32(sumDy), wantDy, 1e-6)
-		assertClose(t, "sum_dy_xmu", widen32(sumDyXmu), wantDyXmu, 1e-6)
+		wantDy, wantDyXmu := referenceGradReduce(layout, sc.N, sc.C, sc.S, widenAll(in.dy), widenAll(in.x), widenAll(in.mean))
+		assertClose(t, "sum_dy", widenAll(sumDy), wantDy, 1e-6)
+		assertClose(t, "sum_dy_xmu", widenAll(sumDyXmu), wantDyXmu, 1e-6)
 		if sc.N*sc.S == 0 {
 			for c := range sc.C {
 				assert.Zero(t, sumDy[c], "sum_dy[%d] of an empty batch", c)
@@ -128,7 +128,7 @@ func testGradApply[T kernels.Element](t *testing.T) {
 			SumDy: sumDy, SumDyXmu: sumDyXmu, Count: count, Epsilon: in.epsilon,
 		})
 		want, magnitude := referenceGradApply(layout, sc.N, sc.C, sc.S, widenAll(in.dy), widenAll(in.x),
-			widen32(in.scale), widen32(in.mean), widen32(in.variance), widen32(sumDy), widen32(sumDyXmu),
+			widenAll(in.scale), widenAll(in.mean), widenAll(in.variance), widenAll(sumDy), widenAll(sumDyXmu),
 			float64(count), float64(in.epsilon))
 		assertActivation(t, "x_backprop", dx, want, magnitude)
 	})
@@ -194,7 +194,7 @@ func testShardsEqualWholeBatch[T kernels.Element](t *testing.T) {
 				}
 				// Exact for the sums as rounded to float32 (U) ...
 				wantApply, magnitude := referenceGradApply(l.layout, N, tc.C, tc.S, widenAll(in.dy), widenAll(in.x),
-					widen32(in.scale), widen32(in.mean), widen32(in.variance), widen32(sumDy), widen32(sumDyXmu),
+					widenAll(in.scale), widenAll(in.mean), widenAll(in.variance), widenAll(sumDy), widenAll(sumDyXmu),
 					float64(count), float64(in.epsilon))
 				assertActivation(t, "x_backprop", dx, wantApply, magnitude)
 				// ... and, to float32 accuracy, the gradient of the whole batch.

@@ -123,14 +123,6 @@ func widenAll[T kernels.Element](s []T) []float64 {
 	return out
 }
 
-func widen32(s []float32) []float64 {
-	out := make([]float64, len(s))
-	for i, v := range s {
-		out[i] = float64(v)
-	}
-	return out
-}
-
 // guarded is an output slice with guard elements on both sides.
 type guarded[T kernels.Element] struct {
 	full  []T
@@ -568,7 +560,7 @@ func runFused[T kernels.Element](t *testing.T, training bool, in fusedInputs[T])
 func (in fusedInputs[T]) reference(training bool) fusedReference {
 	d := in.dims
 	return referenceFusedGrad(training, d.Layout, int(d.N), int(d.C), int(d.S),
-		widenAll(in.dy), widenAll(in.x), widen32(in.scale), widen32(in.mean), widen32(in.variance), float64(in.epsilon))
+		widenAll(in.dy), widenAll(in.x), widenAll(in.scale), widenAll(in.mean), widenAll(in.variance), float64(in.epsilon))
 }
 
 // checkFused runs in through runFused and checks the outputs against the
@@ -579,8 +571,8 @@ func checkFused[T kernels.Element](t *testing.T, training bool, in fusedInputs[T
 	dx, scaleBp, offsetBp := runFused(t, training, in)
 	want := in.reference(training)
 	assertActivation(t, "x_backprop", dx, want.xBackprop, want.xBackpropMagnitude)
-	assertClose(t, "scale_backprop", widen32(scaleBp), want.scaleBackprop, rel)
-	assertClose(t, "offset_backprop", widen32(offsetBp), want.offsetBackprop, rel)
+	assertClose(t, "scale_backprop", widenAll(scaleBp), want.scaleBackprop, rel)
+	assertClose(t, "offset_backprop", widenAll(offsetBp), want.offsetBackprop, rel)
 	return scaleBp, offsetBp
 }
 

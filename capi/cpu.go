@@ -7,10 +7,10 @@ import (
 
 // cpu runs the Go kernels of package kernels. The dtype of T picks the
 // instantiation once, for every op (runCPU); which dtypes an op has CPU
-// kernels for is opdef's to say (Op.Kernels), and kernel.run checks it
-// first. The calls are direct, not through an interface or a func value,
-// so that the tensors' arrays stay on the stack: a CPU call allocates
-// nothing.
+// kernels for is opdef's to say (Op.Kernels), and newKernel checks it
+// when TensorFlow makes the kernel. The calls are direct, not through an
+// interface or a func value, so that the tensors' arrays stay on the stack:
+// a CPU call allocates nothing.
 type cpu struct{}
 
 func (cpu) run(k *kernel, d kernels.Dims, in, out []tensor, count int64) error {

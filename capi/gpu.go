@@ -13,7 +13,7 @@ import (
 type gpu struct{}
 
 // gpuTypes are the CUDA element types of T; which an op has GPU kernels
-// for is opdef's to say (Op.GPUKernels), and kernel.run checks it first.
+// for is opdef's to say (Op.GPUKernels), and newKernel checks it.
 var gpuTypes = map[opdef.DType]cuda.DType{opdef.Float: cuda.Float32, opdef.Half: cuda.Float16, opdef.BFloat16: cuda.BFloat16}
 
 // ptr returns t's device address.

@@ -102,7 +102,20 @@ func newKernel(op, flags int, attrs constructionAttrs) (*kernel, error) {
 			return nil, err
 		}
 	}
+	if err := k.bound(); err != nil {
+		return nil, err
+	}
 	return k, nil
+}
+
+// bound confirms what TensorFlow's registrations promise: opdef binds k's
+// T to a kernel of k's device. It is checked once, when TensorFlow makes
+// the kernel; the devices' dispatch runs what it binds.
+func (k *kernel) bound() error {
+	if !k.op.HasKernel(k.dtype, k.onGPU) {
+		return internalError(fmt.Sprintf("%s: no %s kernel for T=%s", k.op.Name, deviceName(k.onGPU), k.dtype))
+	}
+	return nil
 }
 
 // call runs the kernel on the inputs of one TensorFlow call.
@@ -158,9 +171,6 @@ func (k *kernel) checkDTypes(inputs []tensor) error {
 // and allocated the outputs: d is x's geometry, count the element count of
 // BatchNormGradApply (R of BatchNormGradReduce is written by compute).
 func (k *kernel) run(d kernels.Dims, in, out []tensor, count int64, temp tempAllocator) error {
-	if !k.op.HasKernel(k.dtype, k.onGPU) {
-		return internalError(fmt.Sprintf("%s: no %s kernel for T=%s", k.op.Name, deviceName(k.onGPU), k.dtype))
-	}
 	if k.onGPU {
 		return gpu{}.run(k, d, in, out, count, temp)
 	}

@@ -122,31 +122,31 @@ const (
 // "T: {half, bfloat16, float}", "epsilon: float = 0.0001" or
 // "data_format: {'NHWC', 'NCHW'} = 'NHWC'".
 func (a Attr) Spec() string {
-	var typ string
-	switch a.Kind {
-	case TypeAttr:
-		typ = a.TypeClass
-		if len(a.Types) > 0 {
-			names := make([]string, len(a.Types))
-			for i, t := range a.Types {
-				names[i] = t.String()
-			}
-			typ = "{" + strings.Join(names, ", ") + "}"
-		}
-	case FloatAttr:
-		typ = "float"
-	case BoolAttr:
-		typ = "bool"
-	case StringAttr:
-		typ = "string"
-		if len(a.Values) > 0 {
-			typ = "{" + strings.Join(quoted(a.Values), ", ") + "}"
-		}
+	typ := map[AttrKind]string{TypeAttr: a.TypeClass, FloatAttr: "float", BoolAttr: "bool", StringAttr: "string"}[a.Kind]
+	if allowed := a.Allowed(); allowed != "" {
+		typ = "{" + allowed + "}"
 	}
 	if a.Default == nil {
 		return a.Name + ": " + typ
 	}
 	return a.Name + ": " + typ + " = " + a.DefaultString()
+}
+
+// Allowed returns the values a type or string attr is restricted to, as a
+// spec lists them between braces ("half, bfloat16, float", "'NHWC', 'NCHW'"),
+// or "" when it is not restricted to a list.
+func (a Attr) Allowed() string {
+	switch {
+	case a.Kind == TypeAttr && len(a.Types) > 0:
+		names := make([]string, len(a.Types))
+		for i, t := range a.Types {
+			names[i] = t.String()
+		}
+		return strings.Join(names, ", ")
+	case a.Kind == StringAttr && len(a.Values) > 0:
+		return strings.Join(quoted(a.Values), ", ")
+	}
+	return ""
 }
 
 // DefaultString returns the default as a spec writes it: 0.0001, true, 'NHWC'

@@ -32,13 +32,10 @@ func ShapeString(dims []int64) string {
 // NDHWC) rather than at axis 1 (NCHW, NCDHW). It returns an error for a format
 // that is not one of the four.
 func ChannelsLast(dataFormat string) (bool, error) {
-	switch dataFormat {
-	case NHWC, NDHWC:
-		return true, nil
-	case NCHW, NCDHW:
-		return false, nil
+	if !slices.Contains(allFormats, dataFormat) {
+		return false, invalid("data_format must be one of %s, got %q", strings.Join(allFormats, ", "), dataFormat)
 	}
-	return false, invalid("data_format must be one of NHWC, NCHW, NDHWC, NCDHW, got %q", dataFormat)
+	return !slices.Contains(ChannelsFirstFormats, dataFormat), nil
 }
 
 // Geometry is an activation tensor seen as N × C × S: S is the product of its

@@ -52,15 +52,12 @@ type attr struct {
 // wrapperAttr reads an opdef attr as the wrappers see it.
 func wrapperAttr(op opdef.Op, a opdef.Attr) (attr, error) {
 	at := attr{name: a.Name}
+	at.allowed = a.Allowed()
 	switch a.Kind {
 	case opdef.TypeAttr:
-		at.goType, at.allowed = "tf.DataType", a.TypeClass
-		if len(a.Types) > 0 {
-			names := make([]string, len(a.Types))
-			for i, t := range a.Types {
-				names[i] = t.String()
-			}
-			at.allowed = strings.Join(names, ", ")
+		at.goType = "tf.DataType"
+		if at.allowed == "" {
+			at.allowed = a.TypeClass
 		}
 		for _, in := range op.Inputs {
 			at.inferred = at.inferred || in.Type == a.Name
@@ -71,9 +68,6 @@ func wrapperAttr(op opdef.Op, a opdef.Attr) (attr, error) {
 		at.goType = "bool"
 	case opdef.StringAttr:
 		at.goType = "string"
-		if len(a.Values) > 0 {
-			at.allowed = "'" + strings.Join(a.Values, "', '") + "'"
-		}
 	default:
 		return attr{}, fmt.Errorf("%s: attr %s has kind %d, which genops does not handle", op.Name, a.Name, a.Kind)
 	}

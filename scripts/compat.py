@@ -54,11 +54,26 @@ def run(cmd, log, **kwargs):
         return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, **kwargs).returncode
 
 
-def installed(python, module):
-    """module's __version__ in the environment of python, or None."""
-    done = subprocess.run([python, "-c", f"import {module}; print({module}.__version__)"], capture_output=True,
-                          text=True, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
-    return done.stdout.strip().splitlines()[-1] if done.returncode == 0 and done.stdout.strip() else None
+# Prints the __version__ of each module named on its command line (None for
+# one that does not import), as JSON.
+VERSIONS = """
+import importlib, json, sys
+versions = {}
+for name in sys.argv[1:]:
+    try:
+        versions[name] = importlib.import_module(name).__version__
+    except Exception:
+        versions[name] = None
+print(json.dumps(versions))
+"""
+
+
+def installed(python, modules):
+    """Each of modules' __version__ in the environment of python, in one process."""
+    done = subprocess.run([python, "-c", VERSIONS, *modules], capture_output=True, text=True,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    lines = done.stdout.strip().splitlines()
+    return json.loads(lines[-1]) if done.returncode == 0 and lines else dict.fromkeys(modules)
 
 
 def check(release, wheel):
@@ -68,7 +83,7 @@ def check(release, wheel):
     if os.path.exists(log):
         os.remove(log)
     python = os.path.join(env_dir, "bin", "python")
-    major_minor = ".".join(release.split(".")[:2])
+    major_minor = "%d.%d" % _supported.minor(release)
     row = {"tensorflow_release": release}
     start = time.monotonic()
     steps = [
@@ -82,7 +97,7 @@ def check(release, wheel):
         if run(cmd, log) != 0:
             row.update(ok=False, error=f"{' '.join(cmd[2:5])} failed (build/compat/{os.path.basename(log)})")
             return row
-    row["installed"] = {m: installed(python, m) for m in ("tensorflow", "keras", "tf_keras", "numpy")}
+    row["installed"] = installed(python, ("tensorflow", "keras", "tf_keras", "numpy"))
     junit = env_dir + ".xml"
     code = run([python, "-m", "pytest", "-q", "--noconftest", "-p", "no:cacheprovider", "--import-mode=importlib",
                 f"--junitxml={junit}", SMOKE], log, cwd=WORK, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))

@@ -79,20 +79,15 @@ TOLERANCE_NAMES = ("float", "half", "bfloat16", "double")
 SHAPE_4D = (2, 9, 11, 13)
 SHAPE_5D = (2, 3, 4, 5, 6)
 
-# The ops with a stock twin, as opdef describes them (gobn._opdefs_gen): the
-# stock op's name, the wrapper, the dtypes of T (in TOLERANCE_NAMES' order),
-# the data formats, whether there is a reserve_space_3 input, and whether
-# every input is T (FusedBatchNormGrad has no U).
-FUSED_OPS = {op.stock: dict(wrapper=op.wrapper, dtypes=tuple(sorted(op.dtypes, key=TOLERANCE_NAMES.index)),
-                            formats=op.data_formats, reserve_space_3="reserve_space_3" in op.inputs,
-                            uniform="U" not in op.attrs)
-             for op in BY_KIND["FusedBatchNormGrad"]}
-_GLOBAL_NORM = BY_KIND["GlobalNormalizationGrad"][0]
-GLOBAL_NORM_OP = _GLOBAL_NORM.stock
-GLOBAL_NORM_WRAPPER = _GLOBAL_NORM.wrapper
-GLOBAL_NORM_DTYPES = tuple(sorted(_GLOBAL_NORM.dtypes, key=TOLERANCE_NAMES.index))
-GLOBAL_NORM_INPUTS = _GLOBAL_NORM.inputs
-GLOBAL_NORM_OUTPUTS = _GLOBAL_NORM.outputs
+# The fused ops with a stock twin, by the stock name, and the global-norm op,
+# as opdef describes them (gobn._opdefs_gen).
+FUSED_OPS = {op.stock: op for op in BY_KIND["FusedBatchNormGrad"]}
+GLOBAL_NORM = BY_KIND["GlobalNormalizationGrad"][0]
+
+
+def dtypes_of(op):
+    """The dtypes of op's T, in TOLERANCE_NAMES' order."""
+    return tuple(sorted(op.dtypes, key=TOLERANCE_NAMES.index))
 
 
 # ---------------------------------------------------------------------------
@@ -141,8 +136,8 @@ def sha256(path):
 
 def fused_cases():
     for op, spec in FUSED_OPS.items():
-        for dtype in spec["dtypes"]:
-            for data_format in spec["formats"]:
+        for dtype in dtypes_of(spec):
+            for data_format in spec.data_formats:
                 for is_training in (True, False):
                     mode = "training" if is_training else "inference"
                     yield dict(name=f"{op}-{dtype}-{data_format}-{mode}", op=op, T=dtype,
@@ -150,10 +145,10 @@ def fused_cases():
 
 
 def global_norm_cases():
-    for dtype in GLOBAL_NORM_DTYPES:
+    for dtype in dtypes_of(GLOBAL_NORM):
         for scale_after in (True, False):
-            yield dict(name=f"{GLOBAL_NORM_OP}-{dtype}-scale_after_normalization_{str(scale_after).lower()}",
-                       op=GLOBAL_NORM_OP, T=dtype, variance_epsilon=EPSILON,
+            yield dict(name=f"{GLOBAL_NORM.stock}-{dtype}-scale_after_normalization_{str(scale_after).lower()}",
+                       op=GLOBAL_NORM.stock, T=dtype, variance_epsilon=EPSILON,
                        scale_after_normalization=scale_after)
 
 
@@ -186,15 +181,15 @@ def gen_fused(case, seed):
         variance = tf.constant(rng.uniform(0.5, 2.0, channels), tf.float32)
         reserve_space_3 = empty
 
-    side = dtype if spec["uniform"] else "float"  # scale, reserve spaces and 1-D outputs
+    side = dtype if "U" not in spec.attrs else "float"  # scale, reserve spaces and 1-D outputs
     inputs = {"y_backprop": dy, "x": x, "scale": tf.cast(scale, TF_DTYPES[side]),
               "reserve_space_1": tf.cast(mean, TF_DTYPES[side]),
               "reserve_space_2": tf.cast(variance, TF_DTYPES[side])}
-    if spec["reserve_space_3"]:
+    if "reserve_space_3" in spec.inputs:
         inputs["reserve_space_3"] = reserve_space_3
     input_dtypes = {name: (dtype if name in ("y_backprop", "x") else side) for name in inputs}
     outputs = ["x_backprop", "scale_backprop", "offset_backprop"]
-    outputs += ["reserve_space_4", "reserve_space_5"] if spec["reserve_space_3"] else ["reserve_space_3", "reserve_space_4"]
+    outputs += ["reserve_space_4", "reserve_space_5"] if "reserve_space_3" in spec.inputs else ["reserve_space_3", "reserve_space_4"]
     output_dtypes = [dtype] + [side] * 4
 
     attrs = dict(epsilon=EPSILON, data_format=data_format, is_training=is_training)
@@ -247,14 +242,14 @@ def gen_global_norm(case, seed):
     else:
         want = run_stock_global_norm(inputs, EPSILON, case["scale_after_normalization"])
         want_dtypes, reference = output_dtypes, "stock"
-    return inputs, input_dtypes, list(GLOBAL_NORM_OUTPUTS), output_dtypes, want, want_dtypes, reference
+    return inputs, input_dtypes, list(GLOBAL_NORM.outputs), output_dtypes, want, want_dtypes, reference
 
 
 def gen(directory, seed):
     os.makedirs(directory, exist_ok=True)
     cases = []
     for case in list(fused_cases()) + list(global_norm_cases()):
-        make = gen_global_norm if case["op"] == GLOBAL_NORM_OP else gen_fused
+        make = gen_global_norm if case["op"] == GLOBAL_NORM.stock else gen_fused
         inputs, input_dtypes, outputs, output_dtypes, want, want_dtypes, reference = make(case, seed)
         arrays, array_dtypes = {}, {}
         for name, value in inputs.items():
@@ -312,11 +307,11 @@ def load_case(directory, case):
 
 def run_gobn(ops, case, tensors):
     inputs = {name: tensors[name] for name in case["inputs"]}
-    if case["op"] == GLOBAL_NORM_OP:
-        return list(getattr(ops, GLOBAL_NORM_WRAPPER)(
+    if case["op"] == GLOBAL_NORM.stock:
+        return list(getattr(ops, GLOBAL_NORM.wrapper)(
             **inputs, variance_epsilon=case["variance_epsilon"],
             scale_after_normalization=case["scale_after_normalization"]))
-    wrapper = getattr(ops, FUSED_OPS[case["op"]]["wrapper"])
+    wrapper = getattr(ops, FUSED_OPS[case["op"]].wrapper)
     return list(wrapper(**inputs, epsilon=case["epsilon"], data_format=case["data_format"],
                         is_training=case["is_training"]))
 

@@ -41,7 +41,7 @@ EPSILON = 1e-3
 # global-normalization one.
 FUSED = {op.stock: op for op in BY_KIND["FusedBatchNormGrad"]}
 NEWEST = BY_KIND["FusedBatchNormGrad"][-1]
-GLOBAL_NORM = BY_KIND["GlobalNormalizationGrad"][0].stock
+GLOBAL_NORM = BY_KIND["GlobalNormalizationGrad"][0]
 
 RESNET_SHAPES = [(8, 56, 56, 64), (8, 28, 28, 128), (8, 14, 14, 256), (8, 7, 7, 512)]
 MIXED_SHAPE = (8, 28, 28, 128)
@@ -195,7 +195,7 @@ def global_norm_row(lib, dtype, shape, reps, rng, scale_after_normalization=True
     """The deprecated op: stock runs only in a GraphDef-version-8 graph; both are timed via Session.run."""
     from tensorflow.python.framework import test_util
 
-    row = Row(GLOBAL_NORM, dtype.name, "NHWC", "scaled" if scale_after_normalization else "unscaled",
+    row = Row(GLOBAL_NORM.stock, dtype.name, "NHWC", "scaled" if scale_after_normalization else "unscaled",
               "x".join(map(str, shape)))
     channels = shape[-1]
     arrays = {
@@ -215,7 +215,7 @@ def global_norm_row(lib, dtype, shape, reps, rng, scale_after_normalization=True
         variables = {k: tf.compat.v1.get_variable(k, initializer=v, use_resource=True) for k, v in arrays.items()}
         values = {k: v.read_value() for k, v in variables.items()}
         stock_out = tf.raw_ops.BatchNormWithGlobalNormalizationGrad(**values, **attrs)
-        gobn_out = getattr(lib, BY_KIND["GlobalNormalizationGrad"][0].wrapper)(**values, **attrs)
+        gobn_out = getattr(lib, GLOBAL_NORM.wrapper)(**values, **attrs)
         # Fetch one small output: a tf.group of the outputs gets pruned by grappler
         # (nothing would run), and fetching dx would time a copy.
         stock_step, gobn_step = stock_out[1], gobn_out[1]
@@ -245,7 +245,7 @@ def plan():
     newest op, every op's half-precision dtypes, the older ops in float32, the
     5-D formats, and the global-normalization op."""
     rows = []
-    formats_4d = [f for f in NEWEST.data_formats if f in ("NHWC", "NCHW")]
+    formats_4d = [f for f in NEWEST.data_formats if len(f) == 4]  # the 4-D ones: NHWC, NCHW
     for shape in RESNET_SHAPES:
         for data_format in formats_4d:
             for is_training in (True, False):
@@ -283,7 +283,7 @@ def main():
     print(f"- CPU: {cpu_model()}, {core_count()} cores")
     print(f"- TensorFlow {tf.__version__}, oneDNN {'off' if onednn == '0' else 'on'} (TF_ENABLE_ONEDNN_OPTS={onednn})")
     print(f"- library: {path}")
-    print(f"- timing: both sides in tf.function (Session.run for {GLOBAL_NORM}), interleaved, "
+    print(f"- timing: both sides in tf.function (Session.run for {GLOBAL_NORM.stock}), interleaved, "
           f"median of at least {args.reps} rounds (more for cheap rows) after 2 warm-ups; epsilon {EPSILON}")
     print("- ok: every output within tolerance of stock (|err| <= atol*max|want| + rtol*|want|) and no less "
           "accurate than stock against a float64 reference; where stock has no result, within tolerance of "

@@ -23,6 +23,14 @@
 //                   = A·(dy − M) + B·(x − μ),  A = scale·c, M = Σdy/R,
 //                                              B = −A·c²·Σdy·(x−μ)/R
 //
+// The persistent training gradient (channels last) is the same arithmetic
+// in one cooperative launch, for tensors whose x and dy fit in the
+// registers of the grid: each block loads its rows of x and dy once into
+// registers and adds their partial sums; at a grid-wide barrier the grid's
+// warps finalize the channels; after a second barrier each block writes
+// x_backprop from the values it still holds. x and dy are read once, and
+// the call pays one launch instead of three.
+//
 // Layouts are read in place. Channels last (NHWC, NDHWC: element (r, c) at
 // r·C + c, r < R) runs a 2-D block: threadIdx.x over vectors of V adjacent
 // channels, threadIdx.y over rows, so a warp reads whole consecutive rows
@@ -120,6 +128,30 @@ struct unroll_cf {
   static constexpr int U = 8 / V > 2 ? 8 / V : 2;
 };
 
+// block_partials adds the sums sdy (Σdy) and sdx (Σdy·(x−μ)) of the V
+// channels from c0 over the block's thread rows (threadIdx.y) in sh, and
+// thread row 0 writes them as split's partial sums of those channels,
+// where active (c0 < C). Every thread of the block calls it.
+template <int V, typename A>
+__device__ __forceinline__ void block_partials(double (*sh)[kThreads], const gobn_params& p, long long split,
+                                               long long c0, bool active, const A (&sdy)[V], const A (&sdx)[V]) {
+  const int tid = threadIdx.y * blockDim.x + threadIdx.x;
+#pragma unroll
+  for (int v = 0; v < V; v++) {
+    sh[v][tid] = sdy[v];
+    sh[V + v][tid] = sdx[v];
+  }
+  tree_sum<2 * V>(sh, tid, blockDim.x, threadIdx.y, blockDim.y);
+  if (threadIdx.y == 0 && active) {
+    double* partial = at<double>(p.partial) + split * 2 * p.c + c0;
+#pragma unroll
+    for (int v = 0; v < V; v++) {
+      partial[v] = sh[v][tid];
+      partial[p.c + v] = sh[V + v][tid];
+    }
+  }
+}
+
 // reduce_cl is the reduce kernel for channels last. Plain loop it equals,
 // for each channel c: sum_dy = Σ_r dy[r·C+c], sum_dy_xmu = Σ_r dy[r·C+c]·(x[r·C+c]−μ[c]),
 // and for the sweeps dx[r·C+c] = dy[r·C+c]·A[c].
@@ -195,23 +227,7 @@ __device__ __forceinline__ void reduce_cl(const gobn_params& p) {
       }
     }
   }
-  // The block's sums over its rows: Σdy of the V channels in sh[0..V),
-  // Σdy·(x−μ) in sh[V..2V).
-  const int tid = threadIdx.y * blockDim.x + threadIdx.x;
-#pragma unroll
-  for (int v = 0; v < V; v++) {
-    sh[v][tid] = sdy[v];
-    sh[V + v][tid] = sdx[v];
-  }
-  tree_sum<2 * V>(sh, tid, blockDim.x, threadIdx.y, blockDim.y);
-  if (threadIdx.y == 0 && active) {
-    double* partial = at<double>(p.partial) + blockIdx.y * 2 * C + c0;
-#pragma unroll
-    for (int v = 0; v < V; v++) {
-      partial[v] = sh[v][tid];
-      partial[C + v] = sh[V + v][tid];
-    }
-  }
+  block_partials<V>(sh, p, blockIdx.y, c0, active, sdy, sdx);
 }
 
 // cf_cursor walks one thread's elements of a channel in channels first: the
@@ -466,6 +482,179 @@ __device__ __forceinline__ void global_finalize(const gobn_params& p) {
   at<T>(p.out[3])[c] = from_float<T>(static_cast<float>(dg));
 }
 
+// ------------------------------------------------ the persistent gradient
+
+// grid_barrier returns when every block of the grid has called it with the
+// same word, zeroed before the launch and used for one barrier only. The
+// grid must be resident at once: a cooperative launch. Writes before the
+// barrier, by any thread of the grid, are visible after it.
+__device__ __forceinline__ void grid_barrier(unsigned int* word) {
+  __syncthreads();
+  if (threadIdx.x == 0 && threadIdx.y == 0) {
+    __threadfence();
+    atomicAdd(word, 1u);
+    while (*static_cast<volatile unsigned int*>(word) < gridDim.x) {
+    }
+    __threadfence();
+  }
+  __syncthreads();
+}
+
+// persist_regs is the registers one task's values of x and dy take in a
+// thread: U rows of V elements of T each, held as the loads' raw words.
+template <typename T, int V>
+__host__ __device__ constexpr int persist_regs() {
+  return 2 * unroll<V>::U * ((V * static_cast<int>(sizeof(T)) + 3) / 4);
+}
+
+// kPersistRegs is the registers a thread of the persistent kernel gives to
+// held values: K, the tasks a block holds, is kPersistRegs / persist_regs
+// (the name of each kernel says its K, and plan.go computes the same).
+constexpr int kPersistRegs = 64;
+
+// unpack converts the V elements of raw word w to float.
+template <typename T, int V, typename W>
+__device__ __forceinline__ void unpack(const W& w, float (&out)[V]) {
+  union {
+    W r;
+    T e[V];
+  } u;
+  u.r = w;
+#pragma unroll
+  for (int v = 0; v < V; v++) out[v] = to_float(u.e[v]);
+}
+
+// persist_cl is the training gradient of a channels-last tensor in one
+// cooperative launch. It computes what reduce_cl, finalize_train and
+// apply_cl do (the same sums, coefficients and x_backprop), on these tasks:
+// task t is tile t % tiles of the channels (blockDim.x vectors of V) by
+// split t / tiles of the rows (U·blockDim.y rows: thread row y takes rows
+// y, y + blockDim.y, ...), and block b holds tasks b, b + gridDim.x, ...,
+// at most K. Launch: block (tx, ty) as reduce_cl; grid (G), G resident at
+// once and G·K ≥ tasks; barrier: two zeroed words in the workspace.
+template <typename T, int V, int K>
+__device__ __forceinline__ void persist_cl(const gobn_params& p) {
+  constexpr int U = unroll<V>::U;
+  typedef typename raw<sizeof(T) * V>::type W;
+  __shared__ double sh[2 * V][kThreads];
+  const long long C = p.c;
+  const long long R = p.n * p.s;
+  const long long span = static_cast<long long>(blockDim.y) * U;
+  const T* dy = at<const T>(p.dy);
+  const T* x = at<const T>(p.x);
+  const float* mean = at<const float>(p.mean);
+  const int tid = threadIdx.y * blockDim.x + threadIdx.x;
+  W dyw[K][U], xw[K][U];
+
+  // 1. Load the tasks' rows and leave each task's partial sums.
+#pragma unroll
+  for (int k = 0; k < K; k++) {
+    const long long t = blockIdx.x + static_cast<long long>(k) * gridDim.x;
+    if (t >= p.tasks) break;  // the same for every thread of the block
+    const long long c0 = ((t % p.tiles) * blockDim.x + threadIdx.x) * V;
+    const long long r0 = (t / p.tiles) * span + threadIdx.y;
+    const bool active = c0 < C;
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const long long r = r0 + u * blockDim.y;
+      if (active && r < R) {
+        dyw[k][u] = *reinterpret_cast<const W*>(dy + r * C + c0);
+        xw[k][u] = *reinterpret_cast<const W*>(x + r * C + c0);
+      } else {
+        dyw[k][u] = W();  // zero bits: 0 in every type, adding nothing
+        xw[k][u] = W();
+      }
+    }
+    float mu[V], gdy[V], gdx[V];
+#pragma unroll
+    for (int v = 0; v < V; v++) {
+      mu[v] = active ? mean[c0 + v] : 0.f;
+      gdy[v] = 0.f;
+      gdx[v] = 0.f;
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      float d[V], xv[V];
+      unpack<T, V>(dyw[k][u], d);
+      unpack<T, V>(xw[k][u], xv);
+#pragma unroll
+      for (int v = 0; v < V; v++) {
+        gdy[v] += d[v];
+        gdx[v] = fmaf(d[v], xv[v] - mu[v], gdx[v]);
+      }
+    }
+    block_partials<V>(sh, p, t / p.tiles, c0, active, gdy, gdx);
+  }
+  unsigned int* barrier = at<unsigned int>(p.barrier);
+  grid_barrier(barrier);
+
+  // 2. Finalize: groups of 32 threads (one thread each where a block has
+  // fewer than 32) take channels in turn; a group's lanes add the partial
+  // sums of every split-th split in a fixed order, then a fixed butterfly
+  // adds the lanes, so the result does not depend on scheduling.
+  {
+    const int nthreads = blockDim.x * blockDim.y;
+    const int lanes = nthreads >= 32 ? 32 : 1;
+    const int group = tid / lanes, lane = tid % lanes;
+    const long long groups = nthreads / lanes;
+    const double* partial = at<const double>(p.partial);
+    if (group < groups) {
+      for (long long c = blockIdx.x * groups + group; c < C; c += groups * gridDim.x) {
+        double sdy = 0, sdx = 0;
+        for (long long k = lane; k < p.splits; k += lanes) {
+          sdy += partial[(2 * k) * C + c];
+          sdx += partial[(2 * k + 1) * C + c];
+        }
+        if (lanes == 32) {
+#pragma unroll
+          for (int off = 16; off > 0; off >>= 1) {
+            sdy += __shfl_xor_sync(0xffffffffu, sdy, off);
+            sdx += __shfl_xor_sync(0xffffffffu, sdx, off);
+          }
+        }
+        if (lane == 0) {
+          const double inv = at<const float>(p.var)[c];
+          at<float>(p.out[0])[c] = static_cast<float>(sdx * inv);
+          at<float>(p.out[1])[c] = static_cast<float>(sdy);
+          coefficients(p, c, inv, sdy, sdx);
+        }
+      }
+    }
+  }
+  grid_barrier(barrier + 1);
+
+  // 3. x_backprop = A·(dy − M) + B·(x − μ) from the values held.
+  T* dx = at<T>(p.dx);
+  const float* coef = at<const float>(p.coef);
+#pragma unroll
+  for (int k = 0; k < K; k++) {
+    const long long t = blockIdx.x + static_cast<long long>(k) * gridDim.x;
+    if (t >= p.tasks) break;
+    const long long c0 = ((t % p.tiles) * blockDim.x + threadIdx.x) * V;
+    const long long r0 = (t / p.tiles) * span + threadIdx.y;
+    if (c0 >= C) continue;
+    float A[V], B[V], Md[V], mu[V];
+#pragma unroll
+    for (int v = 0; v < V; v++) {
+      A[v] = coef[c0 + v];
+      B[v] = coef[C + c0 + v];
+      Md[v] = coef[2 * C + c0 + v];
+      mu[v] = mean[c0 + v];
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const long long r = r0 + u * blockDim.y;
+      if (r >= R) break;
+      float d[V], xv[V], o[V];
+      unpack<T, V>(dyw[k][u], d);
+      unpack<T, V>(xw[k][u], xv);
+#pragma unroll
+      for (int v = 0; v < V; v++) o[v] = fmaf(A[v], d[v] - Md[v], B[v] * (xv[v] - mu[v]));
+      store<T, V>(dx + r * C + c0, o);
+    }
+  }
+}
+
 }  // namespace
 
 // Finalize kernels: grid ⌈C/kLanes⌉ blocks of (kLanes, kSplitLanes).
@@ -556,3 +745,22 @@ GOBN_GLOBAL_KERNELS(f16, f16, 1)
 GOBN_GLOBAL_KERNELS(f16, f16, 2)
 GOBN_GLOBAL_KERNELS(f16, f16, 4)
 GOBN_GLOBAL_KERNELS(f16, f16, 8)
+
+// The persistent training gradient, channels last: one kernel per element
+// type and vector width, K its tasks a block (kPersistRegs / persist_regs).
+// Names: gobn_persist_cl_<f32|f16|bf16>_v<V>_k<K>.
+#define GOBN_PERSIST_KERNEL(T, tn, V, K)                                                  \
+  static_assert(K == kPersistRegs / persist_regs<T, V>(), "K of gobn_persist_cl_" #tn); \
+  GOBN_KERNEL(gobn_persist_cl_##tn##_v##V##_k##K, (persist_cl<T, V, K>(p)))
+
+GOBN_PERSIST_KERNEL(float, f32, 1, 2)
+GOBN_PERSIST_KERNEL(float, f32, 2, 2)
+GOBN_PERSIST_KERNEL(float, f32, 4, 2)
+GOBN_PERSIST_KERNEL(f16, f16, 1, 2)
+GOBN_PERSIST_KERNEL(f16, f16, 2, 4)
+GOBN_PERSIST_KERNEL(f16, f16, 4, 4)
+GOBN_PERSIST_KERNEL(f16, f16, 8, 4)
+GOBN_PERSIST_KERNEL(bf16, bf16, 1, 2)
+GOBN_PERSIST_KERNEL(bf16, bf16, 2, 4)
+GOBN_PERSIST_KERNEL(bf16, bf16, 4, 4)
+GOBN_PERSIST_KERNEL(bf16, bf16, 8, 4)

@@ -3,12 +3,18 @@ package cuda
 // FusedGrad runs the FusedBatchNormGrad family's gradient (training or
 // inference) on the device that holds the tensors.
 func FusedGrad(a FusedGradArgs, pl Placement) error {
-	p, err := a.plan()
+	p, err := a.plan(factsOf(a.anchor()))
 	if err != nil {
 		return err
 	}
-	return execute(p, pl, anchor(a.XBackprop, a.ScaleBackprop))
+	if p.fallback {
+		fallbacks.Add(1)
+	}
+	return execute(p, pl, a.anchor())
 }
+
+// anchor is the address that tells the call's device.
+func (a FusedGradArgs) anchor() Ptr { return anchor(a.XBackprop, a.ScaleBackprop) }
 
 // GlobalNormalizationGrad runs BatchNormWithGlobalNormalizationGrad.
 func GlobalNormalizationGrad(a GlobalNormalizationArgs, pl Placement) error {

@@ -22,15 +22,24 @@ typedef struct {
   gobn_cu_context ctx;
   gobn_cu_module module;
   gobn_cu_stream stream;
+  // The device's multiprocessors, and whether it takes cooperative launches.
+  int sms;
+  int cooperative;
 } gobn_device;
 
 // One kernel launch: grid and block shape and the kernel's one argument.
+// A cooperative launch (the whole grid resident at once) first zeroes the
+// params' barrier words on the stream.
 typedef struct {
   gobn_cu_function fn;
   unsigned int grid[3];
   unsigned int block[3];
   gobn_params params;
+  int cooperative;
 } gobn_launch;
+
+// The grid-barrier words a cooperative launch zeroes (barrierWords in plan.go).
+#define GOBN_BARRIER_WORDS 2
 
 // gobn_cuda_open loads libcuda.so.1, resolves the entry points through
 // cuGetProcAddress and calls cuInit. It returns 0, a CUDA error code, or -1
@@ -40,12 +49,15 @@ int gobn_cuda_open(char* err, int err_len);
 // gobn_cuda_device_of sets *ordinal to the device that holds address p.
 int gobn_cuda_device_of(uint64_t p, int* ordinal);
 
-// gobn_cuda_device_open retains the device's primary context and loads
-// image (a fatbin) and creates gobn's stream in it.
+// gobn_cuda_device_open retains the device's primary context, loads image
+// (a fatbin) and creates gobn's stream in it, and reads the device's
+// multiprocessor count and whether it takes cooperative launches.
 int gobn_cuda_device_open(int ordinal, const void* image, gobn_device* d);
 
-// gobn_cuda_function looks up a kernel of the device's module by name.
-int gobn_cuda_function(const gobn_device* d, const char* name, gobn_cu_function* fn);
+// gobn_cuda_function looks up a kernel of the device's module by name, and
+// sets *resident to how many blocks of `threads` threads of it one
+// multiprocessor holds at once.
+int gobn_cuda_function(const gobn_device* d, const char* name, int threads, gobn_cu_function* fn, int* resident);
 
 // gobn_cuda_run makes the device's primary context current (unless it is),
 // and launches the n launches in order. With caller_stream 0 it first

@@ -55,6 +55,7 @@ func cudaError(r C.int) error {
 type device struct {
 	d         C.gobn_device
 	functions []C.gobn_cu_function // by kernelID
+	facts     gpuFacts
 }
 
 var devices struct {
@@ -73,13 +74,19 @@ func deviceFor(ordinal int) (*device, error) {
 	if r := C.gobn_cuda_device_open(C.int(ordinal), fatbinC(), &d.d); r != 0 {
 		return nil, fmt.Errorf("gobn: loading the GPU kernels on device %d: %w", ordinal, cudaError(r))
 	}
+	d.facts = gpuFacts{
+		sms: int64(d.d.sms), cooperative: d.d.cooperative != 0,
+		resident: make([]int64, len(kernelNames)),
+	}
 	for i, name := range kernelNames {
 		cname := C.CString(name)
-		r := C.gobn_cuda_function(&d.d, cname, &d.functions[i])
+		var resident C.int
+		r := C.gobn_cuda_function(&d.d, cname, threads, &d.functions[i], &resident)
 		C.free(unsafe.Pointer(cname))
 		if r != 0 {
 			return nil, fmt.Errorf("gobn: kernel %s on device %d: %w", name, ordinal, cudaError(r))
 		}
+		d.facts.resident[i] = int64(resident)
 	}
 	if devices.byOrdinal == nil {
 		devices.byOrdinal = make(map[int]*device)
@@ -88,26 +95,48 @@ func deviceFor(ordinal int) (*device, error) {
 	return d, nil
 }
 
+// deviceAt returns the device that holds address anchor.
+func deviceAt(anchor Ptr) (*device, error) {
+	if err := openDriver(); err != nil {
+		return nil, err
+	}
+	var ordinal C.int
+	if r := C.gobn_cuda_device_of(C.uint64_t(anchor), &ordinal); r != 0 {
+		return nil, fmt.Errorf("gobn: address %#x is not device memory CUDA knows: %w", anchor, cudaError(r))
+	}
+	return deviceFor(int(ordinal))
+}
+
+// factsOf returns the facts of the device that holds address anchor, or
+// none (which plans the three-launch path) when it cannot be told; the call
+// then fails in execute, saying why.
+func factsOf(anchor Ptr) gpuFacts {
+	if anchor == 0 {
+		return gpuFacts{}
+	}
+	d, err := deviceAt(anchor)
+	if err != nil {
+		return gpuFacts{}
+	}
+	f := d.facts
+	f.persistent = Persistent()
+	return f
+}
+
 // execute runs the plan on the device that holds address anchor.
 func execute(p plan, pl Placement, anchor Ptr) error {
 	if len(p.launches) == 0 {
 		return nil
 	}
-	if err := openDriver(); err != nil {
-		return err
-	}
 	if p.workspace > 0 && (pl.Workspace == 0 || pl.WorkspaceBytes < p.workspace) {
 		return fmt.Errorf("gobn: the call needs %d bytes of workspace, got %d at %#x", p.workspace, pl.WorkspaceBytes, pl.Workspace)
 	}
 	p.bind(pl.Workspace)
-	var ordinal C.int
-	if r := C.gobn_cuda_device_of(C.uint64_t(anchor), &ordinal); r != 0 {
-		return fmt.Errorf("gobn: address %#x is not device memory CUDA knows: %w", anchor, cudaError(r))
-	}
-	d, err := deviceFor(int(ordinal))
+	d, err := deviceAt(anchor)
 	if err != nil {
 		return err
 	}
+	ordinal := d.d.ordinal
 	ls := make([]C.gobn_launch, len(p.launches))
 	for i, l := range p.launches {
 		ls[i] = C.gobn_launch{
@@ -115,6 +144,9 @@ func execute(p plan, pl Placement, anchor Ptr) error {
 			grid:   [3]C.uint{C.uint(l.grid[0]), C.uint(l.grid[1]), C.uint(l.grid[2])},
 			block:  [3]C.uint{C.uint(l.block[0]), C.uint(l.block[1]), C.uint(l.block[2])},
 			params: cParams(l.params),
+		}
+		if l.cooperative {
+			ls[i].cooperative = 1
 		}
 	}
 	var failed C.int
@@ -152,9 +184,9 @@ func cParams(p params) C.gobn_params {
 		dy: C.gobn_ptr(p.dy), x: C.gobn_ptr(p.x), dx: C.gobn_ptr(p.dx),
 		mean: C.gobn_ptr(p.mean), scale: C.gobn_ptr(p.scale), _var: C.gobn_ptr(p.variance),
 		sum_dy: C.gobn_ptr(p.sumDy), sum_dy_xmu: C.gobn_ptr(p.sumDyXmu),
-		partial: C.gobn_ptr(p.partial), coef: C.gobn_ptr(p.coef), out: out,
+		partial: C.gobn_ptr(p.partial), coef: C.gobn_ptr(p.coef), barrier: C.gobn_ptr(p.barrier), out: out,
 		n: C.longlong(p.n), c: C.longlong(p.c), s: C.longlong(p.s), count: C.longlong(p.count),
-		splits: C.int(p.splits), epsilon: C.float(p.epsilon),
+		splits: C.int(p.splits), tasks: C.int(p.tasks), tiles: C.int(p.tiles), epsilon: C.float(p.epsilon),
 		scale_after_normalization: C.int(p.scaleAfterNormalization),
 	}
 }

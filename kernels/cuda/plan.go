@@ -12,6 +12,9 @@ type plan struct {
 	launches []launch
 	// workspace is the bytes of device memory the launches need.
 	workspace int64
+	// fallback: the call fits the persistent kernel, which is switched on,
+	// but the device cannot launch it (no cooperative launch).
+	fallback bool
 }
 
 // launch is one kernel launch.
@@ -20,6 +23,30 @@ type launch struct {
 	grid   [3]uint32
 	block  [3]uint32
 	params params
+	// cooperative: a cooperative launch (the grid resident at once), whose
+	// two barrier words (params.barrier) are zeroed on the stream before it.
+	cooperative bool
+}
+
+// gpuFacts is what a plan knows of the device that runs it.
+type gpuFacts struct {
+	// sms is the device's multiprocessor count.
+	sms int64
+	// cooperative: the device takes cooperative launches.
+	cooperative bool
+	// persistent: the persistent kernel is switched on (Persistent).
+	persistent bool
+	// resident is, by kernelID, how many blocks of threads threads one
+	// multiprocessor holds at once (0 where unknown).
+	resident []int64
+}
+
+// residentGrid returns how many blocks of kernel k the device holds at once.
+func (f gpuFacts) residentGrid(k kernelID) int64 {
+	if int(k) >= len(f.resident) {
+		return 0
+	}
+	return f.sms * f.resident[k]
 }
 
 // params mirrors gobn_params (params.h), with device addresses as Ptr and
@@ -28,10 +55,10 @@ type launch struct {
 type params struct {
 	dy, x, dx, mean, scale, variance Ptr
 	sumDy, sumDyXmu                  Ptr
-	partial, coef                    Ptr
+	partial, coef, barrier           Ptr
 	out                              [5]Ptr
 	n, c, s, count                   int64
-	splits                           int32
+	splits, tasks, tiles             int32
 	epsilon                          float32
 	scaleAfterNormalization          int32
 }
@@ -155,14 +182,27 @@ func typeName(t DType) string {
 	return "f32"
 }
 
-// workspaceLayout places the partial sums (double [splits][2][C]) and the
-// coefficients (float [3][C]) and returns their offsets and the total.
-func workspaceLayout(splits, C int64) (partial, coef, total int64) {
+// workspace is where a plan's arrays lie in its workspace: byte offsets,
+// and the total.
+type workspace struct {
+	partial, coef, barrier, total int64
+}
+
+// barrierWords is the persistent kernel's grid-barrier words (uint32).
+const barrierWords = 2
+
+// workspaceLayout places the partial sums (double [splits][2][C]), the
+// coefficients (float [3][C]) and, for the persistent kernel, the barrier
+// words (uint32 [barrierWords]).
+func workspaceLayout(splits, C int64, persistent bool) workspace {
 	align := func(n int64) int64 { return ceilDiv(n, workspaceAlign) * workspaceAlign }
-	partial = 0
-	coef = align(splits * 2 * C * 8)
-	total = coef + align(3*C*4)
-	return partial, coef, total
+	w := workspace{coef: align(splits * 2 * C * 8)}
+	w.barrier = w.coef + align(3*C*4)
+	w.total = w.barrier
+	if persistent {
+		w.total += align(barrierWords * 4)
+	}
+	return w
 }
 
 // finalizeLaunch is the finalize kernel over C channels: blocks of
@@ -182,14 +222,14 @@ func finalizeLaunch(k kernelID, C int64, p params) launch {
 func reducePlan(d kernels.Dims, t DType, job string, finalize kernelID, withApply bool, base params, ptrs ...Ptr) plan {
 	C := d.C
 	if d.Len() == 0 {
-		_, coef, total := workspaceLayout(0, C)
-		base.coef = Ptr(coef)
-		return plan{launches: []launch{finalizeLaunch(finalize, C, base)}, workspace: total}
+		w := workspaceLayout(0, C, false)
+		base.coef = Ptr(w.coef)
+		return plan{launches: []launch{finalizeLaunch(finalize, C, base)}, workspace: w.total}
 	}
 	g := layoutGeometry(d, t, targetBlocks, ptrs...)
-	partial, coef, total := workspaceLayout(g.splits, C)
-	base.partial, base.coef, base.splits = Ptr(partial), Ptr(coef), int32(g.splits)
-	p := plan{workspace: total, launches: []launch{
+	w := workspaceLayout(g.splits, C, false)
+	base.partial, base.coef, base.splits = Ptr(w.partial), Ptr(w.coef), int32(g.splits)
+	p := plan{workspace: w.total, launches: []launch{
 		{kernel: kernelByName(g.name(job, t)), grid: g.grid, block: g.block, params: base},
 		finalizeLaunch(finalize, C, base),
 	}}
@@ -199,7 +239,50 @@ func reducePlan(d kernels.Dims, t DType, job string, finalize kernelID, withAppl
 	return p
 }
 
-func (a FusedGradArgs) plan() (plan, error) {
+// persistTasks returns K, the tasks a block of the persistent kernel holds
+// for element type t and vector width v: batchnorm.cu's kPersistRegs (64)
+// over the registers a task's rows of x and dy take, U = 16/v rows of v
+// elements each as 32-bit words.
+func persistTasks(t DType, v int64) int64 {
+	const persistRegs = 64
+	words := ceilDiv(v*t.Size(), 4)
+	return persistRegs / (2 * (16 / v) * words)
+}
+
+// persistName returns the persistent kernel for t and v, e.g.
+// "gobn_persist_cl_f16_v8_k4".
+func persistName(t DType, v int64) string {
+	return fmt.Sprintf("gobn_persist_cl_%s_v%d_k%d", typeName(t), v, persistTasks(t, v))
+}
+
+// persistentPlan plans the training gradient of the channels-last tensor d
+// (not empty) as one cooperative launch of the persistent kernel. Its tasks
+// are the layout kernels' blocks (tiles of the channels) by splits of the
+// rows small enough that each thread holds one unrolled step of them (U rows
+// of V channels); a block holds up to K tasks in registers. onChip is false
+// when the tasks do not fit the grid the device holds at once.
+func persistentPlan(d kernels.Dims, t DType, f gpuFacts, base params, ptrs ...Ptr) (p plan, onChip bool) {
+	g := layoutGeometry(d, t, targetBlocks, ptrs...)
+	if !g.channelsLast {
+		return plan{}, false
+	}
+	k := kernelByName(persistName(t, g.v))
+	tiles := int64(g.grid[0])
+	splits := ceilDiv(d.N*d.S, int64(g.block[1])*(16/g.v))
+	tasks := tiles * splits
+	grid := min(tasks, f.residentGrid(k))
+	if grid == 0 || tasks > grid*persistTasks(t, g.v) {
+		return plan{}, false
+	}
+	w := workspaceLayout(splits, d.C, true)
+	base.partial, base.coef, base.barrier = Ptr(w.partial), Ptr(w.coef), Ptr(w.barrier)
+	base.splits, base.tasks, base.tiles = int32(splits), int32(tasks), int32(tiles)
+	return plan{workspace: w.total, launches: []launch{{
+		kernel: k, grid: [3]uint32{uint32(grid), 1, 1}, block: g.block, params: base, cooperative: true,
+	}}}, true
+}
+
+func (a FusedGradArgs) plan(f gpuFacts) (plan, error) {
 	if err := checkDims(a.Dims, a.DType); err != nil || a.Dims.C == 0 {
 		return plan{}, err // no channels: nothing to launch
 	}
@@ -212,7 +295,19 @@ func (a FusedGradArgs) plan() (plan, error) {
 		epsilon: a.Epsilon,
 	}
 	if a.Training {
-		return reducePlan(d, a.DType, "reduce", kFinalizeTrain, true, base, a.YBackprop, a.X, a.XBackprop), nil
+		ptrs := []Ptr{a.YBackprop, a.X, a.XBackprop}
+		fallback := false
+		if f.persistent && d.Len() > 0 {
+			if p, onChip := persistentPlan(d, a.DType, f, base, ptrs...); onChip {
+				if f.cooperative {
+					return p, nil
+				}
+				fallback = true
+			}
+		}
+		p := reducePlan(d, a.DType, "reduce", kFinalizeTrain, true, base, ptrs...)
+		p.fallback = fallback
+		return p, nil
 	}
 	// Inference: x_backprop does not depend on the sums; the sweep writes it.
 	return reducePlan(d, a.DType, "sweep", kFinalizeInfer, false, base, a.YBackprop, a.X, a.XBackprop), nil
@@ -274,14 +369,14 @@ func (a GradApplyArgs) plan() (plan, error) {
 		return plan{}, fmt.Errorf("gobn: count %d, want a positive count", a.Count)
 	}
 	g := layoutGeometry(d, a.DType, targetBlocks, a.YBackprop, a.X, a.XBackprop)
-	_, coef, total := workspaceLayout(0, C)
+	w := workspaceLayout(0, C, false)
 	base := params{
 		dy: a.YBackprop, x: a.X, dx: a.XBackprop,
 		mean: a.Mean, scale: a.Scale, variance: a.Variance,
-		sumDy: a.SumDy, sumDyXmu: a.SumDyXmu, coef: Ptr(coef),
+		sumDy: a.SumDy, sumDyXmu: a.SumDyXmu, coef: Ptr(w.coef),
 		n: d.N, c: d.C, s: d.S, count: a.Count, epsilon: a.Epsilon,
 	}
-	return plan{workspace: total, launches: []launch{
+	return plan{workspace: w.total, launches: []launch{
 		finalizeLaunch(kFinalizeApply, C, base),
 		{kernel: kernelByName(g.name("apply", a.DType)), grid: g.grid, block: g.block, params: base},
 	}}, nil
@@ -303,8 +398,12 @@ func checkDims(d kernels.Dims, t DType) error {
 }
 
 // WorkspaceBytes returns the device memory the call needs for the args'
-// dims, dtype and addresses (the vector width depends on their alignment).
-func (a FusedGradArgs) WorkspaceBytes() int64 { p, _ := a.plan(); return p.workspace }
+// dims, dtype and addresses (the vector width depends on their alignment,
+// the kernels on the device that holds them).
+func (a FusedGradArgs) WorkspaceBytes() int64 {
+	p, _ := a.plan(factsOf(a.anchor()))
+	return p.workspace
+}
 
 // WorkspaceBytes is as FusedGradArgs.WorkspaceBytes.
 func (a GlobalNormalizationArgs) WorkspaceBytes() int64 { p, _ := a.plan(); return p.workspace }
@@ -321,5 +420,6 @@ func (p *plan) bind(ws Ptr) {
 		l := &p.launches[i].params
 		l.partial += ws
 		l.coef += ws
+		l.barrier += ws
 	}
 }

@@ -29,6 +29,9 @@ func TestKernelNamesMatchSource(t *testing.T) {
 	for _, m := range regexp.MustCompile(`(?m)^GOBN_GLOBAL_KERNELS\((\w+), (\w+), (\d)\)`).FindAllSubmatch(src, -1) {
 		want[fmt.Sprintf("gobn_global_cl_%s_v%s", m[2], m[3])] = true
 	}
+	for _, m := range regexp.MustCompile(`(?m)^GOBN_PERSIST_KERNEL\((\w+), (\w+), (\d), (\d)\)`).FindAllSubmatch(src, -1) {
+		want[fmt.Sprintf("gobn_persist_cl_%s_v%s_k%s", m[2], m[3], m[4])] = true
+	}
 	got := map[string]bool{}
 	for _, n := range kernelNames {
 		got[n] = true
@@ -75,7 +78,7 @@ func TestPlansCoverEveryElement(t *testing.T) {
 		}
 		args := FusedGradArgs{Dims: tc.d, DType: tc.t, Training: true, YBackprop: base, X: base + 1<<30, XBackprop: base + 2<<30,
 			Scale: 1 << 40, ReserveSpace1: 1<<40 + 1<<20, ReserveSpace2: 1<<40 + 2<<20, ScaleBackprop: 1 << 41, OffsetBackprop: 1<<41 + 1<<20}
-		p, err := args.plan()
+		p, err := args.plan(gpuFacts{})
 		require.NoError(t, err, name)
 		if tc.d.C == 0 {
 			require.Empty(t, p.launches, name)
@@ -118,10 +121,10 @@ func TestPlansCoverEveryElement(t *testing.T) {
 			require.Less(t, int64(reduce.grid[1]-1)*int64(reduce.block[1]), tc.d.N, "%s: a block with no n", name)
 		}
 		require.Equal(t, int32(g.splits), reduce.params.splits, name)
-		partial, coef, total := workspaceLayout(g.splits, tc.d.C)
-		require.Equal(t, total, p.workspace, name)
-		require.GreaterOrEqual(t, coef-partial, g.splits*2*tc.d.C*8, name)
-		require.GreaterOrEqual(t, total-coef, 3*tc.d.C*4, name)
+		w := workspaceLayout(g.splits, tc.d.C, false)
+		require.Equal(t, w.total, p.workspace, name)
+		require.GreaterOrEqual(t, w.coef-w.partial, g.splits*2*tc.d.C*8, name)
+		require.GreaterOrEqual(t, w.total-w.coef, 3*tc.d.C*4, name)
 	}
 }
 
@@ -145,7 +148,7 @@ func TestPlansPerOp(t *testing.T) {
 		return n
 	}
 	const a = Ptr(1 << 32)
-	p, err := FusedGradArgs{Dims: d, DType: Float16, Training: false, YBackprop: a, X: a, XBackprop: a}.plan()
+	p, err := FusedGradArgs{Dims: d, DType: Float16, Training: false, YBackprop: a, X: a, XBackprop: a}.plan(h100(true))
 	require.NoError(t, err)
 	require.Equal(t, []string{"gobn_sweep_cl_f16_v8", "gobn_finalize_infer"}, names(p))
 	p, err = GlobalNormalizationArgs{Dims: d, DType: Float32, Backprop: a, T: a, DX: a}.plan()

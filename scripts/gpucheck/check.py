@@ -466,7 +466,7 @@ def run_op(ctx, grp, fam, mode):
         why.append("no kernel launched")
     if variant == "unaligned" or (variant == "unaligned_dx" and fam != "reduce"):
         # a tensor one element past an aligned address takes no vector loads
-        wide = [k for k in row["kernels"] if re.search(r"_c[lf]_", k) and not k.endswith("_v1")]
+        wide = [k for k in row["kernels"] if re.search(r"_c[lf]_", k) and vector_width(k) != 1]
         if wide:
             why.append("unaligned pointers, yet vector kernels ran: %s" % ", ".join(wide))
 
@@ -511,6 +511,11 @@ def run_op(ctx, grp, fam, mode):
             why.append("a per-channel input changed")
     row["ok"] = not why
     return row
+
+
+def vector_width(kernel):
+    """V of a layout kernel's name (gobn_<job>_<cl|cf>_<type>_v<V>[_k<K>])."""
+    return int(re.search(r"_v(\d+)(_k\d+)?$", kernel).group(1))
 
 
 def make_group(ctx, dtype, layout, shape, variant, tag):
@@ -680,9 +685,16 @@ def main():
     # the launch-counter check: scalar and vector kernels both ran
     launch_check = {"checked": not args.fake_gpu and not flt}
     if launch_check["checked"]:
-        v1 = sum(v for k, v in delta.items() if "_v1" in k)
-        vw = sum(v for k, v in delta.items() if "_v4" in k or "_v8" in k)
+        v1 = sum(v for k, v in delta.items() if re.search(r"_c[lf]_", k) and vector_width(k) == 1)
+        vw = sum(v for k, v in delta.items() if re.search(r"_c[lf]_", k) and vector_width(k) >= 4)
         launch_check.update(v1=v1, v4_v8=vw, ok=v1 > 0 and vw > 0)
+        # with GOBN_CUDA_PERSISTENT=1 the persistent kernel ran, and no call
+        # that fits it fell back to the three launches
+        info = ctx.lib.info()
+        if info.get("persistent"):
+            persist = sum(v for k, v in delta.items() if k.startswith("gobn_persist_"))
+            launch_check.update(persistent=persist, fallbacks=info.get("fallbacks"),
+                                ok=launch_check["ok"] and persist > 0 and info.get("fallbacks") == 0)
     failures = [r for r in rows if not r["ok"]]
     ok = not failures and fatal is None and launch_check.get("ok", True)
     summary = print_summary(rows, failures, delta, launch_check, skipped, fatal, args.show)
@@ -756,9 +768,12 @@ def print_summary(rows, failures, delta, launch_check, skipped, fatal, show):
     if fatal:
         print("\nFATAL: %s" % fatal)
     if launch_check["checked"]:
-        print("\nlaunches: %d kernels, %d launches; _v1: %d, _v4/_v8: %d: %s" % (
-            len(delta), sum(delta.values()), launch_check["v1"], launch_check["v4_v8"],
-            "ok" if launch_check["ok"] else "FAIL (want both above zero)"))
+        persist = ""
+        if "persistent" in launch_check:
+            persist = "; persistent: %d, fallbacks: %s" % (launch_check["persistent"], launch_check["fallbacks"])
+        print("\nlaunches: %d kernels, %d launches; _v1: %d, _v4/_v8: %d%s: %s" % (
+            len(delta), sum(delta.values()), launch_check["v1"], launch_check["v4_v8"], persist,
+            "ok" if launch_check["ok"] else "FAIL (want each above zero, and no fallback)"))
     fine = tally(lambda r: (r["family"], r["mode"], r["dtype"], r["layout"]))
     return [{"family": k[0], "mode": k[1], "dtype": k[2], "layout": k[3],
              **{f: round(v, 4) if isinstance(v, float) else v for f, v in t.items() if f != "layouts"}}

@@ -90,6 +90,17 @@ class Lib:
     def info(self):
         return json.loads(self._so.gobncheck_info().decode())
 
+    def set_persistent(self, on):
+        """Switches the persistent training kernel on or off (False where
+        the library has no such switch)."""
+        fn = getattr(self._so, "gobncheck_set_persistent", None)
+        if fn is None:
+            return False
+        fn.argtypes = [ctypes.c_int]
+        fn.restype = None
+        fn(int(bool(on)))
+        return True
+
     @staticmethod
     def _head(dtype, layout, N, C, S):
         return [DTYPE_CODE[dtype], LAYOUT_CODE[layout], int(N), int(C), int(S)]

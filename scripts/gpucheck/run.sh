@@ -20,6 +20,8 @@
 #   GPUCHECK_SANITIZER_OPTS  more compute-sanitizer options (default "--report-api-errors no")
 #   CHECK_ARGS, BENCH_ARGS  extra arguments for check.py and bench.py
 #   GPUCHECK_FAKE=1       no GPU: check.py --fake-gpu, bench.py --cpu-smoke (tests this bundle)
+#   GOBN_CUDA_PERSISTENT=1  check (and sanitize) with the persistent training kernel switched
+#                         on; bench.py times it either way, as gobn_p
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

@@ -486,7 +486,8 @@ __device__ __forceinline__ void global_finalize(const gobn_params& p) {
 
 // grid_barrier returns when every block of the grid has called it with the
 // same word, zeroed before the launch and used for one barrier only. The
-// grid must be resident at once: a cooperative launch. Writes before the
+// grid must be 1-D (it counts gridDim.x blocks) and resident at once: a
+// cooperative launch. Writes before the
 // barrier, by any thread of the grid, are visible after it.
 __device__ __forceinline__ void grid_barrier(unsigned int* word) {
   __syncthreads();
@@ -574,6 +575,7 @@ __device__ __forceinline__ void persist_cl(const gobn_params& p) {
     }
 #pragma unroll
     for (int u = 0; u < U; u++) {
+      if (r0 + u * blockDim.y >= R) break;  // rows past the end add nothing, as in reduce_cl
       float d[V], xv[V];
       unpack<T, V>(dyw[k][u], d);
       unpack<T, V>(xw[k][u], xv);

@@ -1,17 +1,34 @@
 package cuda
 
+import "errors"
+
 // FusedGrad runs the FusedBatchNormGrad family's gradient (training or
 // inference) on the device that holds the tensors.
 func FusedGrad(a FusedGradArgs, pl Placement) error {
-	p, err := a.plan(factsOf(a.anchor()))
+	f := factsOf(a.anchor())
+	p, err := a.plan(f)
 	if err != nil {
 		return err
 	}
 	if p.fallback {
 		fallbacks.Add(1)
 	}
-	return execute(p, pl, a.anchor())
+	err = execute(p, pl, a.anchor())
+	if errors.Is(err, errNoCooperative) {
+		// The device refused the persistent kernel's launch (nothing ran):
+		// the three launches, counted as a fallback.
+		fallbacks.Add(1)
+		f.persistent = false
+		if p, err = a.plan(f); err != nil {
+			return err
+		}
+		err = execute(p, pl, a.anchor())
+	}
+	return err
 }
+
+// errNoCooperative: the device refused a cooperative launch.
+var errNoCooperative = errors.New("gobn: the device refused the cooperative launch")
 
 // anchor is the address that tells the call's device.
 func (a FusedGradArgs) anchor() Ptr { return anchor(a.XBackprop, a.ScaleBackprop) }

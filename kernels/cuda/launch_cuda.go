@@ -162,10 +162,23 @@ func execute(p plan, pl Placement, anchor Ptr) error {
 		case failed >= 0:
 			what = "launching " + kernelNames[p.launches[failed].kernel]
 		}
-		return fmt.Errorf("gobn: CUDA on device %d: %s: %w", int(ordinal), what, cudaError(r))
+		err := fmt.Errorf("gobn: CUDA on device %d: %s: %w", int(ordinal), what, cudaError(r))
+		if failed >= 0 && int(failed) < len(ls) && p.launches[failed].cooperative &&
+			(r == errCooperativeLaunchTooLarge || r == errNotSupported) {
+			return fmt.Errorf("%w: %w", errNoCooperative, err)
+		}
+		return err
 	}
 	return nil
 }
+
+// The CUDA errors with which a device refuses a cooperative launch (cuda.h):
+// CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE (it holds fewer blocks now than
+// the occupancy query said, e.g. under MPS) and CUDA_ERROR_NOT_SUPPORTED.
+const (
+	errCooperativeLaunchTooLarge = 720
+	errNotSupported              = 801
+)
 
 // launched returns how many launches were made.
 func launched(failed int, r C.int, n int) int {

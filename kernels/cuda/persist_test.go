@@ -107,6 +107,9 @@ func TestPersistentPlans(t *testing.T) {
 		}
 		w := workspaceLayout(splits, tc.d.C, true)
 		require.Equal(t, w.total, p.workspace, name)
+		three, err := args.plan(h100(false))
+		require.NoError(t, err, name)
+		require.Equal(t, max(w.total, three.workspace), args.workspaceOn(f), "%s: room for the three launches too", name)
 		require.Equal(t, Ptr(w.barrier), l.params.barrier, name)
 		require.GreaterOrEqual(t, w.coef-w.partial, splits*2*tc.d.C*8, name)
 		require.GreaterOrEqual(t, w.barrier-w.coef, 3*tc.d.C*4, name)

@@ -400,9 +400,16 @@ func checkDims(d kernels.Dims, t DType) error {
 // WorkspaceBytes returns the device memory the call needs for the args'
 // dims, dtype and addresses (the vector width depends on their alignment,
 // the kernels on the device that holds them).
-func (a FusedGradArgs) WorkspaceBytes() int64 {
-	p, _ := a.plan(factsOf(a.anchor()))
-	return p.workspace
+//
+// A call planned as the persistent kernel gets room for the three launches
+// too, which it runs if the device refuses the cooperative launch.
+func (a FusedGradArgs) WorkspaceBytes() int64 { return a.workspaceOn(factsOf(a.anchor())) }
+
+func (a FusedGradArgs) workspaceOn(f gpuFacts) int64 {
+	p, _ := a.plan(f)
+	f.persistent = false
+	q, _ := a.plan(f)
+	return max(p.workspace, q.workspace)
 }
 
 // WorkspaceBytes is as FusedGradArgs.WorkspaceBytes.

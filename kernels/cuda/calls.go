@@ -5,7 +5,7 @@ import "errors"
 // FusedGrad runs the FusedBatchNormGrad family's gradient (training or
 // inference) on the device that holds the tensors.
 func FusedGrad(a FusedGradArgs, pl Placement) error {
-	f := factsOf(a.anchor())
+	f := a.facts()
 	p, err := a.plan(f)
 	if err != nil {
 		return err
@@ -32,6 +32,16 @@ var errNoCooperative = errors.New("gobn: the device refused the cooperative laun
 
 // anchor is the address that tells the call's device.
 func (a FusedGradArgs) anchor() Ptr { return anchor(a.XBackprop, a.ScaleBackprop) }
+
+// facts returns the facts its plan needs: the device's only where the
+// persistent kernel could run (switched on, training), so the default path
+// asks the driver nothing more.
+func (a FusedGradArgs) facts() gpuFacts {
+	if !a.Training || !Persistent() {
+		return gpuFacts{}
+	}
+	return factsOf(a.anchor())
+}
 
 // GlobalNormalizationGrad runs BatchNormWithGlobalNormalizationGrad.
 func GlobalNormalizationGrad(a GlobalNormalizationArgs, pl Placement) error {

@@ -403,10 +403,13 @@ func checkDims(d kernels.Dims, t DType) error {
 //
 // A call planned as the persistent kernel gets room for the three launches
 // too, which it runs if the device refuses the cooperative launch.
-func (a FusedGradArgs) WorkspaceBytes() int64 { return a.workspaceOn(factsOf(a.anchor())) }
+func (a FusedGradArgs) WorkspaceBytes() int64 { return a.workspaceOn(a.facts()) }
 
 func (a FusedGradArgs) workspaceOn(f gpuFacts) int64 {
 	p, _ := a.plan(f)
+	if len(p.launches) != 1 || !p.launches[0].cooperative {
+		return p.workspace
+	}
 	f.persistent = false
 	q, _ := a.plan(f)
 	return max(p.workspace, q.workspace)

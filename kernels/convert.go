@@ -4,27 +4,13 @@ package kernels
 func widen[T Element](dst []float32, src []T) {
 	switch src := any(src).(type) {
 	case []Half:
-		if simdWidenHalf != nil {
-			simdWidenHalf(dst, src)
-			return
-		}
-		for i, h := range src {
-			dst[i] = halfTable[h]
-		}
+		convert(dst, src, simdWidenHalf, Half.Float32)
 	case []BFloat16:
-		if simdWidenBFloat16 != nil {
-			simdWidenBFloat16(dst, src)
-			return
-		}
-		for i, b := range src {
-			dst[i] = b.Float32()
-		}
+		convert(dst, src, simdWidenBFloat16, BFloat16.Float32)
 	case []float32:
 		copy(dst, src)
 	case []float64:
-		for i, v := range src {
-			dst[i] = float32(v)
-		}
+		convert(dst, src, nil, func(v float64) float32 { return float32(v) })
 	}
 }
 
@@ -32,46 +18,40 @@ func widen[T Element](dst []float32, src []T) {
 func narrow[T Element](dst []T, src []float32) {
 	switch dst := any(dst).(type) {
 	case []Half:
-		if simdNarrowHalf != nil {
-			simdNarrowHalf(dst, src)
-			return
-		}
-		for i, v := range src {
-			dst[i] = HalfFromFloat32(v)
-		}
+		convert(dst, src, simdNarrowHalf, HalfFromFloat32)
 	case []BFloat16:
-		if simdNarrowBFloat16 != nil {
-			simdNarrowBFloat16(dst, src)
-			return
-		}
-		for i, v := range src {
-			dst[i] = BFloat16FromFloat32(v)
-		}
+		convert(dst, src, simdNarrowBFloat16, BFloat16FromFloat32)
 	case []float32:
 		copy(dst, src)
 	case []float64:
-		for i, v := range src {
-			dst[i] = float64(v)
-		}
+		convert(dst, src, nil, func(v float32) float64 { return float64(v) })
 	}
 }
 
-// toFloat64 returns the per-channel values p as float64.
+// convert sets each dst[i] to f(src[i]), through the CPU's vector loop vec
+// where there is one (vec nil: none); dst has src's length.
+func convert[S, D any](dst []D, src []S, vec func([]D, []S), f func(S) D) {
+	if vec != nil {
+		vec(dst, src)
+		return
+	}
+	for i, v := range src {
+		dst[i] = f(v)
+	}
+}
+
+// toFloat64 returns the per-channel values p as float64 (exactly).
 func toFloat64[T Element](s *scratch, p []T) []float64 {
 	out := s.float64s(len(p))
-	switch p := any(p).(type) {
-	case []float32:
-		for i, v := range p {
+	for i, v := range p {
+		switch v := any(v).(type) {
+		case float32:
 			out[i] = float64(v)
-		}
-	case []float64:
-		copy(out, p)
-	case []Half:
-		for i, v := range p {
+		case float64:
+			out[i] = v
+		case Half:
 			out[i] = float64(v.Float32())
-		}
-	case []BFloat16:
-		for i, v := range p {
+		case BFloat16:
 			out[i] = float64(v.Float32())
 		}
 	}
@@ -82,18 +62,12 @@ func toFloat64[T Element](s *scratch, p []T) []float64 {
 func fromFloat64[T Element](dst []T, p []float64) {
 	switch dst := any(dst).(type) {
 	case []float32:
-		for i, v := range p {
-			dst[i] = float32(v)
-		}
+		convert(dst, p, nil, func(v float64) float32 { return float32(v) })
 	case []float64:
 		copy(dst, p)
 	case []Half:
-		for i, v := range p {
-			dst[i] = HalfFromFloat32(float32(v))
-		}
+		convert(dst, p, nil, func(v float64) Half { return HalfFromFloat32(float32(v)) })
 	case []BFloat16:
-		for i, v := range p {
-			dst[i] = BFloat16FromFloat32(float32(v))
-		}
+		convert(dst, p, nil, func(v float64) BFloat16 { return BFloat16FromFloat32(float32(v)) })
 	}
 }

@@ -168,9 +168,9 @@ func checkGoldenFused[T kernels.Element](g golden) {
 	} else {
 		kernels.InferenceGrad(args)
 	}
-	g.compare("x_backprop", xShape, goldenFloat64s(args.XBackprop))
-	g.compare("scale_backprop", []int64{geo.C}, goldenFloat64s(args.ScaleBackprop))
-	g.compare("offset_backprop", []int64{geo.C}, goldenFloat64s(args.OffsetBackprop))
+	g.compare("x_backprop", xShape, widenAll(args.XBackprop))
+	g.compare("scale_backprop", []int64{geo.C}, widenAll(args.ScaleBackprop))
+	g.compare("offset_backprop", []int64{geo.C}, widenAll(args.OffsetBackprop))
 }
 
 func checkGoldenGlobalNormalization[T kernels.Element](g golden) {
@@ -193,11 +193,11 @@ func checkGoldenGlobalNormalization[T kernels.Element](g golden) {
 		DM:                      make([]T, C), DV: make([]T, C), DB: make([]T, C), DG: make([]T, C),
 	}
 	kernels.GlobalNormalizationGrad(args)
-	g.compare("dx", tShape, goldenFloat64s(args.DX))
-	g.compare("dm", []int64{C}, goldenFloat64s(args.DM))
-	g.compare("dv", []int64{C}, goldenFloat64s(args.DV))
-	g.compare("db", []int64{C}, goldenFloat64s(args.DB))
-	g.compare("dg", []int64{C}, goldenFloat64s(args.DG))
+	g.compare("dx", tShape, widenAll(args.DX))
+	g.compare("dm", []int64{C}, widenAll(args.DM))
+	g.compare("dv", []int64{C}, widenAll(args.DV))
+	g.compare("db", []int64{C}, widenAll(args.DB))
+	g.compare("dg", []int64{C}, widenAll(args.DG))
 }
 
 // golden is one open golden case.
@@ -267,15 +267,15 @@ func (g golden) readFloat64(name string) ([]int64, []float64) {
 	switch g.c.Arrays[name] {
 	case "float":
 		shape, v := readGolden[float32](g, name)
-		return shape, goldenFloat64s(v)
+		return shape, widenAll(v)
 	case "double":
 		return readGolden[float64](g, name)
 	case "half":
 		shape, v := readGolden[kernels.Half](g, name)
-		return shape, goldenFloat64s(v)
+		return shape, widenAll(v)
 	case "bfloat16":
 		shape, v := readGolden[kernels.BFloat16](g, name)
-		return shape, goldenFloat64s(v)
+		return shape, widenAll(v)
 	}
 	g.t.Fatalf("array %s has unknown dtype %q", name, g.c.Arrays[name])
 	return nil, nil
@@ -303,21 +303,4 @@ func (g golden) compare(name string, shape []int64, got []float64) {
 				name, g.c.Reference, g.c.T, i, got[i], want[i], err, bound)
 		}
 	}
-}
-
-func goldenFloat64s[E kernels.Element](v []E) []float64 {
-	out := make([]float64, len(v))
-	for i, e := range v {
-		switch e := any(e).(type) {
-		case float32:
-			out[i] = float64(e)
-		case float64:
-			out[i] = e
-		case kernels.Half:
-			out[i] = float64(e.Float32())
-		case kernels.BFloat16:
-			out[i] = float64(e.Float32())
-		}
-	}
-	return out
 }

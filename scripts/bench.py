@@ -168,6 +168,14 @@ def load_tf(onednn):
     return tf, gobn_package().ops
 
 
+def newest_fused(tf, lib):
+    """Stock's and gobn's newest fused gradient op (FusedBatchNormGradV3), as
+    opdef's generated records name them."""
+    from gobn._opdefs_gen import BY_KIND
+    op = BY_KIND["FusedBatchNormGrad"][-1]
+    return getattr(tf.raw_ops, op.stock), getattr(lib, op.wrapper)
+
+
 def library_path():
     return gobn_package().library_path()
 
@@ -207,6 +215,7 @@ def run_suite(only_float32, reps, only_large=False, only=""):
     or with only_large those larger than L3."""
     import numpy as np
     tf, lib = load_tf(False)
+    stock_op, gobn_op = newest_fused(tf, lib)
     rows = []
     for label, _, dtype, fmt, is_training, shape in suite(only):
         if only_float32 and dtype != "float32":
@@ -214,8 +223,8 @@ def run_suite(only_float32, reps, only_large=False, only=""):
         if only_large and not larger_than_l3(dtype, math.prod(shape)):
             continue
         args = make_inputs(tf, np, dtype, fmt, is_training, shape)
-        stock = tf.function(lambda: tf.raw_ops.FusedBatchNormGradV3(**args)[0])
-        gobn = tf.function(lambda: lib.gobn_fused_batch_norm_grad_v3(**args)[0])
+        stock = tf.function(lambda: stock_op(**args)[0])
+        gobn = tf.function(lambda: gobn_op(**args)[0])
         ts, tg = time_interleaved([stock, gobn], case_reps(shape, reps))
         n = math.prod(shape)
         rows.append(dict(label=label, dtype=dtype, data_format=fmt, is_training=is_training,
@@ -263,8 +272,7 @@ def run_chained(reps, large=False, only=""):
         if dtype != "float32" or not is_training or not keep:
             continue
         args = make_inputs(tf, np, dtype, fmt, is_training, shape)
-        ts, tg = time_interleaved([chain(tf, op, args, length) for op in
-                                   (tf.raw_ops.FusedBatchNormGradV3, lib.gobn_fused_batch_norm_grad_v3)],
+        ts, tg = time_interleaved([chain(tf, op, args, length) for op in newest_fused(tf, lib)],
                                   case_reps(shape, reps))
         rows.append(dict(label=label, dtype=dtype, data_format=fmt, shape=list(shape), elements=n,
                          chain=length, stock_ms=ts * 1e3 / length, gobn_ms=tg * 1e3 / length, ratio=ts / tg))
@@ -316,7 +324,7 @@ def run_onednn(reps, only=""):
     traced on its own: stock against it is the run's noise."""
     import numpy as np
     tf, lib = load_tf(True)
-    stock, gobn = tf.raw_ops.FusedBatchNormGradV3, lib.gobn_fused_batch_norm_grad_v3
+    stock, gobn = newest_fused(tf, lib)
     rows = []
     for label, _, dtype, fmt, is_training, shape in suite(only):
         if dtype not in onednn_dtypes() or label == BEYOND:
@@ -350,10 +358,11 @@ def run_threshold(reps):
     """gobn's time on NHWC float32 [rows, 1, 1, 64] training gradients."""
     import numpy as np
     tf, lib = load_tf(False)
+    _, gobn_op = newest_fused(tf, lib)
     out = {}
     for rows in THRESHOLD_ROWS:
         args = make_inputs(tf, np, "float32", "NHWC", True, (rows, 1, 1, 64))
-        gobn = tf.function(lambda: lib.gobn_fused_batch_norm_grad_v3(**args)[0])
+        gobn = tf.function(lambda: gobn_op(**args)[0])
         t, _ = time_interleaved([gobn, gobn], reps)
         out[rows * 64] = t * 1e3
     return out

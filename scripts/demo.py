@@ -214,7 +214,7 @@ def global_norm_row(lib, dtype, shape, reps, rng, scale_after_normalization=True
         # Variables, not constants: grappler would fold a constant-input op away.
         variables = {k: tf.compat.v1.get_variable(k, initializer=v, use_resource=True) for k, v in arrays.items()}
         values = {k: v.read_value() for k, v in variables.items()}
-        stock_out = tf.raw_ops.BatchNormWithGlobalNormalizationGrad(**values, **attrs)
+        stock_out = getattr(tf.raw_ops, GLOBAL_NORM.stock)(**values, **attrs)
         gobn_out = getattr(lib, GLOBAL_NORM.wrapper)(**values, **attrs)
         # Fetch one small output: a tf.group of the outputs gets pruned by grappler
         # (nothing would run), and fetching dx would time a copy.

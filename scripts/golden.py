@@ -213,7 +213,7 @@ def run_stock_global_norm(inputs, variance_epsilon, scale_after_normalization):
     arrays = {k: v.numpy() for k, v in inputs.items()}
     with graph.as_default():
         placeholders = {k: tf.compat.v1.placeholder(inputs[k].dtype, a.shape) for k, a in arrays.items()}
-        out = tf.raw_ops.BatchNormWithGlobalNormalizationGrad(
+        out = getattr(tf.raw_ops, GLOBAL_NORM.stock)(
             **placeholders, variance_epsilon=variance_epsilon, scale_after_normalization=scale_after_normalization)
     with tf.compat.v1.Session(graph=graph) as session:
         return session.run(list(out), {placeholders[k]: a for k, a in arrays.items()})

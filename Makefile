@@ -124,7 +124,7 @@ env: $(TFLIB)
 	@echo "export GOBN_LIBRARY='$(CURDIR)/$(LIB)'"
 
 generate:
-	go generate ./capi ./ops ./internal/genpy
+	go generate ./capi ./ops ./internal/genpy ./kernels
 
 demo: $(LIB)
 	$(VPY) scripts/demo.py
@@ -161,7 +161,7 @@ compat: wheel
 test: lint vet gotest race fuzz-short pytest
 
 # Generated files that go generate would change fail gotest
-# (internal/gencapi's and internal/genops' TestGeneratedFileIsCurrent).
+# (the generators' tests, through internal/genfile).
 lint: $(VENV)/.installed
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt: not formatted:"; echo "$$unformatted"; exit 1; fi

@@ -37,8 +37,8 @@ type rowLoops struct {
 }
 
 var (
-	avx2Rows   = &rowLoops{4, 8, sumsRow32, sumsRow2x32, 32, sumsTile32, sumsTile1x32, applyRow32, applyRow2x32, scaleRow32}
-	avx512Rows = &rowLoops{8, 16, sumsRow512, sumsRow2x512, 64, sumsTile512, sumsTile1x512, applyRow512, applyRow2x512, scaleRow512}
+	avx2Rows   = &rowLoops{f64Lanes, f32Lanes, sumsRow32, sumsRow2x32, 32, sumsTile32, sumsTile1x32, applyRow32, applyRow2x32, scaleRow32}
+	avx512Rows = &rowLoops{f64Lanes512, f32Lanes512, sumsRow512, sumsRow2x512, 64, sumsTile512, sumsTile1x512, applyRow512, applyRow2x512, scaleRow512}
 )
 
 // The row and run loops the float32 paths call: the AVX2 ones, or their
@@ -99,14 +99,23 @@ func init() {
 func ptr32(s []float32) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(s)) }
 func ptr64(s []float64) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(s)) }
 
+// The vector lengths of the AVX2 loops, in float32 and in float64 lanes.
+// The loops from load8 to widenBFloat16 that are written in them are written
+// once: internal/gensimd derives their AVX-512 forms (simd512_gen_amd64.go)
+// at twice the lengths.
+const (
+	f32Lanes = 8
+	f64Lanes = 4
+)
+
 // load8 returns the eight float32s at p[i:].
 func load8(p unsafe.Pointer, i int) archsimd.Float32x8 {
-	return archsimd.LoadFloat32x8((*[8]float32)(unsafe.Add(p, 4*i)))
+	return archsimd.LoadFloat32x8((*[f32Lanes]float32)(unsafe.Add(p, 4*i)))
 }
 
 // store8 writes v to p[i:i+8].
 func store8(v archsimd.Float32x8, p unsafe.Pointer, i int) {
-	v.Store((*[8]float32)(unsafe.Add(p, 4*i)))
+	v.Store((*[f32Lanes]float32)(unsafe.Add(p, 4*i)))
 }
 
 // widen4 returns the four float32s at p[i:] as float64s.
@@ -116,13 +125,17 @@ func widen4(p unsafe.Pointer, i int) archsimd.Float64x4 {
 
 // load4d returns the four float64s at p[i:].
 func load4d(p unsafe.Pointer, i int) archsimd.Float64x4 {
-	return archsimd.LoadFloat64x4((*[4]float64)(unsafe.Add(p, 8*i)))
+	return archsimd.LoadFloat64x4((*[f64Lanes]float64)(unsafe.Add(p, 8*i)))
 }
 
 // store4d writes v to p[i:i+4].
 func store4d(v archsimd.Float64x4, p unsafe.Pointer, i int) {
-	v.Store((*[4]float64)(unsafe.Add(p, 8*i)))
+	v.Store((*[f64Lanes]float64)(unsafe.Add(p, 8*i)))
 }
+
+// quad returns v as four lanes to add up: v itself (its AVX-512 form adds
+// the two halves of eight).
+func quad(v archsimd.Float64x4) archsimd.Float64x4 { return v }
 
 // needLen panics unless every slice in s has at least n elements.
 func needLen[F native](n int, s ...[]F) {
@@ -258,7 +271,7 @@ const twoRowMax = 256
 // prefetcher give up on data from DRAM.)
 func sumsRow2x32(n int, dy, x unsafe.Pointer, W int, mean, a, b unsafe.Pointer) {
 	dy1, x1 := unsafe.Add(dy, 4*W), unsafe.Add(x, 4*W)
-	for j := 0; j < n; j += 4 {
+	for j := 0; j < n; j += f64Lanes {
 		mu := load4d(mean, j)
 		g0, g1 := widen4(dy, j), widen4(dy1, j)
 		xc0, xc1 := widen4(x, j).Sub(mu), widen4(x1, j).Sub(mu)
@@ -272,14 +285,14 @@ func sumsRow2x32(n int, dy, x unsafe.Pointer, W int, mean, a, b unsafe.Pointer) 
 // (exactly: the means are float32 inputs).
 func mean8(p unsafe.Pointer, i int) archsimd.Float32x8 {
 	var v archsimd.Float32x8
-	return v.SetLo(load4d(p, i).ConvertToFloat32()).SetHi(load4d(p, i+4).ConvertToFloat32())
+	return v.SetLo(load4d(p, i).ConvertToFloat32()).SetHi(load4d(p, i+f64Lanes).ConvertToFloat32())
 }
 
 // fold8 adds the eight float32 partial sums v into the float64 accumulators
 // at p[i:].
 func fold8(v archsimd.Float32x8, p unsafe.Pointer, i int) {
 	store4d(load4d(p, i).Add(v.GetLo().ConvertToFloat64()), p, i)
-	store4d(load4d(p, i+4).Add(v.GetHi().ConvertToFloat64()), p, i+4)
+	store4d(load4d(p, i+f64Lanes).Add(v.GetHi().ConvertToFloat64()), p, i+f64Lanes)
 }
 
 // sumsTile32 adds into the float64 sums a (Σdy) and b (Σdy·(x−mean)) of 32
@@ -344,7 +357,7 @@ func sumsTile1x32(rows, W int, dy, x, mean, a, b unsafe.Pointer) {
 // row length, is unused). A loop of its own, over few pointers, keeps them
 // all in registers.
 func sumsRow32(n int, dy, x unsafe.Pointer, _ int, mean, a, b unsafe.Pointer) {
-	for j := 0; j < n; j += 4 {
+	for j := 0; j < n; j += f64Lanes {
 		g := widen4(dy, j)
 		xc := widen4(x, j).Sub(load4d(mean, j))
 		store4d(load4d(a, j).Add(g), a, j)
@@ -384,25 +397,31 @@ func runSums32(dy, x []float32, mu float64) (sumDy, sumDyXc float64) {
 	m := len(dy)
 	needLen(m, x)
 	j := 0
-	if m >= 8 {
+	if m >= 2*f64Lanes {
 		pdy, px := ptr32(dy), ptr32(x)
-		mu4 := archsimd.BroadcastFloat64x4(mu)
+		muv := archsimd.BroadcastFloat64x4(mu)
 		var a0, a1, b0, b1 archsimd.Float64x4
-		for ; j+8 <= m; j += 8 {
-			g0, g1 := widen4(pdy, j), widen4(pdy, j+4)
-			x0, x1 := widen4(px, j).Sub(mu4), widen4(px, j+4).Sub(mu4)
+		for ; j+2*f64Lanes <= m; j += 2 * f64Lanes {
+			g0, g1 := widen4(pdy, j), widen4(pdy, j+f64Lanes)
+			x0, x1 := widen4(px, j).Sub(muv), widen4(px, j+f64Lanes).Sub(muv)
 			a0, a1 = a0.Add(g0), a1.Add(g1)
 			b0, b1 = g0.MulAdd(x0, b0), g1.MulAdd(x1, b1)
 		}
 		var la, lb [4]float64
-		a0.Add(a1).Store(&la)
-		b0.Add(b1).Store(&lb)
+		quad(a0.Add(a1)).Store(&la)
+		quad(b0.Add(b1)).Store(&lb)
 		archsimd.ClearAVXUpperBits()
 		sumDy = (la[0] + la[1]) + (la[2] + la[3])
 		sumDyXc = (lb[0] + lb[1]) + (lb[2] + lb[3])
 	}
-	for ; j < m; j++ {
-		g := float64(dy[j])
+	s, sx := runSumsTail(dy[j:], x[j:], mu)
+	return sumDy + s, sumDyXc + sx
+}
+
+// runSumsTail is runSums32's scalar tail; its AVX-512 form's is runSums32.
+func runSumsTail(dy, x []float32, mu float64) (sumDy, sumDyXc float64) {
+	for j, v := range dy {
+		g := float64(v)
 		sumDy += g
 		sumDyXc += g * (float64(x[j]) - mu)
 	}
@@ -474,7 +493,7 @@ func applyChunks(l *rowLoops, W, rows int, dy, x, dx []float32, pa, pb, pd, pm u
 // applyRow32 writes the first n (a multiple of 8) channels of one row (W,
 // the row length, is unused).
 func applyRow32(n int, dy, x, dx unsafe.Pointer, _ int, a, b, mdy, mu unsafe.Pointer) {
-	for j := 0; j < n; j += 8 {
+	for j := 0; j < n; j += f32Lanes {
 		r := load8(x, j).Sub(load8(mu, j)).Mul(load8(b, j))
 		store8(load8(dy, j).Sub(load8(mdy, j)).MulAdd(load8(a, j), r), dx, j)
 	}
@@ -485,7 +504,7 @@ func applyRow32(n int, dy, x, dx unsafe.Pointer, _ int, a, b, mdy, mu unsafe.Poi
 // coefficients loaded once for both.
 func applyRow2x32(n int, dy, x, dx unsafe.Pointer, W int, a, b, mdy, mu unsafe.Pointer) {
 	dy1, x1, dx1 := unsafe.Add(dy, 4*W), unsafe.Add(x, 4*W), unsafe.Add(dx, 4*W)
-	for j := 0; j < n; j += 8 {
+	for j := 0; j < n; j += f32Lanes {
 		av, bv, dv, mv := load8(a, j), load8(b, j), load8(mdy, j), load8(mu, j)
 		store8(load8(dy, j).Sub(dv).MulAdd(av, load8(x, j).Sub(mv).Mul(bv)), dx, j)
 		store8(load8(dy1, j).Sub(dv).MulAdd(av, load8(x1, j).Sub(mv).Mul(bv)), dx1, j)
@@ -496,7 +515,7 @@ func applyRow2x32(n int, dy, x, dx unsafe.Pointer, W int, a, b, mdy, mu unsafe.P
 // scaleRow32 writes dx = a·dy for the first n (a multiple of 8) channels of
 // one row.
 func scaleRow32(n int, dy, dx, a unsafe.Pointer) {
-	for j := 0; j < n; j += 8 {
+	for j := 0; j < n; j += f32Lanes {
 		store8(load8(dy, j).Mul(load8(a, j)), dx, j)
 	}
 	archsimd.ClearAVXUpperBits()
@@ -536,24 +555,31 @@ func applyRun32(scaleOnly bool, a, b, mdy, mu float32, dy, x, dx []float32) {
 	needLen(m, x, dx)
 	pdy, px, pdx := ptr32(dy), ptr32(x), ptr32(dx)
 	j := 0
-	a8 := archsimd.BroadcastFloat32x8(a)
+	av := archsimd.BroadcastFloat32x8(a)
 	if scaleOnly {
-		for ; j+8 <= m; j += 8 {
-			store8(load8(pdy, j).Mul(a8), pdx, j)
+		for ; j+f32Lanes <= m; j += f32Lanes {
+			store8(load8(pdy, j).Mul(av), pdx, j)
 		}
-		archsimd.ClearAVXUpperBits()
-		for ; j < m; j++ {
-			dx[j] = a * dy[j]
+	} else {
+		bv, mdyv, muv := archsimd.BroadcastFloat32x8(b), archsimd.BroadcastFloat32x8(mdy), archsimd.BroadcastFloat32x8(mu)
+		for ; j+f32Lanes <= m; j += f32Lanes {
+			store8(load8(pdy, j).Sub(mdyv).MulAdd(av, load8(px, j).Sub(muv).Mul(bv)), pdx, j)
 		}
-		return
-	}
-	b8, mdy8, mu8 := archsimd.BroadcastFloat32x8(b), archsimd.BroadcastFloat32x8(mdy), archsimd.BroadcastFloat32x8(mu)
-	for ; j+8 <= m; j += 8 {
-		store8(load8(pdy, j).Sub(mdy8).MulAdd(a8, load8(px, j).Sub(mu8).Mul(b8)), pdx, j)
 	}
 	archsimd.ClearAVXUpperBits()
-	for ; j < m; j++ {
-		dx[j] = a*(dy[j]-mdy) + b*(x[j]-mu)
+	applyRunTail(scaleOnly, a, b, mdy, mu, dy[j:], x[j:], dx[j:])
+}
+
+// applyRunTail is applyRun32's scalar tail; its AVX-512 form's is
+// applyRun32, so that each element is computed as a streamed run computes
+// it (streamRun: whole vectors of eight, then this tail).
+func applyRunTail(scaleOnly bool, a, b, mdy, mu float32, dy, x, dx []float32) {
+	for j := range dx {
+		if scaleOnly {
+			dx[j] = a * dy[j]
+		} else {
+			dx[j] = a*(dy[j]-mdy) + b*(x[j]-mu)
+		}
 	}
 }
 
@@ -579,8 +605,8 @@ func widenBFloat16(dst []float32, src []BFloat16) {
 	dst = dst[:n]
 	ps, pd := unsafe.Pointer(unsafe.SliceData(src)), ptr32(dst)
 	j := 0
-	for ; j+8 <= n; j += 8 {
-		u := archsimd.LoadUint16x8((*[8]uint16)(unsafe.Add(ps, 2*j)))
+	for ; j+f32Lanes <= n; j += f32Lanes {
+		u := archsimd.LoadUint16x8((*[f32Lanes]uint16)(unsafe.Add(ps, 2*j)))
 		store8(u.ExtendToUint32().ShiftAllLeft(16).AsFloat32x8(), pd, j)
 	}
 	archsimd.ClearAVXUpperBits()

@@ -1,9 +1,9 @@
 package main
 
 import (
-	"os"
 	"testing"
 
+	"github.com/gobn/gobn/internal/genfile"
 	"github.com/gobn/gobn/opdef"
 	"github.com/stretchr/testify/require"
 )
@@ -12,10 +12,7 @@ import (
 func TestGeneratedFileIsCurrent(t *testing.T) {
 	want, err := Generate(opdef.All)
 	require.NoError(t, err)
-	onDisk, err := os.ReadFile("../../ops/ops_gen.go")
-	require.NoError(t, err)
-	require.Equal(t, string(want), string(onDisk),
-		"ops/ops_gen.go is stale: run `go generate ./ops`")
+	require.NoError(t, genfile.Current("../../ops/ops_gen.go", want, "go generate ./ops"))
 }
 
 func TestOptionNamesFollowTheBindings(t *testing.T) {

@@ -1,9 +1,9 @@
 package main
 
 import (
-	"os"
 	"testing"
 
+	"github.com/gobn/gobn/internal/genfile"
 	"github.com/stretchr/testify/require"
 )
 
@@ -11,9 +11,7 @@ import (
 // changed without `make generate`.
 func TestGeneratedFilesAreCurrent(t *testing.T) {
 	for name, want := range Files() {
-		onDisk, err := os.ReadFile("../../python/gobn/" + name)
-		require.NoError(t, err)
-		require.Equal(t, string(want), string(onDisk), "python/gobn/%s is stale: run `make generate`", name)
+		require.NoError(t, genfile.Current("../../python/gobn/"+name, want, "make generate"))
 	}
 }
 

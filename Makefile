@@ -21,6 +21,7 @@
 #   make multiworker the example examples/multiworker: train on WORKERS (default 2) local worker processes
 #   make bench-models  ResNet50 and MobileNetV2 training steps, stock against gobn: Keras 3 with convert, tf_keras with enable() (docs/models.md)
 #   make gpu-bundle  build/gpu: the CUDA path's check, for a GPU machine without Go or TensorFlow
+#   make gpu-tf-check  gobn inside TensorFlow's GPU build on GPU:0, with build/libgobn.so made beforehand (bench/gpu_tf.json)
 #   make clean       remove build outputs
 #   make help        print this list
 #
@@ -37,7 +38,7 @@ LIB := build/libgobn.so
 TFLIBDIR := build/tflib
 TFLIB := $(TFLIBDIR)/libtensorflow.so
 
-.PHONY: all wheel compat bench bench-multiworker bench-models multiworker demo test lint gotest pytest vet race fuzz fuzz-short generate env golden clean gpu-bundle help FORCE
+.PHONY: all wheel compat bench bench-multiworker bench-models multiworker demo test lint gotest pytest vet race fuzz fuzz-short generate env golden clean gpu-bundle gpu-tf-check help FORCE
 all: $(LIB)
 
 # The virtual environment with the pinned TensorFlow (see requirements.txt).
@@ -241,6 +242,16 @@ $(GPU_BUNDLE)/libgobncheck.so: kernels/cuda/gobn.fatbin $(GO_SOURCES) $(wildcard
 gpu-bundle: $(GPU_BUNDLE)/libgobncheck.so $(GPUCHECK_SCRIPTS)
 	cp $(GPUCHECK_SCRIPTS) $(GPU_BUNDLE)/
 	@du -sh $(GPU_BUNDLE) | sed 's/^/gpu-bundle: /'
+
+# gobn inside TensorFlow's GPU build (docs/gpu.md): on a machine with an
+# NVIDIA GPU whose $(GPU_TF_PYTHON) imports TensorFlow's GPU build, with
+# build/libgobn.so built beforehand by make (it is not rebuilt here: the GPU
+# machine need not have Go). GPU_TF_ARGS adds options (--full: ResNet-50's
+# shapes; --device).
+GPU_TF_PYTHON ?= python3
+GPU_TF_ARGS ?=
+gpu-tf-check:
+	$(GPU_TF_PYTHON) scripts/gpu_tf_check.py --json bench/gpu_tf.json $(GPU_TF_ARGS)
 
 # ---------------------------------------------------------------------------
 # Beyond one machine: tf.distribute.MultiWorkerMirroredStrategy on local

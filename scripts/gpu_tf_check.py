@@ -1,0 +1,452 @@
+"""gobn inside TensorFlow on a device: TensorFlow itself calling gobn's kernels.
+
+`make gpu-tf-check` runs it with TensorFlow's GPU build on a machine with an
+NVIDIA GPU (docs/gpu.md says how to get that build onto a machine without
+network). It checks, on --device (default GPU:0):
+
+  registry  TensorFlow's kernel registry lists a kernel of every gobn op on
+            the device for each dtype opdef binds there, and BatchNormGradReduce's
+            and BatchNormGradApply's count in host memory
+  parity    every Gobn> op x dtype x data format x mode x shape, eager and
+            inside tf.function, with its tensors on the device: within the
+            float64 reference's tolerance (docs/design.md), beside stock's
+            kernel on the device where stock has one; training's reserve
+            spaces come from stock's forward on the device (on a GPU, the
+            inverse standard deviation); gobn's kernel ran on the device
+            (gobn.kernel_calls())
+  errors    bad input gets InvalidArgument, the process goes on, and the next
+            call is right
+  threads   several threads calling gobn at once, beside other work on the
+            device: each result equals the one computed alone, bit for bit
+  enable    after gobn.enable(), stock's FusedBatchNormGradV3 on the device
+            runs gobn's kernel and equals stock's own result within the
+            tolerance (last: enable() lasts for the process)
+
+It prints a line per check and writes --json (bench/gpu_tf.json's device,
+tensorflow, command, registry, parity, errors, threads and enable); the exit
+status is 0 only if every check passed. Training steps and the cost of the
+synchronization rule are not measured here.
+
+--device CPU:0 runs the same checks on the CPU, where reserve_space_2 is the
+variance; python_tests/test_gpu_tf_check.py runs it so with --quick.
+"""
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+import zlib
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+EPSILON = 1e-3
+# (N, spatial dims, C): small and odd shapes, C = 1, an empty batch; with
+# --full also ResNet-50's.
+SHAPES_4D = [(2, (5, 7), 3), (1, (1, 1), 1), (4, (6, 6), 33), (0, (4, 4), 8), (8, (14, 14), 64)]
+SHAPES_5D = [(2, (3, 4, 5), 7), (0, (2, 2, 2), 4)]
+RESNET = [(32, (112, 112), 64), (32, (56, 56), 256), (32, (28, 28), 512), (32, (14, 14), 1024), (32, (7, 7), 2048)]
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="GPU:0", help="the device to check (default GPU:0)")
+    p.add_argument("--quick", action="store_true", help="float32 and one shape of each rank in parity")
+    p.add_argument("--full", action="store_true", help="ResNet-50's shapes in parity too")
+    p.add_argument("--json", help="write the results here")
+    return p.parse_args(argv)
+
+
+def setup(device):
+    if device.upper().startswith("CPU"):
+        os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # stock's own CPU kernels, as python_tests
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+
+
+class Checks:
+    """The results: a list of rows per section, and whether all passed."""
+
+    def __init__(self):
+        self.sections = {}
+        self.failed = 0
+
+    def add(self, section, ok, **row):
+        row = dict(row, ok=bool(ok))
+        self.sections.setdefault(section, []).append(row)
+        if not ok:
+            self.failed += 1
+        detail = " ".join(f"{k}={v}" for k, v in row.items() if k not in ("ok",))
+        print(f"{'ok  ' if ok else 'FAIL'} {section:8s} {detail}", flush=True)
+
+
+# ---------------------------------------------------------------------------
+
+
+def device_type(device):
+    return device.split(":")[0].upper()
+
+
+def calls_on(kernel_calls, name, dev):
+    return kernel_calls().get(name, {}).get(dev, 0)
+
+
+def check_registry(checks, tf, ops, dev):
+    from tensorflow.python.framework import kernels as registry
+
+    names = {1: "float", 2: "double", 14: "bfloat16", 19: "half"}
+    for op in ops:
+        got, host = set(), set()
+        for k in registry.get_registered_kernels_for_op(op.name).kernel:
+            if k.device_type == dev:
+                got.add({c.name: names[c.allowed_values.list.type[0]] for c in k.constraint}["T"])
+                host.update(k.host_memory_arg)
+        want = set(op.gpu_dtypes if dev == "GPU" else op.dtypes)
+        # count lives in host memory on a GPU (on the CPU everything does)
+        want_host = {"count"} if dev == "GPU" and "count" in op.inputs + op.outputs else set()
+        checks.add("registry", got == want and host == want_host, op=op.name, dtypes=sorted(got),
+                   host_memory=sorted(host))
+
+
+def shapes_for(rank, args):
+    shapes = SHAPES_4D if rank == 4 else SHAPES_5D
+    if args.quick:
+        shapes = shapes[:1]
+    if args.full and rank == 4:
+        shapes = shapes + RESNET
+    return shapes
+
+
+TF_DTYPES = {"float": "float32", "half": "float16", "bfloat16": "bfloat16", "double": "float64"}
+
+
+def cases(tf, op, dev, args):
+    """(dtype's name, dtype, data format, shape) of op's parity cases on dev."""
+    for name in op.gpu_dtypes if dev == "GPU" else op.dtypes:
+        if args.quick and name != "float":
+            continue
+        for data_format in op.data_formats:
+            for shape in shapes_for(len(data_format), args):
+                yield name, tf.as_dtype(TF_DTYPES[name]), data_format, shape
+
+
+def logical(data_format, shape):
+    N, spatial, C = shape
+    return [N, *spatial, C] if data_format in ("NHWC", "NDHWC") else [N, C, *spatial]
+
+
+def max_error(got, want, bound):
+    """The largest |got - want| over its bound (<= 1 passes), NaN-aware."""
+    import numpy as np
+
+    got, want, bound = (np.asarray(a, np.float64) for a in (got, want, bound))
+    if got.shape != want.shape:
+        return float("inf")
+    if got.size == 0:
+        return 0.0
+    both_nan = np.isnan(got) & np.isnan(want)
+    err = np.where(both_nan, 0.0, np.abs(got - want) / np.maximum(bound, 1e-300))
+    return float(np.nan_to_num(err, nan=np.inf).max())
+
+
+def run(fn, inputs, mode, tf):
+    if mode == "eager":
+        return [t.numpy() for t in fn(**inputs)]
+    spec = {k: tf.TensorSpec(v.shape, v.dtype) for k, v in inputs.items()}
+    f = tf.function(lambda kw: fn(**kw), input_signature=[spec])
+    return [t.numpy() for t in f(inputs)]
+
+
+def fused_inputs(tf, np, op, dtype, data_format, is_training, shape, seed, dev_is_gpu):
+    """The op's inputs on the current device, and the (mean, variance) the
+    float64 reference takes."""
+    rng = np.random.default_rng(seed)
+    dims = logical(data_format, shape)
+    C = shape[2]
+    x = tf.constant(rng.standard_normal(dims) * 1.5 + 0.25, dtype)
+    dy = tf.constant(rng.standard_normal(dims), dtype)
+    scale = tf.constant(rng.uniform(0.5, 1.5, C) * rng.choice([-1.0, 1.0], C), tf.float32)
+    offset = tf.constant(rng.standard_normal(C), tf.float32)
+    rs3 = tf.constant([], tf.float32)
+    if is_training and shape[0] * C > 0 and all(shape[1]):
+        empty = tf.constant([], tf.float32)
+        out = tf.raw_ops.FusedBatchNormV3(x=x, scale=scale, offset=offset, mean=empty, variance=empty,
+                                          epsilon=EPSILON, data_format=data_format, is_training=True)
+        mean, rs2, rs3 = out.reserve_space_1, out.reserve_space_2, out.reserve_space_3
+        r = np.float64(rs2.numpy())
+        # A GPU's forward saves 1/sqrt(variance + epsilon), the CPU's the variance.
+        variance = 1.0 / (r * r) - np.float64(np.float32(EPSILON)) if dev_is_gpu else r
+    else:
+        mean = tf.constant(rng.standard_normal(C) * 0.5, tf.float32)
+        rs2 = tf.constant(rng.uniform(0.5, 2.0, C), tf.float32)
+        variance = np.float64(rs2.numpy())
+    inputs = dict(y_backprop=dy, x=x, scale=scale, reserve_space_1=mean, reserve_space_2=rs2)
+    if "reserve_space_3" in op.inputs:
+        inputs["reserve_space_3"] = rs3
+    return inputs, np.float64(mean.numpy()), variance
+
+
+def check_fused(checks, tf, np, lib, kernel_calls, ops, device, args):
+    from gobn._testing import fused_grad_reference, tolerance_bound
+
+    dev = device_type(device)
+    for op in ops:
+        for dtype_name, dtype, data_format, shape in cases(tf, op, dev, args):
+            for is_training in (True, False):
+                seed = zlib.crc32(repr((op.name, dtype_name, data_format, shape, is_training)).encode())
+                with tf.device(device):
+                    inputs, mean, variance = fused_inputs(tf, np, op, dtype, data_format, is_training,
+                                                          shape, seed, dev == "GPU")
+                    attrs = dict(epsilon=EPSILON, data_format=data_format, is_training=is_training)
+                    want = fused_grad_reference(inputs["y_backprop"], inputs["x"], inputs["scale"], mean,
+                                                variance, EPSILON, is_training, data_format)
+                    stock = getattr(tf.raw_ops, op.stock)
+                    gobn = getattr(lib, op.wrapper)
+                    for mode in ("eager", "function"):
+                        before = calls_on(kernel_calls, op.name, dev)
+                        got = run(lambda **kw: gobn(**kw, **attrs)[:3], inputs, mode, tf)
+                        ran = calls_on(kernel_calls, op.name, dev) - before
+                        try:
+                            ref = run(lambda **kw: stock(**kw, **attrs)[:3], inputs, mode, tf)
+                        except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError):
+                            ref = None  # stock has no kernel for it here
+                        errs, stock_errs = [], []
+                        for i, w in enumerate(want):
+                            out_dtype = dtype if i == 0 else tf.float32
+                            bound = tolerance_bound(w, out_dtype)
+                            errs.append(max_error(got[i], w, bound))
+                            if ref is not None:
+                                stock_errs.append(max_error(ref[i], w, bound))
+                        ok = max(errs) <= 1 and ran >= 1
+                        checks.add("parity", ok, op=op.name, dtype=dtype_name, data_format=data_format,
+                                   mode="training" if is_training else "inference", run=mode,
+                                   shape=logical(data_format, shape), calls=ran,
+                                   gobn_norm=round(max(errs), 4),
+                                   stock_norm=round(max(stock_errs), 4) if stock_errs else None)
+
+
+def check_global_norm(checks, tf, np, lib, kernel_calls, op, device, args):
+    from gobn._testing import global_norm_grad_reference, tolerance_bound
+
+    dev = device_type(device)
+    for dtype_name, dtype, _, shape in cases(tf, op, dev, args):
+        for scale_after in (True, False):
+            rng = np.random.default_rng(len(checks.sections.get("parity", [])))
+            dims, C = logical("NHWC", shape), shape[2]
+            with tf.device(device):
+                inputs = dict(t=tf.constant(rng.standard_normal(dims), dtype),
+                              m=tf.constant(rng.standard_normal(C) * 0.3, dtype),
+                              v=tf.constant(rng.uniform(0.5, 2.0, C), dtype),
+                              gamma=tf.constant(rng.uniform(0.5, 1.5, C), dtype),
+                              backprop=tf.constant(rng.standard_normal(dims), dtype))
+                attrs = dict(variance_epsilon=EPSILON, scale_after_normalization=scale_after)
+                want = global_norm_grad_reference(**inputs, **attrs)
+                gobn = getattr(lib, op.wrapper)
+                for mode in ("eager", "function"):
+                    before = calls_on(kernel_calls, op.name, dev)
+                    got = run(lambda **kw: gobn(**kw, **attrs), inputs, mode, tf)
+                    ran = calls_on(kernel_calls, op.name, dev) - before
+                    norm = max(max_error(g, w, tolerance_bound(w, dtype)) for g, w in zip(got, want))
+                    checks.add("parity", norm <= 1 and ran >= 1, op=op.name, dtype=dtype_name,
+                               data_format="NHWC", mode=f"scale_after_normalization={scale_after}", run=mode,
+                               shape=dims, calls=ran, gobn_norm=round(norm, 4), stock_norm=None)
+
+
+def check_sync(checks, tf, np, lib, kernel_calls, reduce_op, apply_op, device, args):
+    """BatchNormGradReduce and BatchNormGradApply against their float64 formulas."""
+    from gobn._testing import tolerance_bound
+
+    dev = device_type(device)
+    for dtype_name, dtype, data_format, shape in cases(tf, reduce_op, dev, args):
+        rank = len(data_format)
+        rng = np.random.default_rng(rank * 1000 + shape[2])
+        dims, C = logical(data_format, shape), shape[2]
+        axis = 1 if data_format in ("NCHW", "NCDHW") else rank - 1
+        axes = tuple(a for a in range(rank) if a != axis)
+        bshape = [C if a == axis else 1 for a in range(rank)]
+        with tf.device(device):
+            dy = tf.constant(rng.standard_normal(dims), dtype)
+            x = tf.constant(rng.standard_normal(dims) + 0.5, dtype)
+            mean = tf.constant(rng.standard_normal(C) * 0.3, tf.float32)
+            var = tf.constant(rng.uniform(0.5, 2.0, C), tf.float32)
+            scale = tf.constant(rng.uniform(0.5, 1.5, C), tf.float32)
+            dy64, x64 = np.float64(dy.numpy()), np.float64(x.numpy())
+            mu64 = np.float64(mean.numpy()).reshape(bshape)
+            sum_dy, sum_dy_xmu = dy64.sum(axis=axes), (dy64 * (x64 - mu64)).sum(axis=axes)
+            count = int(np.prod([dims[a] for a in axes]))
+            for mode in ("eager", "function"):
+                before = calls_on(kernel_calls, reduce_op.name, dev)
+                got = run(lambda **kw: getattr(lib, reduce_op.wrapper)(**kw, data_format=data_format),
+                          dict(y_backprop=dy, x=x, mean=mean), mode, tf)
+                ran = calls_on(kernel_calls, reduce_op.name, dev) - before
+                norm = max(max_error(got[0], sum_dy, tolerance_bound(sum_dy, tf.float32)),
+                           max_error(got[1], sum_dy_xmu, tolerance_bound(sum_dy_xmu, tf.float32)))
+                ok = norm <= 1 and int(got[2]) == count and ran >= 1
+                checks.add("parity", ok, op=reduce_op.name, dtype=dtype_name, data_format=data_format,
+                           mode="reduce", run=mode, shape=dims, calls=ran, gobn_norm=round(norm, 4),
+                           stock_norm=None)
+                if count == 0:
+                    continue
+                c = 1.0 / np.sqrt(np.float64(var.numpy()) + np.float64(np.float32(EPSILON)))
+                c, sc = c.reshape(bshape), np.float64(scale.numpy()).reshape(bshape)
+                want = sc * c * (dy64 - sum_dy.reshape(bshape) / count
+                                 - (x64 - mu64) * c * c * sum_dy_xmu.reshape(bshape) / count)
+                apply_in = dict(y_backprop=dy, x=x, scale=scale, mean=mean, variance=var,
+                                sum_dy=tf.constant(sum_dy, tf.float32),
+                                sum_dy_xmu=tf.constant(sum_dy_xmu, tf.float32),
+                                count=tf.constant(count, tf.int64))
+                before = calls_on(kernel_calls, apply_op.name, dev)
+                got = run(lambda **kw: [getattr(lib, apply_op.wrapper)(
+                    **kw, epsilon=EPSILON, data_format=data_format)], apply_in, mode, tf)
+                ran = calls_on(kernel_calls, apply_op.name, dev) - before
+                norm = max_error(got[0], want, tolerance_bound(want, dtype))
+                checks.add("parity", norm <= 1 and ran >= 1, op=apply_op.name, dtype=dtype_name,
+                           data_format=data_format, mode="apply", run=mode, shape=dims, calls=ran,
+                           gobn_norm=round(norm, 4), stock_norm=None)
+
+
+def check_errors(checks, tf, np, lib, device):
+    with tf.device(device):
+        x = tf.ones([2, 3, 3, 4])
+        good = dict(y_backprop=x, x=x, scale=tf.ones([4]), reserve_space_1=tf.zeros([4]),
+                    reserve_space_2=tf.ones([4]), reserve_space_3=tf.constant([], tf.float32))
+        bad = [("scale of 3 channels", dict(good, scale=tf.ones([3]))),
+               ("rank 3 x", dict(good, x=tf.ones([2, 3, 4]), y_backprop=tf.ones([2, 3, 4]))),
+               ("y_backprop unlike x", dict(good, y_backprop=tf.ones([2, 3, 3, 5])))]
+        first = lib.gobn_fused_batch_norm_grad_v3(**good, epsilon=EPSILON)[0].numpy()
+        for name, inputs in bad:
+            try:
+                lib.gobn_fused_batch_norm_grad_v3(**inputs, epsilon=EPSILON)[0].numpy()
+                raised = "nothing"
+            except tf.errors.InvalidArgumentError:
+                raised = "InvalidArgument"
+            except Exception as e:  # noqa: BLE001 (the kind is the result)
+                raised = type(e).__name__
+            again = lib.gobn_fused_batch_norm_grad_v3(**good, epsilon=EPSILON)[0].numpy()
+            checks.add("errors", raised == "InvalidArgument" and np.array_equal(again, first),
+                       case=name, raised=raised, next_call_equal=bool(np.array_equal(again, first)))
+
+
+def check_threads(checks, tf, np, lib, device, threads=4, calls=8):
+    rng = np.random.default_rng(7)
+    with tf.device(device):
+        cases = []
+        for i in range(threads):
+            shape = [4, 14, 14, 32 + 16 * i]
+            C = shape[-1]
+            cases.append(dict(y_backprop=tf.constant(rng.standard_normal(shape), tf.float32),
+                              x=tf.constant(rng.standard_normal(shape), tf.float32),
+                              scale=tf.constant(rng.uniform(0.5, 1.5, C), tf.float32),
+                              reserve_space_1=tf.constant(rng.standard_normal(C) * 0.1, tf.float32),
+                              reserve_space_2=tf.constant(rng.uniform(0.5, 2.0, C), tf.float32),
+                              reserve_space_3=tf.constant([], tf.float32)))
+        alone = [[t.numpy() for t in lib.gobn_fused_batch_norm_grad_v3(**c, epsilon=EPSILON)[:3]] for c in cases]
+        other = tf.constant(rng.standard_normal([64, 64, 64]), tf.float32)
+    mismatches, errors = [], []
+    stop = threading.Event()
+
+    def caller(i):
+        try:
+            with tf.device(device):
+                for _ in range(calls):
+                    got = [t.numpy() for t in lib.gobn_fused_batch_norm_grad_v3(**cases[i], epsilon=EPSILON)[:3]]
+                    if not all(np.array_equal(g, w) for g, w in zip(got, alone[i])):
+                        mismatches.append(i)
+        except Exception as e:  # noqa: BLE001 (reported)
+            errors.append(repr(e))
+
+    def busy():
+        with tf.device(device):
+            y = other
+            while not stop.is_set():
+                y = tf.tanh(y * 0.5 + 0.1)
+            y.numpy()
+
+    start = time.perf_counter()
+    workers = [threading.Thread(target=caller, args=(i,)) for i in range(threads)]
+    background = threading.Thread(target=busy)
+    background.start()
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(timeout=300)
+    stop.set()
+    background.join(timeout=60)
+    hung = any(w.is_alive() for w in workers) or background.is_alive()
+    checks.add("threads", not (mismatches or errors or hung), threads=threads, calls_each=calls,
+               mismatches=len(mismatches), errors=errors[:3], hung=hung,
+               seconds=round(time.perf_counter() - start, 2))
+
+
+def check_enable(checks, tf, np, gobn_package, device):
+    """Last: enable() lasts for the process."""
+    from gobn._testing import tolerance_bound
+
+    dev = device_type(device)
+    rng = np.random.default_rng(11)
+    with tf.device(device):
+        shape = [8, 10, 10, 24]
+        inputs = dict(y_backprop=tf.constant(rng.standard_normal(shape), tf.float32),
+                      x=tf.constant(rng.standard_normal(shape), tf.float32),
+                      scale=tf.constant(rng.uniform(0.5, 1.5, 24), tf.float32),
+                      reserve_space_1=tf.constant(rng.standard_normal(24) * 0.1, tf.float32),
+                      reserve_space_2=tf.constant(rng.uniform(0.5, 2.0, 24), tf.float32),
+                      reserve_space_3=tf.constant([], tf.float32))
+        stock = [t.numpy() for t in tf.raw_ops.FusedBatchNormGradV3(**inputs, epsilon=EPSILON)[:3]]
+        gobn_package.enable()
+        before = calls_on(gobn_package.kernel_calls, "FusedBatchNormGradV3", dev)
+        got = [t.numpy() for t in tf.raw_ops.FusedBatchNormGradV3(**inputs, epsilon=EPSILON)[:3]]
+        ran = calls_on(gobn_package.kernel_calls, "FusedBatchNormGradV3", dev) - before
+    norm = max(max_error(g, s, tolerance_bound(s, tf.float32)) for g, s in zip(got, stock))
+    checks.add("enable", ran >= 1 and norm <= 1, op="FusedBatchNormGradV3", gpu_calls=ran if dev == "GPU" else 0,
+               calls=ran, norm_vs_stock=round(norm, 4))
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    setup(args.device)
+    import numpy as np
+    import tensorflow as tf
+
+    tf.get_logger().setLevel("ERROR")  # each case traces a tf.function of its own, on purpose
+    import gobn as gobn_package
+    from gobn._opdefs_gen import BY_KIND
+
+    checks = Checks()
+    lib = gobn_package.ops
+    devices = [d.name for d in tf.config.list_logical_devices()]
+    want = "/device:" + args.device.upper()
+    if not any(d.upper().endswith(want.upper()) for d in devices):
+        print(f"no device {args.device} here: {devices}", file=sys.stderr)
+        return 2
+    dev = device_type(args.device)
+    ops = [op for kind in BY_KIND.values() for op in kind]
+    check_registry(checks, tf, ops, dev)
+    check_fused(checks, tf, np, lib, gobn_package.kernel_calls, BY_KIND["FusedBatchNormGrad"], args.device, args)
+    check_global_norm(checks, tf, np, lib, gobn_package.kernel_calls, BY_KIND["GlobalNormalizationGrad"][0],
+                      args.device, args)
+    check_sync(checks, tf, np, lib, gobn_package.kernel_calls, BY_KIND["GradReduce"][0], BY_KIND["GradApply"][0],
+               args.device, args)
+    check_errors(checks, tf, np, lib, args.device)
+    check_threads(checks, tf, np, lib, args.device)
+    check_enable(checks, tf, np, gobn_package, args.device)
+
+    total = sum(len(rows) for rows in checks.sections.values())
+    print(f"{total - checks.failed} of {total} checks passed on {args.device}")
+    if args.json:
+        gpus = tf.config.list_physical_devices("GPU")
+        details = tf.config.experimental.get_device_details(gpus[0]) if gpus and dev == "GPU" else {}
+        build = tf.sysconfig.get_build_info()
+        record = dict(device=dict(name=details.get("device_name", args.device), compute_capability=details.get(
+            "compute_capability")), tensorflow=tf.__version__, cuda=build.get("cuda_version"),
+            cudnn=build.get("cudnn_version"), command=" ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]),
+            **checks.sections)
+        with open(args.json, "w") as f:
+            json.dump(record, f, indent=1, default=str)
+            f.write("\n")
+    return 1 if checks.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

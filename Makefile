@@ -54,7 +54,7 @@ build/tf.mk: $(VENV)/.installed scripts/tfflags.py
 	mkdir -p build
 	$(VPY) scripts/tfflags.py > $@.tmp && mv $@.tmp $@
 
-ifneq ($(filter-out clean help,$(MAKECMDGOALS)),)
+ifneq ($(filter-out clean help gpu-tf-check,$(MAKECMDGOALS)),)
 include build/tf.mk
 else ifeq ($(MAKECMDGOALS),)
 include build/tf.mk

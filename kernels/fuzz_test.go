@@ -129,16 +129,23 @@ func perChannel[E any](d kernels.Dims, v []E) [][]E {
 	return out
 }
 
-// sumsBound bounds a kernel's error in a per-channel sum, relative to the sum
-// of its terms' magnitudes: the vector loops sum channels-last tiles in
-// float32, foldRows (16) rows at a time, each term also rounded in float32
-// once on the way (x−μ), before adding them into float64 (kernels/
-// simd_amd64.go, foldRows); (16 + 2)·2⁻²⁴ leaves a term to spare.
-const sumsBound = (16 + 2) / float64(1<<24)
+// sumsBound returns the bound on the error of a per-channel sum of T over d,
+// relative to the sum of its terms' magnitudes. The vector loops may sum
+// channels-last tiles of float32, Half or BFloat16 in float32, foldRows (16)
+// rows at a time, each term also rounded in float32 once on the way (x−μ),
+// before adding them into float64 (kernels/simd_amd64.go, foldRows):
+// (16 + 2)·2⁻²⁴ leaves a term to spare. Every other sum is formed in float64.
+func sumsBound[T kernels.Element](d kernels.Dims) float64 {
+	if _, wide := any(*new(T)).(float64); !wide && d.Layout == kernels.ChannelsLast && kernels.SIMD() {
+		return (16 + 2) / float64(1<<24)
+	}
+	return 1e-12
+}
 
 // assertSums compares float32 per-channel sums with the reference rounded to
-// float32, NaN-aware; magnitude[c] is the sum of the absolute terms.
-func assertSums(t *testing.T, name string, got []float32, want, magnitude []float64) {
+// float32, NaN-aware; magnitude[c] is the sum of the absolute terms, bound
+// the error allowed per unit of it (sumsBound).
+func assertSums(t *testing.T, name string, got []float32, want, magnitude []float64, bound float64) {
 	t.Helper()
 	for c := range want {
 		w := float64(float32(want[c]))
@@ -149,7 +156,7 @@ func assertSums(t *testing.T, name string, got []float32, want, magnitude []floa
 			}
 			continue
 		}
-		if tol := 1e-6*math.Abs(w) + sumsBound*magnitude[c]; math.Abs(g-w) > tol {
+		if tol := 1e-6*math.Abs(w) + bound*magnitude[c]; math.Abs(g-w) > tol {
 			t.Fatalf("%s[%d] = %v, want %v (|diff| %.3g > %.3g)", name, c, g, w, math.Abs(g-w), tol)
 		}
 	}
@@ -193,8 +200,8 @@ func fuzzFused[T kernels.Element](t *testing.T, s *fuzzSource, header byte) {
 	for c := range C {
 		dyXcAbs[c] /= math.Sqrt(float64(in.variance[c]) + eps)
 	}
-	assertSums(t, "offset_backprop", offsetBackprop, want.offsetBackprop, dyAbs)
-	assertSums(t, "scale_backprop", scaleBackprop, want.scaleBackprop, dyXcAbs)
+	assertSums(t, "offset_backprop", offsetBackprop, want.offsetBackprop, dyAbs, sumsBound[T](d))
+	assertSums(t, "scale_backprop", scaleBackprop, want.scaleBackprop, dyXcAbs, sumsBound[T](d))
 
 	if !training {
 		// x_backprop = dy·scale·c, channel by channel.

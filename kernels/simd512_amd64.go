@@ -29,6 +29,12 @@ func widen8(p unsafe.Pointer, i int) archsimd.Float64x8 {
 // quad512 returns v's two halves added, as four lanes to add up.
 func quad512(v archsimd.Float64x8) archsimd.Float64x4 { return v.GetLo().Add(v.GetHi()) }
 
+// runSumsTail512 adds runSums32 of the run's tail to the sums so far.
+func runSumsTail512(dy, x []float32, mu, sumDy, sumDyXc float64) (float64, float64) {
+	s, sx := runSums32(dy, x, mu)
+	return sumDy + s, sumDyXc + sx
+}
+
 // sumsTile512 is sumsTile32 for 64 channels, in four vectors of sixteen:
 // its loop is sumsTileRows512 (tile_amd64.s).
 func sumsTile512(rows, W int, dy, x, mean, a, b unsafe.Pointer) {

@@ -127,8 +127,7 @@ func runSums512(dy, x []float32, mu float64) (sumDy, sumDyXc float64) {
 		sumDy = (la[0] + la[1]) + (la[2] + la[3])
 		sumDyXc = (lb[0] + lb[1]) + (lb[2] + lb[3])
 	}
-	s, sx := runSums32(dy[j:], x[j:], mu)
-	return sumDy + s, sumDyXc + sx
+	return runSumsTail512(dy[j:], x[j:], mu, sumDy, sumDyXc)
 }
 
 // applyRow512 is applyRow32 on AVX-512 vectors.

@@ -414,12 +414,12 @@ func runSums32(dy, x []float32, mu float64) (sumDy, sumDyXc float64) {
 		sumDy = (la[0] + la[1]) + (la[2] + la[3])
 		sumDyXc = (lb[0] + lb[1]) + (lb[2] + lb[3])
 	}
-	s, sx := runSumsTail(dy[j:], x[j:], mu)
-	return sumDy + s, sumDyXc + sx
+	return runSumsTail(dy[j:], x[j:], mu, sumDy, sumDyXc)
 }
 
-// runSumsTail is runSums32's scalar tail; its AVX-512 form's is runSums32.
-func runSumsTail(dy, x []float32, mu float64) (sumDy, sumDyXc float64) {
+// runSumsTail adds the run's scalar tail into the sums runSums32 has so far;
+// its AVX-512 form's tail is runSums32 (runSumsTail512).
+func runSumsTail(dy, x []float32, mu, sumDy, sumDyXc float64) (float64, float64) {
 	for j, v := range dy {
 		g := float64(v)
 		sumDy += g
@@ -574,7 +574,7 @@ func applyRun32(scaleOnly bool, a, b, mdy, mu float32, dy, x, dx []float32) {
 // applyRun32, so that each element is computed as a streamed run computes
 // it (streamRun: whole vectors of eight, then this tail).
 func applyRunTail(scaleOnly bool, a, b, mdy, mu float32, dy, x, dx []float32) {
-	for j := range dx {
+	for j := range dy {
 		if scaleOnly {
 			dx[j] = a * dy[j]
 		} else {

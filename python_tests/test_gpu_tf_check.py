@@ -31,4 +31,5 @@ def test_gpu_tf_check_passes_on_the_cpu(tmp_path):
     for name in gobn_package.OP_NAMES:
         for run in ("eager", "function"):
             assert any(op == name and r == run for op, _, r in ran), (name, run)
-    assert record["enable"][0]["calls"] >= 1
+    assert record["enable"][0]["calls_on_device"] == 1
+    assert record["threads"][0]["calls_on_device"] == record["threads"][0]["threads"] * record["threads"][0]["calls_each"]

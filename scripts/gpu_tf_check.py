@@ -1,30 +1,33 @@
 """gobn inside TensorFlow on a device: TensorFlow itself calling gobn's kernels.
 
 `make gpu-tf-check` runs it with TensorFlow's GPU build on a machine with an
-NVIDIA GPU (docs/gpu.md says how to get that build onto a machine without
-network). It checks, on --device (default GPU:0):
+NVIDIA GPU (docs/gpu.md), or `python3 scripts/gpu_tf_check.py --json
+bench/gpu_tf.json`. It checks, on --device (default GPU:0; soft device
+placement off, so an op without a kernel there fails instead of moving):
 
   registry  TensorFlow's kernel registry lists a kernel of every gobn op on
             the device for each dtype opdef binds there, and BatchNormGradReduce's
             and BatchNormGradApply's count in host memory
   parity    every Gobn> op x dtype x data format x mode x shape, eager and
             inside tf.function, with its tensors on the device: within the
-            float64 reference's tolerance (docs/design.md), beside stock's
-            kernel on the device where stock has one; training's reserve
+            float64 reference's tolerance (docs/design.md); the fused ops
+            beside stock's kernel on the device where stock has one; training's reserve
             spaces come from stock's forward on the device (on a GPU, the
             inverse standard deviation); gobn's kernel ran on the device
             (gobn.kernel_calls())
   errors    bad input gets InvalidArgument, the process goes on, and the next
-            call is right
+            call is right and runs on the device
   threads   several threads calling gobn at once, beside other work on the
-            device: each result equals the one computed alone, bit for bit
+            device: each result equals the one computed alone, bit for bit,
+            and every call ran on the device
   enable    after gobn.enable(), stock's FusedBatchNormGradV3 on the device
             runs gobn's kernel and equals stock's own result within the
             tolerance (last: enable() lasts for the process)
 
 It prints a line per check and writes --json (bench/gpu_tf.json's device,
 tensorflow, command, registry, parity, errors, threads and enable); the exit
-status is 0 only if every check passed. Training steps and the cost of the
+status is 0 only if every check passed; an unexpected error fails its case
+(or its section) and the run goes on. Training steps and the cost of the
 synchronization rule are not measured here.
 
 --device CPU:0 runs the same checks on the CPU, where reserve_space_2 is the
@@ -80,6 +83,13 @@ class Checks:
         detail = " ".join(f"{k}={v}" for k, v in row.items() if k not in ("ok",))
         print(f"{'ok  ' if ok else 'FAIL'} {section:8s} {detail}", flush=True)
 
+    def guard(self, section, fn, *args, **row):
+        """Runs fn(*args); an exception fails section with the row given."""
+        try:
+            fn(*args)
+        except Exception as e:  # noqa: BLE001 (reported as a failed check)
+            self.add(section, False, **row, error=repr(e)[:500])
+
 
 # ---------------------------------------------------------------------------
 
@@ -100,7 +110,7 @@ def check_registry(checks, tf, ops, dev):
         got, host = set(), set()
         for k in registry.get_registered_kernels_for_op(op.name).kernel:
             if k.device_type == dev:
-                got.add({c.name: names[c.allowed_values.list.type[0]] for c in k.constraint}["T"])
+                got.add({c.name: names.get(c.allowed_values.list.type[0], "?") for c in k.constraint}["T"])
                 host.update(k.host_memory_arg)
         want = set(op.gpu_dtypes if dev == "GPU" else op.dtypes)
         # count lives in host memory on a GPU (on the CPU everything does)
@@ -142,12 +152,12 @@ def max_error(got, want, bound):
 
     got, want, bound = (np.asarray(a, np.float64) for a in (got, want, bound))
     if got.shape != want.shape:
-        return float("inf")
+        return 1e300
     if got.size == 0:
         return 0.0
     both_nan = np.isnan(got) & np.isnan(want)
     err = np.where(both_nan, 0.0, np.abs(got - want) / np.maximum(bound, 1e-300))
-    return float(np.nan_to_num(err, nan=np.inf).max())
+    return float(np.nan_to_num(err, nan=1e300, posinf=1e300).max())
 
 
 def run(fn, inputs, mode, tf):
@@ -168,7 +178,7 @@ def fused_inputs(tf, np, op, dtype, data_format, is_training, shape, seed, dev_i
     dy = tf.constant(rng.standard_normal(dims), dtype)
     scale = tf.constant(rng.uniform(0.5, 1.5, C) * rng.choice([-1.0, 1.0], C), tf.float32)
     offset = tf.constant(rng.standard_normal(C), tf.float32)
-    rs3 = tf.constant([], tf.float32)
+    rs3 = tf.zeros([])  # what a forward without cuDNN's reserve space gives
     if is_training and shape[0] * C > 0 and all(shape[1]):
         empty = tf.constant([], tf.float32)
         out = tf.raw_ops.FusedBatchNormV3(x=x, scale=scale, offset=offset, mean=empty, variance=empty,
@@ -188,42 +198,45 @@ def fused_inputs(tf, np, op, dtype, data_format, is_training, shape, seed, dev_i
 
 
 def check_fused(checks, tf, np, lib, kernel_calls, ops, device, args):
-    from gobn._testing import fused_grad_reference, tolerance_bound
-
     dev = device_type(device)
     for op in ops:
         for dtype_name, dtype, data_format, shape in cases(tf, op, dev, args):
             for is_training in (True, False):
-                seed = zlib.crc32(repr((op.name, dtype_name, data_format, shape, is_training)).encode())
-                with tf.device(device):
-                    inputs, mean, variance = fused_inputs(tf, np, op, dtype, data_format, is_training,
-                                                          shape, seed, dev == "GPU")
-                    attrs = dict(epsilon=EPSILON, data_format=data_format, is_training=is_training)
-                    want = fused_grad_reference(inputs["y_backprop"], inputs["x"], inputs["scale"], mean,
-                                                variance, EPSILON, is_training, data_format)
-                    stock = getattr(tf.raw_ops, op.stock)
-                    gobn = getattr(lib, op.wrapper)
-                    for mode in ("eager", "function"):
-                        before = calls_on(kernel_calls, op.name, dev)
-                        got = run(lambda **kw: gobn(**kw, **attrs)[:3], inputs, mode, tf)
-                        ran = calls_on(kernel_calls, op.name, dev) - before
-                        try:
-                            ref = run(lambda **kw: stock(**kw, **attrs)[:3], inputs, mode, tf)
-                        except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError):
-                            ref = None  # stock has no kernel for it here
-                        errs, stock_errs = [], []
-                        for i, w in enumerate(want):
-                            out_dtype = dtype if i == 0 else tf.float32
-                            bound = tolerance_bound(w, out_dtype)
-                            errs.append(max_error(got[i], w, bound))
-                            if ref is not None:
-                                stock_errs.append(max_error(ref[i], w, bound))
-                        ok = max(errs) <= 1 and ran >= 1
-                        checks.add("parity", ok, op=op.name, dtype=dtype_name, data_format=data_format,
-                                   mode="training" if is_training else "inference", run=mode,
-                                   shape=logical(data_format, shape), calls=ran,
-                                   gobn_norm=round(max(errs), 4),
-                                   stock_norm=round(max(stock_errs), 4) if stock_errs else None)
+                row = dict(op=op.name, dtype=dtype_name, data_format=data_format,
+                           mode="training" if is_training else "inference", shape=logical(data_format, shape))
+                checks.guard("parity", fused_case, checks, tf, np, lib, kernel_calls, op, dtype, is_training,
+                             shape, device, row, **row)
+
+
+def fused_case(checks, tf, np, lib, kernel_calls, op, dtype, is_training, shape, device, row):
+    from gobn._testing import fused_grad_reference, tolerance_bound
+
+    dev, data_format = device_type(device), row["data_format"]
+    seed = zlib.crc32(repr(sorted(row.items())).encode())
+    with tf.device(device):
+        inputs, mean, variance = fused_inputs(tf, np, op, dtype, data_format, is_training, shape, seed, dev == "GPU")
+        attrs = dict(epsilon=EPSILON, data_format=data_format, is_training=is_training)
+        want = fused_grad_reference(inputs["y_backprop"], inputs["x"], inputs["scale"], mean, variance, EPSILON,
+                                    is_training, data_format)
+        stock, gobn = getattr(tf.raw_ops, op.stock), getattr(lib, op.wrapper)
+        for mode in ("eager", "function"):
+            before = calls_on(kernel_calls, op.name, dev)
+            got = run(lambda **kw: gobn(**kw, **attrs)[:3], inputs, mode, tf)
+            ran = calls_on(kernel_calls, op.name, dev) - before
+            stock_error = None
+            try:
+                ref = run(lambda **kw: stock(**kw, **attrs)[:3], inputs, mode, tf)
+            except tf.errors.OpError as e:  # stock has no kernel for it here, or failed
+                ref, stock_error = None, f"{type(e).__name__}: {' '.join(e.message.split())[:200]}"
+            errs, stock_errs = [], []
+            for i, w in enumerate(want):
+                bound = tolerance_bound(w, dtype if i == 0 else tf.float32)
+                errs.append(max_error(got[i], w, bound))
+                if ref is not None:
+                    stock_errs.append(max_error(ref[i], w, bound))
+            checks.add("parity", max(errs) <= 1 and ran >= 1, **row, run=mode, calls=ran,
+                       gobn_norm=round(max(errs), 4), stock_norm=round(max(stock_errs), 4) if stock_errs else None,
+                       stock_error=stock_error)
 
 
 def check_global_norm(checks, tf, np, lib, kernel_calls, op, device, args):
@@ -232,7 +245,7 @@ def check_global_norm(checks, tf, np, lib, kernel_calls, op, device, args):
     dev = device_type(device)
     for dtype_name, dtype, _, shape in cases(tf, op, dev, args):
         for scale_after in (True, False):
-            rng = np.random.default_rng(len(checks.sections.get("parity", [])))
+            rng = np.random.default_rng(zlib.crc32(repr((dtype_name, shape, scale_after)).encode()))
             dims, C = logical("NHWC", shape), shape[2]
             with tf.device(device):
                 inputs = dict(t=tf.constant(rng.standard_normal(dims), dtype),
@@ -306,42 +319,47 @@ def check_sync(checks, tf, np, lib, kernel_calls, reduce_op, apply_op, device, a
                            gobn_norm=round(norm, 4), stock_norm=None)
 
 
-def check_errors(checks, tf, np, lib, device):
+def fused_call_inputs(tf, rng, shape):
+    """Inputs of a channels-last float32 training gradient of shape."""
+    C = shape[-1]
+    return dict(y_backprop=tf.constant(rng.standard_normal(shape), tf.float32),
+                x=tf.constant(rng.standard_normal(shape), tf.float32),
+                scale=tf.constant(rng.uniform(0.5, 1.5, C), tf.float32),
+                reserve_space_1=tf.constant(rng.standard_normal(C) * 0.1, tf.float32),
+                reserve_space_2=tf.constant(rng.uniform(0.5, 2.0, C), tf.float32),
+                reserve_space_3=tf.zeros([]))
+
+
+def check_errors(checks, tf, np, lib, kernel_calls, op, device):
+    dev, gobn = device_type(device), getattr(lib, op.wrapper)
     with tf.device(device):
-        x = tf.ones([2, 3, 3, 4])
-        good = dict(y_backprop=x, x=x, scale=tf.ones([4]), reserve_space_1=tf.zeros([4]),
-                    reserve_space_2=tf.ones([4]), reserve_space_3=tf.constant([], tf.float32))
+        good = fused_call_inputs(tf, np.random.default_rng(3), [2, 3, 3, 4])
         bad = [("scale of 3 channels", dict(good, scale=tf.ones([3]))),
                ("rank 3 x", dict(good, x=tf.ones([2, 3, 4]), y_backprop=tf.ones([2, 3, 4]))),
                ("y_backprop unlike x", dict(good, y_backprop=tf.ones([2, 3, 3, 5])))]
-        first = lib.gobn_fused_batch_norm_grad_v3(**good, epsilon=EPSILON)[0].numpy()
+        first = gobn(**good, epsilon=EPSILON)[0].numpy()
         for name, inputs in bad:
             try:
-                lib.gobn_fused_batch_norm_grad_v3(**inputs, epsilon=EPSILON)[0].numpy()
+                gobn(**inputs, epsilon=EPSILON)[0].numpy()
                 raised = "nothing"
             except tf.errors.InvalidArgumentError:
                 raised = "InvalidArgument"
             except Exception as e:  # noqa: BLE001 (the kind is the result)
                 raised = type(e).__name__
-            again = lib.gobn_fused_batch_norm_grad_v3(**good, epsilon=EPSILON)[0].numpy()
-            checks.add("errors", raised == "InvalidArgument" and np.array_equal(again, first),
-                       case=name, raised=raised, next_call_equal=bool(np.array_equal(again, first)))
+            before = calls_on(kernel_calls, op.name, dev)
+            again = gobn(**good, epsilon=EPSILON)[0].numpy()
+            ran = calls_on(kernel_calls, op.name, dev) - before
+            equal = bool(np.array_equal(again, first))
+            checks.add("errors", raised == "InvalidArgument" and equal and ran == 1, case=name, raised=raised,
+                       next_call_equal=equal, next_call_on_device=ran)
 
 
-def check_threads(checks, tf, np, lib, device, threads=4, calls=8):
+def check_threads(checks, tf, np, lib, kernel_calls, op, device, threads=4, calls=8):
+    dev, gobn = device_type(device), getattr(lib, op.wrapper)
     rng = np.random.default_rng(7)
     with tf.device(device):
-        cases = []
-        for i in range(threads):
-            shape = [4, 14, 14, 32 + 16 * i]
-            C = shape[-1]
-            cases.append(dict(y_backprop=tf.constant(rng.standard_normal(shape), tf.float32),
-                              x=tf.constant(rng.standard_normal(shape), tf.float32),
-                              scale=tf.constant(rng.uniform(0.5, 1.5, C), tf.float32),
-                              reserve_space_1=tf.constant(rng.standard_normal(C) * 0.1, tf.float32),
-                              reserve_space_2=tf.constant(rng.uniform(0.5, 2.0, C), tf.float32),
-                              reserve_space_3=tf.constant([], tf.float32)))
-        alone = [[t.numpy() for t in lib.gobn_fused_batch_norm_grad_v3(**c, epsilon=EPSILON)[:3]] for c in cases]
+        cases_ = [fused_call_inputs(tf, rng, [4, 14, 14, 32 + 16 * i]) for i in range(threads)]
+        alone = [[t.numpy() for t in gobn(**c, epsilon=EPSILON)[:3]] for c in cases_]
         other = tf.constant(rng.standard_normal([64, 64, 64]), tf.float32)
     mismatches, errors = [], []
     stop = threading.Event()
@@ -350,11 +368,11 @@ def check_threads(checks, tf, np, lib, device, threads=4, calls=8):
         try:
             with tf.device(device):
                 for _ in range(calls):
-                    got = [t.numpy() for t in lib.gobn_fused_batch_norm_grad_v3(**cases[i], epsilon=EPSILON)[:3]]
+                    got = [t.numpy() for t in gobn(**cases_[i], epsilon=EPSILON)[:3]]
                     if not all(np.array_equal(g, w) for g, w in zip(got, alone[i])):
                         mismatches.append(i)
         except Exception as e:  # noqa: BLE001 (reported)
-            errors.append(repr(e))
+            errors.append(repr(e)[:300])
 
     def busy():
         with tf.device(device):
@@ -363,6 +381,7 @@ def check_threads(checks, tf, np, lib, device, threads=4, calls=8):
                 y = tf.tanh(y * 0.5 + 0.1)
             y.numpy()
 
+    before = calls_on(kernel_calls, op.name, dev)
     start = time.perf_counter()
     workers = [threading.Thread(target=caller, args=(i,)) for i in range(threads)]
     background = threading.Thread(target=busy)
@@ -374,33 +393,27 @@ def check_threads(checks, tf, np, lib, device, threads=4, calls=8):
     stop.set()
     background.join(timeout=60)
     hung = any(w.is_alive() for w in workers) or background.is_alive()
-    checks.add("threads", not (mismatches or errors or hung), threads=threads, calls_each=calls,
-               mismatches=len(mismatches), errors=errors[:3], hung=hung,
+    ran = calls_on(kernel_calls, op.name, dev) - before
+    checks.add("threads", not (mismatches or errors or hung) and ran == threads * calls, threads=threads,
+               calls_each=calls, calls_on_device=ran, mismatches=len(mismatches), errors=errors[:3], hung=hung,
                seconds=round(time.perf_counter() - start, 2))
 
 
-def check_enable(checks, tf, np, gobn_package, device):
-    """Last: enable() lasts for the process."""
+def check_enable(checks, tf, np, gobn_package, op, device):
+    """Last: enable() lasts for the process. op is gobn's record of the stock
+    op whose kernel enable() takes over."""
     from gobn._testing import tolerance_bound
 
-    dev = device_type(device)
-    rng = np.random.default_rng(11)
+    dev, stock = device_type(device), getattr(tf.raw_ops, op.stock)
     with tf.device(device):
-        shape = [8, 10, 10, 24]
-        inputs = dict(y_backprop=tf.constant(rng.standard_normal(shape), tf.float32),
-                      x=tf.constant(rng.standard_normal(shape), tf.float32),
-                      scale=tf.constant(rng.uniform(0.5, 1.5, 24), tf.float32),
-                      reserve_space_1=tf.constant(rng.standard_normal(24) * 0.1, tf.float32),
-                      reserve_space_2=tf.constant(rng.uniform(0.5, 2.0, 24), tf.float32),
-                      reserve_space_3=tf.constant([], tf.float32))
-        stock = [t.numpy() for t in tf.raw_ops.FusedBatchNormGradV3(**inputs, epsilon=EPSILON)[:3]]
+        inputs = fused_call_inputs(tf, np.random.default_rng(11), [8, 10, 10, 24])
+        want = [t.numpy() for t in stock(**inputs, epsilon=EPSILON)[:3]]
         gobn_package.enable()
-        before = calls_on(gobn_package.kernel_calls, "FusedBatchNormGradV3", dev)
-        got = [t.numpy() for t in tf.raw_ops.FusedBatchNormGradV3(**inputs, epsilon=EPSILON)[:3]]
-        ran = calls_on(gobn_package.kernel_calls, "FusedBatchNormGradV3", dev) - before
-    norm = max(max_error(g, s, tolerance_bound(s, tf.float32)) for g, s in zip(got, stock))
-    checks.add("enable", ran >= 1 and norm <= 1, op="FusedBatchNormGradV3", gpu_calls=ran if dev == "GPU" else 0,
-               calls=ran, norm_vs_stock=round(norm, 4))
+        before = calls_on(gobn_package.kernel_calls, op.stock, dev)
+        got = [t.numpy() for t in stock(**inputs, epsilon=EPSILON)[:3]]
+        ran = calls_on(gobn_package.kernel_calls, op.stock, dev) - before
+    norm = max(max_error(g, w, tolerance_bound(w, tf.float32)) for g, w in zip(got, want))
+    checks.add("enable", ran == 1 and norm <= 1, op=op.stock, calls_on_device=ran, norm_vs_stock=round(norm, 4))
 
 
 def main(argv=None):
@@ -421,22 +434,26 @@ def main(argv=None):
         print(f"no device {args.device} here: {devices}", file=sys.stderr)
         return 2
     dev = device_type(args.device)
+    if dev == "GPU":
+        tf.config.set_soft_device_placement(False)  # an op without a GPU kernel fails, not moves
     ops = [op for kind in BY_KIND.values() for op in kind]
-    check_registry(checks, tf, ops, dev)
-    check_fused(checks, tf, np, lib, gobn_package.kernel_calls, BY_KIND["FusedBatchNormGrad"], args.device, args)
-    check_global_norm(checks, tf, np, lib, gobn_package.kernel_calls, BY_KIND["GlobalNormalizationGrad"][0],
-                      args.device, args)
-    check_sync(checks, tf, np, lib, gobn_package.kernel_calls, BY_KIND["GradReduce"][0], BY_KIND["GradApply"][0],
-               args.device, args)
-    check_errors(checks, tf, np, lib, args.device)
-    check_threads(checks, tf, np, lib, args.device)
-    check_enable(checks, tf, np, gobn_package, args.device)
+    calls, device, newest = gobn_package.kernel_calls, args.device, BY_KIND["FusedBatchNormGrad"][-1]
+    checks.guard("registry", check_registry, checks, tf, ops, dev)
+    check_fused(checks, tf, np, lib, calls, BY_KIND["FusedBatchNormGrad"], device, args)
+    checks.guard("parity", check_global_norm, checks, tf, np, lib, calls, BY_KIND["GlobalNormalizationGrad"][0],
+                 device, args, op=BY_KIND["GlobalNormalizationGrad"][0].name)
+    checks.guard("parity", check_sync, checks, tf, np, lib, calls, BY_KIND["GradReduce"][0],
+                 BY_KIND["GradApply"][0], device, args, op=BY_KIND["GradReduce"][0].name)
+    checks.guard("errors", check_errors, checks, tf, np, lib, calls, newest, device)
+    checks.guard("threads", check_threads, checks, tf, np, lib, calls, newest, device)
+    checks.guard("enable", check_enable, checks, tf, np, gobn_package, newest, device)
 
     total = sum(len(rows) for rows in checks.sections.values())
     print(f"{total - checks.failed} of {total} checks passed on {args.device}")
     if args.json:
         gpus = tf.config.list_physical_devices("GPU")
-        details = tf.config.experimental.get_device_details(gpus[0]) if gpus and dev == "GPU" else {}
+        index = int(args.device.rsplit(":", 1)[1]) if ":" in args.device else 0
+        details = tf.config.experimental.get_device_details(gpus[index]) if dev == "GPU" and index < len(gpus) else {}
         build = tf.sysconfig.get_build_info()
         record = dict(device=dict(name=details.get("device_name", args.device), compute_capability=details.get(
             "compute_capability")), tensorflow=tf.__version__, cuda=build.get("cuda_version"),

@@ -61,7 +61,7 @@ var vocabulary = map[string]string{
 	"widen4":   "widen8",
 	"quad":     "quad512",
 	// the tails: at this width, the AVX2 loops
-	"runSumsTail":  "runSums32",
+	"runSumsTail":  "runSumsTail512",
 	"applyRunTail": "applyRun32",
 }
 

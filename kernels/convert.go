@@ -40,34 +40,33 @@ func convert[S, D any](dst []D, src []S, vec func([]D, []S), f func(S) D) {
 	}
 }
 
-// toFloat64 returns the per-channel values p as float64 (exactly).
+// toFloat64 returns the per-channel values p as float64 (exactly). The
+// switch is on the slice, outside the loop: per element it took twice as
+// long for 2048 channels.
 func toFloat64[T Element](s *scratch, p []T) []float64 {
 	out := s.float64s(len(p))
-	for i, v := range p {
-		switch v := any(v).(type) {
-		case float32:
-			out[i] = float64(v)
-		case float64:
-			out[i] = v
-		case Half:
-			out[i] = float64(v.Float32())
-		case BFloat16:
-			out[i] = float64(v.Float32())
-		}
+	switch p := any(p).(type) {
+	case []float32:
+		convert(out, p, nil, func(v float32) float64 { return float64(v) })
+	case []float64:
+		copy(out, p)
+	case []Half:
+		convert(out, p, nil, func(v Half) float64 { return float64(v.Float32()) })
+	case []BFloat16:
+		convert(out, p, nil, func(v BFloat16) float64 { return float64(v.Float32()) })
 	}
 	return out
 }
 
-// fromFloat64 rounds the per-channel values p into dst, which has p's length.
-func fromFloat64[T Element](dst []T, p []float64) {
-	switch dst := any(dst).(type) {
-	case []float32:
-		convert(dst, p, nil, func(v float64) float32 { return float32(v) })
-	case []float64:
-		copy(dst, p)
-	case []Half:
-		convert(dst, p, nil, func(v float64) Half { return HalfFromFloat32(float32(v)) })
-	case []BFloat16:
-		convert(dst, p, nil, func(v float64) BFloat16 { return BFloat16FromFloat32(float32(v)) })
+// fromFloat64 rounds the per-channel values p into dst, which has p's
+// length: to float32, and then for Half and BFloat16 as the tensors are
+// rounded (narrow).
+func fromFloat64[T Element](s *scratch, dst []T, p []float64) {
+	if d, ok := any(dst).([]float64); ok {
+		copy(d, p)
+		return
 	}
+	f := s.float32s(len(p))
+	convert(f, p, nil, func(v float64) float32 { return float32(v) })
+	narrow(dst, f)
 }

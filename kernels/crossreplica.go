@@ -39,8 +39,8 @@ func GradReduce[T Element](g GradReduceArgs[T]) {
 	s := getScratch()
 	defer s.release()
 	sumDy, sumDyXmu := reduce(s, g.Dims, g.YBackprop, g.X, toFloat64(s, g.Mean))
-	fromFloat64(g.SumDy, sumDy)
-	fromFloat64(g.SumDyXmu, sumDyXmu)
+	fromFloat64(s, g.SumDy, sumDy)
+	fromFloat64(s, g.SumDyXmu, sumDyXmu)
 }
 
 // GradApplyArgs are the arguments of GradApply (BatchNormGradApply).

@@ -238,10 +238,10 @@ func GlobalNormalizationGrad[T Element](g GlobalNormalizationArgs[T]) {
 		dm[c] = -sumDy[c] * k
 		dv[c] = -0.5 * s[c] * s[c] * k * sumDyXc[c]
 	}
-	fromFloat64(g.DB, sumDy)
-	fromFloat64(g.DM, dm)
-	fromFloat64(g.DV, dv)
-	fromFloat64(g.DG, dg)
+	fromFloat64(sc, g.DB, sumDy)
+	fromFloat64(sc, g.DM, dm)
+	fromFloat64(sc, g.DV, dv)
+	fromFloat64(sc, g.DG, dg)
 }
 
 // invStd returns 1/sqrt(variance+epsilon) in float64.

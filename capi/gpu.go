@@ -16,8 +16,15 @@ type gpu struct{}
 // for is opdef's to say (Op.GPUKernels), and newKernel checks it.
 var gpuTypes = map[opdef.DType]cuda.DType{opdef.Float: cuda.Float32, opdef.Half: cuda.Float16, opdef.BFloat16: cuda.BFloat16}
 
-// ptr returns t's device address.
-func ptr(t tensor) cuda.Ptr { return cuda.Ptr(uintptr(t.data)) }
+// ptr returns t's device address, or 0 for a tensor with no elements:
+// TensorFlow gives an empty tensor on a GPU an address that is no device
+// memory, so it must not tell the call's device (cuda's anchor skips 0).
+func ptr(t tensor) cuda.Ptr {
+	if t.bytes == 0 {
+		return 0
+	}
+	return cuda.Ptr(uintptr(t.data))
+}
 
 // launch allocates the workspace the call needs and runs it.
 func launch[A interface{ WorkspaceBytes() int64 }](a A, run func(A, cuda.Placement) error, temp tempAllocator) error {

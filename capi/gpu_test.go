@@ -4,6 +4,7 @@ package main
 
 import (
 	"testing"
+	"unsafe"
 
 	"github.com/gobn/gobn/kernels/cuda"
 	"github.com/gobn/gobn/opdef"
@@ -69,4 +70,16 @@ func TestGPURejectsBadInputLikeCPU(t *testing.T) {
 		}
 		require.Equal(t, msgs[0], msgs[1], op.Name)
 	}
+}
+
+// TestEmptyTensorTellsNoDevice: TensorFlow gives an empty tensor on a GPU an
+// address that is no device memory, so ptr must hand the CUDA path 0 for it
+// (the call's device is then told by a tensor with elements, e.g.
+// scale_backprop), and the address of any tensor with elements.
+func TestEmptyTensorTellsNoDevice(t *testing.T) {
+	empty := newGoTensor(opdef.Float, []int64{0, 4, 4, 8}, func(int) float64 { return 1 })
+	empty.data = unsafe.Pointer(&[1]byte{}) // TensorFlow's placeholder: not nil
+	require.Zero(t, ptr(empty))
+	full := newGoTensor(opdef.Float, []int64{8}, func(int) float64 { return 1 })
+	require.Equal(t, cuda.Ptr(uintptr(full.data)), ptr(full))
 }

@@ -246,12 +246,19 @@ gpu-bundle: $(GPU_BUNDLE)/libgobncheck.so $(GPUCHECK_SCRIPTS)
 # gobn inside TensorFlow's GPU build (docs/gpu.md): on a machine with an
 # NVIDIA GPU whose $(GPU_TF_PYTHON) imports TensorFlow's GPU build, with
 # build/libgobn.so built beforehand by make (it is not rebuilt here: the GPU
-# machine need not have Go). GPU_TF_ARGS adds options (--full: ResNet-50's
-# shapes; --device).
+# machine need not have Go). It runs the checks and the per-call timing
+# (scripts/gpu_tf_check.py), then ResNet50 training steps, stock against
+# gobn, by both routes (scripts/bench_models.py --device gpu), into
+# bench/gpu_tf.json. GPU_TF_ARGS adds options to the first (--full: ResNet-50's
+# shapes), GPU_TF_MODELS_ARGS to the second; GPU_TF_MODELS= skips the steps.
 GPU_TF_PYTHON ?= python3
 GPU_TF_ARGS ?=
+GPU_TF_MODELS ?= tf_keras:channels_first keras3:channels_last
+GPU_TF_MODELS_ARGS ?= --models resnet50 --image 112 --batch-size 32 --rounds 4 --steps-per-round 2 --no-float64 --xla
 gpu-tf-check:
-	$(GPU_TF_PYTHON) scripts/gpu_tf_check.py --json bench/gpu_tf.json $(GPU_TF_ARGS)
+	$(GPU_TF_PYTHON) scripts/gpu_tf_check.py --timing --json bench/gpu_tf.json $(GPU_TF_ARGS)
+	$(foreach m,$(GPU_TF_MODELS),$(GPU_TF_PYTHON) scripts/bench_models.py --device gpu --routes $(word 1,$(subst :, ,$(m))) \
+		--data-format $(word 2,$(subst :, ,$(m))) $(GPU_TF_MODELS_ARGS) --merge-into bench/gpu_tf.json &&) true
 
 # ---------------------------------------------------------------------------
 # Beyond one machine: tf.distribute.MultiWorkerMirroredStrategy on local

@@ -27,8 +27,12 @@ placement off, so an op without a kernel there fails instead of moving):
 It prints a line per check and writes --json (bench/gpu_tf.json's device,
 tensorflow, command, registry, parity, errors, threads and enable); the exit
 status is 0 only if every check passed; an unexpected error fails its case
-(or its section) and the run goes on. Training steps and the cost of the
-synchronization rule are not measured here.
+(or its section) and the run goes on.
+
+--timing also times gobn's FusedBatchNormGradV3 against stock's inside
+TensorFlow, per call in a tf.function of dependent calls and eagerly (the
+sync rows: what the synchronization rule costs a call). Training steps are
+bench_models.py --device gpu's (make gpu-tf-check runs both).
 
 --device CPU:0 runs the same checks on the CPU, where reserve_space_2 is the
 variance; python_tests/test_gpu_tf_check.py runs it so with --quick.
@@ -57,6 +61,8 @@ def parse_args(argv=None):
     p.add_argument("--device", default="GPU:0", help="the device to check (default GPU:0)")
     p.add_argument("--quick", action="store_true", help="float32 and one shape of each rank in parity")
     p.add_argument("--full", action="store_true", help="ResNet-50's shapes in parity too")
+    p.add_argument("--timing", action="store_true",
+                   help="time gobn's calls against stock's inside TensorFlow (the synchronization rule's cost)")
     p.add_argument("--json", help="write the results here")
     return p.parse_args(argv)
 
@@ -73,6 +79,7 @@ class Checks:
 
     def __init__(self):
         self.sections = {}
+        self.measured = {}
         self.failed = 0
 
     def add(self, section, ok, **row):
@@ -82,6 +89,11 @@ class Checks:
             self.failed += 1
         detail = " ".join(f"{k}={v}" for k, v in row.items() if k not in ("ok",))
         print(f"{'ok  ' if ok else 'FAIL'} {section:8s} {detail}", flush=True)
+
+    def measure(self, section, **row):
+        """A measurement, not a check: kept and printed, never counted."""
+        self.measured.setdefault(section, []).append(row)
+        print(f"     {section:8s} " + " ".join(f"{k}={v}" for k, v in row.items()), flush=True)
 
     def guard(self, section, fn, *args, **row):
         """Runs fn(*args); an exception fails section with the row given."""
@@ -237,30 +249,37 @@ def fused_case(checks, tf, np, lib, kernel_calls, op, dtype, is_training, shape,
 
 
 def check_global_norm(checks, tf, np, lib, kernel_calls, op, device, args):
-    from gobn._testing import global_norm_grad_reference, tolerance_bound
-
     dev = device_type(device)
     for dtype_name, dtype, _, shape in cases(tf, op, dev, args):
         for scale_after in (True, False):
-            rng = np.random.default_rng(zlib.crc32(repr((dtype_name, shape, scale_after)).encode()))
-            dims, C = logical("NHWC", shape), shape[2]
-            with tf.device(device):
-                inputs = dict(t=tf.constant(rng.standard_normal(dims), dtype),
-                              m=tf.constant(rng.standard_normal(C) * 0.3, dtype),
-                              v=tf.constant(rng.uniform(0.5, 2.0, C), dtype),
-                              gamma=tf.constant(rng.uniform(0.5, 1.5, C), dtype),
-                              backprop=tf.constant(rng.standard_normal(dims), dtype))
-                attrs = dict(variance_epsilon=EPSILON, scale_after_normalization=scale_after)
-                want = global_norm_grad_reference(**inputs, **attrs)
-                gobn = getattr(lib, op.wrapper)
-                for mode in ("eager", "function"):
-                    before = calls_on(kernel_calls, op.name, dev)
-                    got = run(lambda **kw: gobn(**kw, **attrs), inputs, mode, tf)
-                    ran = calls_on(kernel_calls, op.name, dev) - before
-                    norm = max(max_error(g, w, tolerance_bound(w, dtype)) for g, w in zip(got, want))
-                    checks.add("parity", norm <= 1 and ran >= 1, op=op.name, dtype=dtype_name,
-                               data_format="NHWC", mode=f"scale_after_normalization={scale_after}", run=mode,
-                               shape=dims, calls=ran, gobn_norm=round(norm, 4), stock_norm=None)
+            row = dict(op=op.name, dtype=dtype_name, data_format="NHWC",
+                       mode=f"scale_after_normalization={scale_after}", shape=logical("NHWC", shape))
+            checks.guard("parity", global_norm_case, checks, tf, np, lib, kernel_calls, op, dtype, shape,
+                         scale_after, device, row, **row)
+
+
+def global_norm_case(checks, tf, np, lib, kernel_calls, op, dtype, shape, scale_after, device, row):
+    from gobn._testing import global_norm_grad_reference, tolerance_bound
+
+    dev = device_type(device)
+    rng = np.random.default_rng(zlib.crc32(repr((row["dtype"], shape, scale_after)).encode()))
+    dims, C = row["shape"], shape[2]
+    with tf.device(device):
+        inputs = dict(t=tf.constant(rng.standard_normal(dims), dtype),
+                      m=tf.constant(rng.standard_normal(C) * 0.3, dtype),
+                      v=tf.constant(rng.uniform(0.5, 2.0, C), dtype),
+                      gamma=tf.constant(rng.uniform(0.5, 1.5, C), dtype),
+                      backprop=tf.constant(rng.standard_normal(dims), dtype))
+        attrs = dict(variance_epsilon=EPSILON, scale_after_normalization=scale_after)
+        want = global_norm_grad_reference(**inputs, **attrs)
+        gobn = getattr(lib, op.wrapper)
+        for mode in ("eager", "function"):
+            before = calls_on(kernel_calls, op.name, dev)
+            got = run(lambda **kw: gobn(**kw, **attrs), inputs, mode, tf)
+            ran = calls_on(kernel_calls, op.name, dev) - before
+            norm = max(max_error(g, w, tolerance_bound(w, dtype)) for g, w in zip(got, want))
+            checks.add("parity", norm <= 1 and ran >= 1, **row, run=mode, calls=ran, gobn_norm=round(norm, 4),
+                       stock_norm=None)
 
 
 def check_sync(checks, tf, np, lib, kernel_calls, reduce_op, apply_op, device, args):
@@ -405,6 +424,76 @@ def check_enable(checks, tf, np, gobn_package, op, device):
     checks.add("enable", ran == 1 and norm <= 1, op=op.stock, calls_on_device=ran, norm_vs_stock=round(norm, 4))
 
 
+SYNC_SHAPES = [[8, 8, 8, 32], [32, 7, 7, 512], [32, 14, 14, 256], [32, 56, 56, 64]]
+
+
+def time_sync(checks, tf, np, lib, op, device, chain=20, rounds=7):
+    """What a call costs inside TensorFlow: gobn's kernel against stock's, per
+    call, in a tf.function of chain dependent calls (each call's x_backprop is
+    the next one's y_backprop) and eagerly; stock' is stock again, the noise.
+    gobn drains TensorFlow's stream before it launches and waits for its own
+    after (docs/gpu.md), stock's kernel queues on the stream and returns."""
+    import statistics
+
+    stock, gobn = getattr(tf.raw_ops, op.stock), getattr(lib, op.wrapper)
+    rng = np.random.default_rng(5)
+    for shape in SYNC_SHAPES:
+        with tf.device(device):
+            inputs = fused_call_inputs(tf, rng, shape)
+            fns = {"stock": stock, "stock'": stock, "gobn": gobn}
+
+            def chained(fn):
+                @tf.function
+                def f(kw):
+                    kw = dict(kw)
+                    for _ in range(chain):
+                        kw["y_backprop"] = fn(**kw, epsilon=EPSILON)[0]
+                    return kw["y_backprop"]
+                return f
+
+            graphs = {c: chained(fn) for c, fn in fns.items()}
+            for c in fns:  # trace and warm
+                graphs[c](inputs).numpy()
+                fns[c](**inputs, epsilon=EPSILON)[0].numpy()
+            per_call = {c: [] for c in fns}
+            eager = {c: [] for c in fns}
+            for r in range(rounds):
+                order = list(fns)[r % 3:] + list(fns)[:r % 3]
+                for c in order:
+                    t0 = time.perf_counter()
+                    graphs[c](inputs).numpy()
+                    per_call[c].append((time.perf_counter() - t0) / chain)
+                    t0 = time.perf_counter()
+                    fns[c](**inputs, epsilon=EPSILON)[0].numpy()
+                    eager[c].append(time.perf_counter() - t0)
+        med = {c: statistics.median(v) * 1e6 for c, v in per_call.items()}
+        med_eager = {c: statistics.median(v) * 1e6 for c, v in eager.items()}
+        checks.measure("sync", op=op.stock, shape=shape, dtype="float", data_format="NHWC", chain=chain,
+                   function_us={c: round(v, 1) for c, v in med.items()},
+                   eager_us={c: round(v, 1) for c, v in med_eager.items()},
+                   stock_over_gobn=round(med["stock"] / med["gobn"], 3),
+                   noise=round(med["stock'"] / med["stock"], 3))
+
+
+def portable(arg):
+    """arg as the record shows it: a path inside the checkout relative to it,
+    any other path by its name alone (no machine's paths in bench/)."""
+    if os.path.isabs(arg):
+        rel = os.path.relpath(arg, ROOT)
+        return rel if not rel.startswith("..") else os.path.basename(arg)
+    return arg
+
+
+def driver_version():
+    import subprocess
+
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=30).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
 def main(argv=None):
     args = parse_args(argv)
     setup(args.device)
@@ -429,12 +518,13 @@ def main(argv=None):
     calls, device, newest = gobn_package.kernel_calls, args.device, BY_KIND["FusedBatchNormGrad"][-1]
     checks.guard("registry", check_registry, checks, tf, ops, dev)
     check_fused(checks, tf, np, lib, calls, BY_KIND["FusedBatchNormGrad"], device, args)
-    checks.guard("parity", check_global_norm, checks, tf, np, lib, calls, BY_KIND["GlobalNormalizationGrad"][0],
-                 device, args, op=BY_KIND["GlobalNormalizationGrad"][0].name)
+    check_global_norm(checks, tf, np, lib, calls, BY_KIND["GlobalNormalizationGrad"][0], device, args)
     checks.guard("parity", check_sync, checks, tf, np, lib, calls, BY_KIND["GradReduce"][0],
                  BY_KIND["GradApply"][0], device, args, op=BY_KIND["GradReduce"][0].name)
     checks.guard("errors", check_errors, checks, tf, np, lib, calls, newest, device)
     checks.guard("threads", check_threads, checks, tf, np, lib, calls, newest, device)
+    if args.timing:
+        checks.guard("sync", time_sync, checks, tf, np, lib, newest, device)
     checks.guard("enable", check_enable, checks, tf, np, gobn_package, newest, device)
 
     total = sum(len(rows) for rows in checks.sections.values())
@@ -445,9 +535,9 @@ def main(argv=None):
         details = tf.config.experimental.get_device_details(gpus[index]) if dev == "GPU" and index < len(gpus) else {}
         build = tf.sysconfig.get_build_info()
         record = dict(device=dict(name=details.get("device_name", args.device), compute_capability=details.get(
-            "compute_capability")), tensorflow=tf.__version__, cuda=build.get("cuda_version"),
-            cudnn=build.get("cudnn_version"), command=" ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]),
-            **checks.sections)
+            "compute_capability"), driver=driver_version() if dev == "GPU" else None), tensorflow=tf.__version__, cuda=build.get("cuda_version"),
+            cudnn=build.get("cudnn_version"), command=" ".join([os.path.basename(sys.argv[0])] + [portable(a) for a in sys.argv[1:]]),
+            **checks.sections, **checks.measured)
         with open(args.json, "w") as f:
             json.dump(record, f, indent=1, default=str)
             f.write("\n")

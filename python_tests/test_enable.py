@@ -28,7 +28,7 @@ import sys
 import numpy as np
 import pytest
 
-from support import TOLERANCES, child_env
+from support import TOLERANCES, child_env, tf
 from test_cuda_build import cuda_mode
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "enable_child.py")
@@ -85,17 +85,44 @@ def test_enable_covers_every_stock_kernel_and_is_idempotent(child):
     assert child["warnings"] == []
 
 
+def cpu_flags():
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def onednn_rewrites(op, dtype):
+    """Whether TensorFlow 2.21 with oneDNN on runs an eager call of stock op
+    in dtype as its own _MklNative op (mkl_eager_op_rewrite, IsMklOp): when
+    it registers that op for dtype, and for bfloat16 and float16 only on a
+    CPU with AVX-512 or AVX-NE-CONVERT ("oneDNN supports DT_HALF only on
+    platforms with AVX-512. Falling back to the default Eigen-based
+    implementation")."""
+    from tensorflow.python.framework import kernels
+
+    want = tf.as_dtype(dtype).as_datatype_enum
+    registered = any(c.name == "T" and want in c.allowed_values.list.type
+                     for k in kernels.get_registered_kernels_for_op("_MklNative" + op).kernel
+                     for c in k.constraint)
+    if dtype == "float32" or not registered:
+        return registered
+    return bool(cpu_flags() & {"avx512f", "avx_ne_convert"})
+
+
 def test_direct_calls_of_stock_gradient_ops(child):
     """Each call of a stock gradient op runs gobn's kernel with oneDNN off.
-    With oneDNN on, TensorFlow 2.21 rewrites them to its own ops first (they
-    stay oneDNN's, as enable() documents), all but FusedBatchNormGradV3 in
-    float16, which runs on gobn. The results are stock's either way."""
+    With oneDNN on, TensorFlow rewrites those it has a oneDNN kernel for on
+    this CPU to its own ops first (they stay oneDNN's, as enable() documents;
+    on a CPU with AVX-512, all but FusedBatchNormGradV3 in float16), and the
+    others run on gobn. The results are stock's either way."""
     for case, calls in child["calls"].items():
         if not case.startswith("raw "):
             continue
         _, op, dtype, _ = case.split()
         assert relative_error(child["got"][case], child["stock"][case]) <= rtol(dtype), case
-        on_gobn = not child["onednn"] or (op, dtype) == ("FusedBatchNormGradV3", "float16")
+        on_gobn = not child["onednn"] or not onednn_rewrites(op, dtype)
         assert calls == (1 if on_gobn else 0), (case, calls)
 
 

@@ -43,8 +43,8 @@ choose the configuration, --xla adds stock's step compiled by XLA
 batch-norm gradient on the GPU. There stock's own first loss differs from
 process to process (the convolution algorithms autotuning picks, TF32), so
 the first-loss check allows TF32's 1e-3, or four times stock' against stock
-where that is more. --no-top drops
-the Dense classifier, for a GPU build without cuBLAS.
+where that is more. --no-top drops the Dense classifier, for a GPU build
+without cuBLAS.
 """
 
 import argparse

@@ -330,9 +330,9 @@ def first_loss_bound(r):
     TensorFlow runs float32 convolutions in TF32 (about 1e-3 relative), and
     stock's own forward differs from process to process (the algorithms
     autotuning picks): stock' against stock shows by how much."""
-    if r.get("device", "cpu") == "gpu":
+    if r["device"] == "gpu":
         return max(1e-3 if r["precision"] == "float32" else 2e-3, 4 * r["first_loss_rel_diff_stock2"])
-    return 1e-4 if r.get("precision", "float32") == "float32" else 2e-3
+    return 1e-4 if r["precision"] == "float32" else 2e-3
 
 
 def problems(r):

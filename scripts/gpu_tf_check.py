@@ -87,13 +87,17 @@ class Checks:
         self.sections.setdefault(section, []).append(row)
         if not ok:
             self.failed += 1
-        detail = " ".join(f"{k}={v}" for k, v in row.items() if k not in ("ok",))
-        print(f"{'ok  ' if ok else 'FAIL'} {section:8s} {detail}", flush=True)
+        self.show("ok  " if ok else "FAIL", section, row)
 
     def measure(self, section, **row):
         """A measurement, not a check: kept and printed, never counted."""
         self.measured.setdefault(section, []).append(row)
-        print(f"     {section:8s} " + " ".join(f"{k}={v}" for k, v in row.items()), flush=True)
+        self.show("    ", section, row)
+
+    @staticmethod
+    def show(mark, section, row):
+        detail = " ".join(f"{k}={v}" for k, v in row.items() if k != "ok")
+        print(f"{mark} {section:8s} {detail}", flush=True)
 
     def guard(self, section, fn, *args, **row):
         """Runs fn(*args); an exception fails section with the row given."""
@@ -427,52 +431,39 @@ def check_enable(checks, tf, np, gobn_package, op, device):
 SYNC_SHAPES = [[8, 8, 8, 32], [32, 7, 7, 512], [32, 14, 14, 256], [32, 56, 56, 64]]
 
 
-def time_sync(checks, tf, np, lib, op, device, chain=20, rounds=7):
+def time_sync(checks, tf, np, lib, op, device, chain=20):
     """What a call costs inside TensorFlow: gobn's kernel against stock's, per
     call, in a tf.function of chain dependent calls (each call's x_backprop is
     the next one's y_backprop) and eagerly; stock' is stock again, the noise.
     gobn drains TensorFlow's stream before it launches and waits for its own
     after (docs/gpu.md), stock's kernel queues on the stream and returns."""
-    import statistics
+    from timing import time_interleaved
 
     stock, gobn = getattr(tf.raw_ops, op.stock), getattr(lib, op.wrapper)
+    fns = {"stock": stock, "stock'": stock, "gobn": gobn}
     rng = np.random.default_rng(5)
+
+    def chained(fn):
+        @tf.function
+        def f(kw):
+            kw = dict(kw)
+            for _ in range(chain):
+                kw["y_backprop"] = fn(**kw, epsilon=EPSILON)[0]
+            return kw["y_backprop"]
+        return f
+
     for shape in SYNC_SHAPES:
         with tf.device(device):
             inputs = fused_call_inputs(tf, rng, shape)
-            fns = {"stock": stock, "stock'": stock, "gobn": gobn}
-
-            def chained(fn):
-                @tf.function
-                def f(kw):
-                    kw = dict(kw)
-                    for _ in range(chain):
-                        kw["y_backprop"] = fn(**kw, epsilon=EPSILON)[0]
-                    return kw["y_backprop"]
-                return f
-
-            graphs = {c: chained(fn) for c, fn in fns.items()}
-            for c in fns:  # trace and warm
-                graphs[c](inputs).numpy()
-                fns[c](**inputs, epsilon=EPSILON)[0].numpy()
-            per_call = {c: [] for c in fns}
-            eager = {c: [] for c in fns}
-            for r in range(rounds):
-                order = list(fns)[r % 3:] + list(fns)[:r % 3]
-                for c in order:
-                    t0 = time.perf_counter()
-                    graphs[c](inputs).numpy()
-                    per_call[c].append((time.perf_counter() - t0) / chain)
-                    t0 = time.perf_counter()
-                    fns[c](**inputs, epsilon=EPSILON)[0].numpy()
-                    eager[c].append(time.perf_counter() - t0)
-        med = {c: statistics.median(v) * 1e6 for c, v in per_call.items()}
-        med_eager = {c: statistics.median(v) * 1e6 for c, v in eager.items()}
+            graphs = [chained(fn) for fn in fns.values()]
+            in_graph = time_interleaved([lambda g=g: g(inputs).numpy() for g in graphs], reps=7)
+            eager = time_interleaved([lambda fn=fn: fn(**inputs, epsilon=EPSILON)[0].numpy()
+                                      for fn in fns.values()], reps=7)
+        us = dict(zip(fns, (t / chain * 1e6 for t in in_graph)))
         checks.measure("sync", op=op.stock, shape=shape, dtype="float", data_format="NHWC", chain=chain,
-                   function_us={c: round(v, 1) for c, v in med.items()},
-                   eager_us={c: round(v, 1) for c, v in med_eager.items()},
-                   stock_over_gobn=round(med["stock"] / med["gobn"], 3),
-                   noise=round(med["stock'"] / med["stock"], 3))
+                       function_us={c: round(v, 1) for c, v in us.items()},
+                       eager_us={c: round(t * 1e6, 1) for c, t in zip(fns, eager)},
+                       stock_over_gobn=round(us["stock"] / us["gobn"], 3), noise=round(us["stock'"] / us["stock"], 3))
 
 
 def portable(arg):
@@ -534,10 +525,11 @@ def main(argv=None):
         index = int(args.device.rsplit(":", 1)[1]) if ":" in args.device else 0
         details = tf.config.experimental.get_device_details(gpus[index]) if dev == "GPU" and index < len(gpus) else {}
         build = tf.sysconfig.get_build_info()
-        record = dict(device=dict(name=details.get("device_name", args.device), compute_capability=details.get(
-            "compute_capability"), driver=driver_version() if dev == "GPU" else None), tensorflow=tf.__version__, cuda=build.get("cuda_version"),
-            cudnn=build.get("cudnn_version"), command=" ".join([os.path.basename(sys.argv[0])] + [portable(a) for a in sys.argv[1:]]),
-            **checks.sections, **checks.measured)
+        gpu = dict(name=details.get("device_name", args.device), compute_capability=details.get("compute_capability"),
+                   driver=driver_version() if dev == "GPU" else None)
+        command = " ".join([os.path.basename(sys.argv[0])] + [portable(a) for a in sys.argv[1:]])
+        record = dict(device=gpu, tensorflow=tf.__version__, cuda=build.get("cuda_version"),
+                      cudnn=build.get("cudnn_version"), command=command, **checks.sections, **checks.measured)
         with open(args.json, "w") as f:
             json.dump(record, f, indent=1, default=str)
             f.write("\n")

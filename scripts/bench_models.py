@@ -76,6 +76,9 @@ def parse_args(argv=None):
     p.add_argument("--profile-rounds", type=int, default=0,
                    help="after the timing, rounds of TensorFlow's profiler on stock's and gobn's steps, "
                         "alternating: each op type's time per step (default 0: none)")
+    p.add_argument("--thread-steps", type=int, default=0,
+                   help="after the timing, steps of stock's and of gobn's whose threads' CPU time and wake-ups "
+                        "are counted (Linux; default 0: none)")
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
                    help="where the steps run (gpu: TensorFlow's GPU build, GPU:0; --onednn is then moot)")
     p.add_argument("--data-format", choices=("channels_last", "channels_first"), default="channels_last")
@@ -185,6 +188,8 @@ def worker(route, name, config, options):
             answer(times=times, gobn_calls=calls() - before)
         elif command == "profile":
             answer(op_ms=profile_ops(step, int(arg)))
+        elif command == "threads":
+            answer(threads=thread_use(step, int(arg)))
         elif command == "quit":
             return
 
@@ -223,6 +228,42 @@ def profile_ops(step, steps):
                 if ":" in name and "::" not in name and ": " not in name:
                     ms[name.rsplit(":", 1)[1]] += event.duration_ps / 1e9 / steps
     return dict(ms)
+
+
+def thread_use(step, steps):
+    """Runs steps steps; returns, for each thread of the process that ran or
+    woke in them, its CPU time per step (ms, the scheduler's own count), its
+    wake-ups per step (voluntary context switches) and where it sleeps at the
+    end (Go's monitor thread, sysmon, sleeps in nanosleep; TensorFlow's and
+    gobn's helper threads on futexes)."""
+
+    def snapshot():
+        out = {}
+        for tid in os.listdir("/proc/self/task"):
+            base = f"/proc/self/task/{tid}"
+            try:
+                with open(f"{base}/schedstat") as f:
+                    ns = int(f.read().split()[0])
+                with open(f"{base}/status") as f:
+                    woke = next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
+                with open(f"{base}/wchan") as f:
+                    sleeps = f.read().strip() or "running"
+            except (OSError, StopIteration):
+                continue
+            out[tid] = (ns, woke, sleeps)
+        return out
+
+    before = snapshot()
+    for _ in range(steps):
+        step().numpy()
+    after = snapshot()
+    rows = []
+    for tid, (ns, woke, sleeps) in after.items():
+        ns0, woke0, _ = before.get(tid, (0, 0, ""))
+        if ns > ns0 or woke > woke0:
+            rows.append({"tid": int(tid), "cpu_ms": (ns - ns0) / 1e6 / steps, "wakeups": (woke - woke0) / steps,
+                         "sleeps_in": sleeps})
+    return sorted(rows, key=lambda r: -r["cpu_ms"])
 
 
 # ---------------------------------------------------------------------------
@@ -293,6 +334,8 @@ def measure(args, route, name, onednn):
             for c in ("stock", "gobn") if r % 2 == 0 else ("gobn", "stock"):
                 for op, ms in workers[c].ask(f"profile {args.steps_per_round}")["op_ms"].items():
                     op_ms[c][op] = op_ms[c].get(op, 0) + ms / args.profile_rounds
+        threads = {c: workers[c].ask(f"threads {args.thread_steps}")["threads"] if args.thread_steps else None
+                   for c in ("stock", "gobn")}
     finally:
         for w in workers.values():
             w.close()
@@ -304,7 +347,7 @@ def measure(args, route, name, onednn):
     first = {c: warm[c]["first_loss"] for c in warm}
     last = {c: warm[c]["loss_after_warmup"] for c in warm}
     last.setdefault("float64", float("nan"))
-    return {
+    row = {
         "route": route, "onednn": info["stock"]["onednn"], "model": MODELS[name],
         "device": args.device, "data_format": args.data_format, "precision": args.precision,
         "batch_size": args.batch_size, "image": args.image,
@@ -322,7 +365,10 @@ def measure(args, route, name, onednn):
         "gobn_calls_in_warmup": warm["gobn"]["gobn_calls"], "gobn_calls_timed": calls,
         "timed_steps": len(times["gobn"]),
         "op_ms_per_step": op_ms if args.profile_rounds else None,
+        "threads_per_step": threads if args.thread_steps else None,
     }
+    row["gradient_bound"] = gradient_bound(row) if args.profile_rounds else None
+    return row
 
 
 def first_loss_bound(r):
@@ -377,6 +423,8 @@ def report(rows, args):
     for r in rows:
         if r["op_ms_per_step"]:
             report_ops(r)
+        if r["threads_per_step"]:
+            report_threads(r)
     print("stock/gobn above 1: gobn's step is faster; noise: stock'/stock, the same config against itself;\n"
           f"loss 1, loss W: |gobn - stock| / stock of the first step's loss and of the loss after {steps} steps;\n"
           f"stock/64, gobn/64: |float32 - float64| / float64 of the loss after {steps} steps, from a float64 run\n"
@@ -392,6 +440,44 @@ def report_ops(r, top=12):
     for op in sorted(set(stock) | set(gobn), key=lambda o: -(stock.get(o, 0) + gobn.get(o, 0)))[:top]:
         print(f"  {op[:48]:48} {stock.get(op, 0):8.2f} {gobn.get(op, 0):8.2f}")
     print(f"  {'all ops':48} {sum(stock.values()):8.2f} {sum(gobn.values()):8.2f}")
+    bound = r["gradient_bound"]
+    if bound:
+        print(f"  batch-norm gradients {bound['stock_grad_ms']:.2f} ms of stock's {bound['stock_step_ms']:.1f} ms "
+              f"step, gobn's {bound['gobn_grad_ms']:.2f} ms: the gradient alone can make the step "
+              f"{bound['expected']:.3f}x stock's ({bound['ceiling']:.3f}x were it free)")
+
+
+def report_threads(r, top=8):
+    """Each process's busiest threads: CPU time and wake-ups per step."""
+    print(f"{r['route']} {r['model']} oneDNN {'on' if r['onednn'] else 'off'}: threads by CPU time per step "
+          "(ms, wake-ups, where each sleeps)")
+    for config, threads in r["threads_per_step"].items():
+        total = sum(t["cpu_ms"] for t in threads)
+        woke = sum(t["wakeups"] for t in threads)
+        print(f"  {config}: {total:.1f} ms of CPU and {woke:.0f} wake-ups per step in {len(threads)} threads")
+        for t in threads[:top]:
+            print(f"    {t['cpu_ms']:8.2f} ms {t['wakeups']:7.0f}  {t['sleeps_in']}")
+
+
+def gradient_bound(r):
+    """What the batch-norm gradient alone can do to the step, on a route
+    whose stock gradient is one fused op (tf_keras): stock's median step over
+    that step less the time the profiler gave the gradient's saving
+    (expected), or all of stock's gradient time (ceiling, a gradient that
+    took no time). Upper bounds where the gradient overlaps other ops, whose
+    saved time then shortens the step by less; None where stock's gradient
+    is many ops (Keras 3's layer runs no fused op)."""
+    ops = r["op_ms_per_step"]
+
+    def grad_ms(times):
+        return sum(ms for op, ms in times.items() if "BatchNormGrad" in op)
+
+    stock_grad, gobn_grad = grad_ms(ops["stock"]), grad_ms(ops["gobn"])
+    if not stock_grad or not gobn_grad:
+        return None
+    step = r["median_s"]["stock"] * 1e3
+    return {"stock_step_ms": step, "stock_grad_ms": stock_grad, "gobn_grad_ms": gobn_grad,
+            "expected": step / (step - (stock_grad - gobn_grad)), "ceiling": step / (step - stock_grad)}
 
 
 def main(argv=None):

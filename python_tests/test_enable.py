@@ -28,10 +28,11 @@ import sys
 import numpy as np
 import pytest
 
-from support import TOLERANCES, child_env, tf
+from support import REPO_ROOT, TOLERANCES, child_env, tf
 from test_cuda_build import cuda_mode
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "enable_child.py")
+sys.path.insert(0, os.path.join(REPO_ROOT, "scripts"))  # machine.py
 
 # The dtypes of T stock TensorFlow 2.21 registers kernels for, by device
 # (its CPU and GPU builds' registries): what enable() must cover.
@@ -85,22 +86,14 @@ def test_enable_covers_every_stock_kernel_and_is_idempotent(child):
     assert child["warnings"] == []
 
 
-def cpu_flags():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("flags"):
-                return set(line.split(":", 1)[1].split())
-    return set()
-
-
 def onednn_rewrites(op, dtype):
     """Whether TensorFlow 2.21 with oneDNN on runs an eager call of stock op
     in dtype as its own _MklNative op (mkl_eager_op_rewrite, IsMklOp): when
     it registers that op for dtype, and for bfloat16 and float16 only on a
-    CPU with AVX-512 or AVX-NE-CONVERT ("oneDNN supports DT_HALF only on
-    platforms with AVX-512. Falling back to the default Eigen-based
-    implementation")."""
+    CPU where oneDNN takes them (scripts/machine.py)."""
     from tensorflow.python.framework import kernels
+
+    from machine import onednn_takes_16_bit
 
     want = tf.as_dtype(dtype).as_datatype_enum
     registered = any(c.name == "T" and want in c.allowed_values.list.type
@@ -108,7 +101,7 @@ def onednn_rewrites(op, dtype):
                      for c in k.constraint)
     if dtype == "float32" or not registered:
         return registered
-    return bool(cpu_flags() & {"avx512f", "avx_ne_convert"})
+    return onednn_takes_16_bit()
 
 
 def test_direct_calls_of_stock_gradient_ops(child):

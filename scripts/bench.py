@@ -83,7 +83,7 @@ import statistics
 import subprocess
 import sys
 
-from machine import core_count, cpu_model
+from machine import core_count, cpu_model, onednn_takes_16_bit
 from timing import geomean, time_interleaved
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -298,12 +298,7 @@ def onednn_dtypes():
     IsDataTypeSupportedByOneDNNOnThisCPU asks; never float16, for which
     TensorFlow registers no oneDNN batch-norm gradient (see the module's
     doc)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
-    except OSError:
-        flags = []
-    return ("float32", "bfloat16") if {"avx512f", "avx_ne_convert"} & set(flags) else ("float32",)
+    return ("float32", "bfloat16") if onednn_takes_16_bit() else ("float32",)
 
 
 def chain_length(tf, ops, args):

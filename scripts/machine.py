@@ -1,4 +1,5 @@
-"""The machine a demo or benchmark ran on, as both scripts report it."""
+"""The machine a demo or benchmark ran on, as both scripts report it, and
+what TensorFlow's oneDNN takes on its CPU (bench.py and the tests ask)."""
 import os
 import platform
 
@@ -21,3 +22,21 @@ def core_count():
         return len(os.sched_getaffinity(0))
     except AttributeError:
         return os.cpu_count()
+
+
+def cpu_flags():
+    """The CPU's feature flags from /proc/cpuinfo (empty where it has none)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return set(next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), []))
+    except OSError:
+        return set()
+
+
+def onednn_takes_16_bit():
+    """Whether TensorFlow hands bfloat16 and float16 ops it has oneDNN kernels
+    for to oneDNN on this CPU: only with AVX-512 or AVX-NE-CONVERT, as
+    TensorFlow's IsDataTypeSupportedByOneDNNOnThisCPU asks ("oneDNN supports
+    DT_HALF only on platforms with AVX-512. Falling back to the default
+    Eigen-based implementation")."""
+    return bool(cpu_flags() & {"avx512f", "avx_ne_convert"})

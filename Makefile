@@ -222,13 +222,15 @@ help:
 # ---------------------------------------------------------------------------
 # The GPU check bundle: make gpu-bundle fills build/gpu with what a machine
 # with an NVIDIA GPU and PyTorch (no Go, no TensorFlow) needs to check gobn's
-# CUDA path: libgobncheck.so (internal/cmd/gpucheck: gobn's Go CPU kernels
-# and its CUDA kernels behind a ctypes ABI, linking no TensorFlow) and the
-# scripts of scripts/gpucheck. There: bash build/gpu/run.sh (correctness
-# against the CPU kernels and a float64 reference, compute-sanitizer, speed
-# beside PyTorch's and cuDNN's backward; results in $OUT or build/gpu/results).
-# The library is always built with -tags cuda; GPUCHECK_LDFLAGS is for any
-# link flags that needs (TensorFlow's, exported above, are left out).
+# CUDA path: cuda.test (the Go tests of kernels/cuda as a binary, with
+# batchnorm.cu, which one of them reads: every CUDA kernel against gobn's CPU
+# kernels and a float64 reference), libgobncheck.so (internal/cmd/gpucheck:
+# the CUDA kernels behind a ctypes ABI, linking no TensorFlow, for timing)
+# and the scripts of scripts/gpucheck. There: bash build/gpu/run.sh
+# (correctness, compute-sanitizer, speed beside PyTorch's and cuDNN's
+# backward; results in $OUT or build/gpu/results). Both are built with
+# -tags cuda; GPUCHECK_LDFLAGS is for any link flags that needs (TensorFlow's,
+# exported above, are left out).
 GPU_BUNDLE := build/gpu
 GPUCHECK_LDFLAGS ?=
 GPUCHECK_SCRIPTS := $(wildcard scripts/gpucheck/*.py) scripts/gpucheck/run.sh
@@ -239,8 +241,12 @@ $(GPU_BUNDLE)/libgobncheck.so: kernels/cuda/gobn.fatbin $(GO_SOURCES) $(wildcard
 		-o $@ ./internal/cmd/gpucheck
 	rm -f $(GPU_BUNDLE)/libgobncheck.h
 
-gpu-bundle: $(GPU_BUNDLE)/libgobncheck.so $(GPUCHECK_SCRIPTS)
-	cp $(GPUCHECK_SCRIPTS) $(GPU_BUNDLE)/
+$(GPU_BUNDLE)/cuda.test: kernels/cuda/gobn.fatbin $(GO_SOURCES) $(wildcard internal/tolerance/*.go)
+	@mkdir -p $(GPU_BUNDLE)
+	CGO_LDFLAGS="$(GPUCHECK_LDFLAGS)" GOEXPERIMENT=simd go test -c -tags cuda -o $@ ./kernels/cuda
+
+gpu-bundle: $(GPU_BUNDLE)/libgobncheck.so $(GPU_BUNDLE)/cuda.test $(GPUCHECK_SCRIPTS)
+	cp $(GPUCHECK_SCRIPTS) kernels/cuda/batchnorm.cu $(GPU_BUNDLE)/
 	@du -sh $(GPU_BUNDLE) | sed 's/^/gpu-bundle: /'
 
 # gobn inside TensorFlow's GPU build (docs/gpu.md): on a machine with an

@@ -23,7 +23,6 @@ geometric means of the ratios; and a device-to-device copy's GB/s (bytes read
 plus written) for the memory's bandwidth.
 
     python3 bench.py [--quick] [--json out.json] [--budget-s 120]
-    python3 bench.py --cpu-smoke     no GPU: runs this script's logic on the host
 """
 
 import math
@@ -55,34 +54,24 @@ def geomean(xs):
 
 
 class Timer:
-    """CUDA events on the current stream, or perf_counter on the host (--cpu-smoke)."""
+    """CUDA events on the current stream."""
 
-    def __init__(self, cuda, n):
-        self.cuda = cuda
-        if cuda:
-            self.ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                       for _ in range(n)]
-            p = torch.cuda.get_device_properties(0)
-            khz = getattr(p, "clock_rate", 0) or 1980000
-            self.sleep_cycles = int(khz * 1e3 * 400e-6)  # 0.4 ms: time to queue a round
-        self.t = [[0.0, 0.0] for _ in range(n)]
+    def __init__(self, n):
+        self.ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                   for _ in range(n)]
+        p = torch.cuda.get_device_properties(0)
+        khz = getattr(p, "clock_rate", 0) or 1980000
+        self.sleep_cycles = int(khz * 1e3 * 400e-6)  # 0.4 ms: time to queue a round
 
     def round(self, calls):
         """Runs calls (a list of functions) once each; returns each one's ms."""
-        if self.cuda:
-            torch.cuda._sleep(self.sleep_cycles)
-            for (a, b), f in zip(self.ev, calls):
-                a.record()
-                f()
-                b.record()
-            self.ev[len(calls) - 1][1].synchronize()
-            return [a.elapsed_time(b) for (a, b), _ in zip(self.ev, calls)]
-        out = []
-        for f in calls:
-            t0 = time.perf_counter()
+        torch.cuda._sleep(self.sleep_cycles)
+        for (a, b), f in zip(self.ev, calls):
+            a.record()
             f()
-            out.append((time.perf_counter() - t0) * 1e3)
-        return out
+            b.record()
+        self.ev[len(calls) - 1][1].synchronize()
+        return [a.elapsed_time(b) for (a, b), _ in zip(self.ev, calls)]
 
 
 class Config:
@@ -120,33 +109,26 @@ class Config:
         args = []
         for s in sets:
             rs1, rs2 = (s["save_mean"], s["save_invstd"]) if train else (s["rm"], s["rv"])
-            if ctx.cpu_smoke and train:  # the CPU kernel takes the variance
-                rs2 = (1.0 / s["save_invstd"].double() ** 2 - EPS).float()
-                s["_rs2"] = rs2
             args.append([t.data_ptr() for t in (s["dy"], s["x"], s["w"], rs1, rs2, s["dx"], s["dscale"],
                                                 s["doffset"])])
         scal = [int(train), EPS]
         lib, dt, lay, stream = ctx.lib, self.dtype, self.layout, ctx.stream_handle
         # one workspace for every set: the most any of them needs (it
         # depends on the addresses' alignment)
-        persist = train and not ctx.cpu_smoke and lib.set_persistent(True)
+        persist = train and lib.set_persistent(True)
         ws_bytes = max(lib.workspace("fused", dt, lay, N, C, S, scal, a) for a in args)
         lib.set_persistent(False)
         ws_bytes = max([ws_bytes] + [lib.workspace("fused", dt, lay, N, C, S, scal, a) for a in args])
         self.ws = torch.empty(max(ws_bytes, 1), dtype=torch.uint8, device=ctx.dev)
         ws_ptr = self.ws.data_ptr() if ws_bytes else 0
 
-        if ctx.cpu_smoke:
-            def gobn(i):
-                lib.cpu("fused", dt, lay, N, C, S, scal, args[i])
-        else:
-            def gobn(i):
-                lib.set_persistent(False)
-                lib.gpu("fused", dt, lay, N, C, S, scal, args[i], stream, ws_ptr, ws_bytes)
+        def gobn(i):
+            lib.set_persistent(False)
+            lib.gpu("fused", dt, lay, N, C, S, scal, args[i], stream, ws_ptr, ws_bytes)
 
-            def gobn_p(i):
-                lib.set_persistent(True)
-                lib.gpu("fused", dt, lay, N, C, S, scal, args[i], stream, ws_ptr, ws_bytes)
+        def gobn_p(i):
+            lib.set_persistent(True)
+            lib.gpu("fused", dt, lay, N, C, S, scal, args[i], stream, ws_ptr, ws_bytes)
 
         bnb = torch.ops.aten.native_batch_norm_backward
         mask = [True, True, True]
@@ -194,29 +176,23 @@ class Config:
 
 
 class Ctx:
-    def __init__(self, args):
-        self.cpu_smoke = args.cpu_smoke
-        self.dev = torch.device("cpu" if self.cpu_smoke else "cuda")
-        self.lib = Lib(args.lib)
-        self.cudnn = not self.cpu_smoke and torch.backends.cudnn.is_available() and not args.no_cudnn
-        if not self.cpu_smoke:
-            # a side stream: torch's default stream has handle 0, which gobn
-            # takes as "no caller's stream" (its own stream, synchronized)
-            self.stream = torch.cuda.Stream()
-            self.stream_handle = self.stream.cuda_stream
-        else:
-            self.stream_handle = 0
-        self.l2 = 50 << 20
-        if not self.cpu_smoke:
-            self.l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", self.l2) or self.l2
+    def __init__(self, args, lib):
+        self.dev = torch.device("cuda")
+        self.lib = lib
+        self.cudnn = torch.backends.cudnn.is_available() and not args.no_cudnn
+        # a side stream: torch's default stream has handle 0, which gobn
+        # takes as "no caller's stream" (its own stream, synchronized)
+        self.stream = torch.cuda.Stream()
+        self.stream_handle = self.stream.cuda_stream
+        self.l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or 50 << 20
 
 
 def copy_bandwidth(ctx, reps):
     """GB/s of a device-to-device copy_ of 1 GiB, counting bytes read and written."""
-    n = (1 << 30) // 4 if not ctx.cpu_smoke else 1 << 22
+    n = (1 << 30) // 4
     src = torch.randn(n, device=ctx.dev)
     dst = torch.empty_like(src)
-    timer = Timer(not ctx.cpu_smoke, 1)
+    timer = Timer(1)
     for _ in range(3):
         dst.copy_(src)
     ts = [timer.round([lambda: dst.copy_(src)])[0] for _ in range(reps)]
@@ -285,7 +261,7 @@ def bench_mode(ctx, cfg, mode, timer_rounds, budget_s):
     names = list(impls)
     agree = cfg.agreement(impls)
     K = len(cfg.sets)
-    timer = Timer(not ctx.cpu_smoke, len(names))
+    timer = Timer(len(names))
     samples = {k: [] for k in names}
     seq = [0]
 
@@ -322,45 +298,38 @@ def main():
     ap.add_argument("--min-rounds", type=int, default=15)
     ap.add_argument("--max-rounds", type=int, default=400)
     ap.add_argument("--no-cudnn", action="store_true")
-    ap.add_argument("--cpu-smoke", action="store_true", help="no GPU: this script's logic on the host, tiny shapes")
     args = ap.parse_args()
     t_start = time.time()
-    ctx = Ctx(args)
-    facts = start(torch, ctx.lib, args.json, "cpu_smoke", args.cpu_smoke)
+    lib = Lib(args.lib)
+    facts = start(torch, lib, args.json)
     if facts is None:
         return 2
+    ctx = Ctx(args, lib)
 
     shapes = []
-    if args.cpu_smoke:
-        shapes = [(2, 5, 5, 8), (3, 4, 4, 7)]
-    else:
-        for batch in ((32,) if args.quick else (32, 128)):
-            shapes += [(batch, h, w, c) for h, w, c in (QUICK50 if args.quick else RESNET50)]
-        shapes += QUICK_ODD if args.quick else ODD
+    for batch in ((32,) if args.quick else (32, 128)):
+        shapes += [(batch, h, w, c) for h, w, c in (QUICK50 if args.quick else RESNET50)]
+    shapes += QUICK_ODD if args.quick else ODD
     configs = [(s, lay, dt) for s in shapes for lay in ("NHWC", "NCHW") for dt in ("float", "half")]
     n_modes = 2 * len(configs)
     per = (args.budget_s / n_modes) if args.budget_s else (0.1 if args.quick else 0.25)
-    if args.cpu_smoke:
-        per = 0.02
     print("bench.py: %s; %d shapes x 2 layouts x 2 dtypes x 2 modes, %.2f s of rounds each" % (
-        facts.get("gpu", "host (cpu smoke)"), len(shapes), per))
+        facts.get("gpu"), len(shapes), per))
 
     bw = copy_bandwidth(ctx, 20)
     facts["copy"] = bw
-    tf_rule = None
-    if not args.cpu_smoke:
-        tf_rule = tf_rule_latency(ctx)
-        print("TensorFlow's stream rule, one %s call, host us (median): synchronized %.1f, enqueued %.1f, "
-              "enqueued+waited %.1f; an empty synchronize %.1f; device time %.1f" % (
-                  tf_rule["shape"], tf_rule["tensorflow_rule_us"], tf_rule["enqueue_us"],
-                  tf_rule["enqueue_and_wait_us"], tf_rule["empty_synchronize_us"], tf_rule["device_us"]))
+    tf_rule = tf_rule_latency(ctx)
+    print("TensorFlow's stream rule, one %s call, host us (median): synchronized %.1f, enqueued %.1f, "
+          "enqueued+waited %.1f; an empty synchronize %.1f; device time %.1f" % (
+              tf_rule["shape"], tf_rule["tensorflow_rule_us"], tf_rule["enqueue_us"],
+              tf_rule["enqueue_and_wait_us"], tf_rule["empty_synchronize_us"], tf_rule["device_us"]))
     print("device-to-device copy: %.0f GB/s (median; best %.0f), counting bytes read and written" % (
         bw["gbs"], bw["best_gbs"]))
     print("\n%-16s %-4s %-5s %-5s %9s %9s %9s %6s %6s %8s %6s %9s %6s" % (
         "shape", "lay", "dtype", "mode", "gobn_us", "native_us", "cudnn_us", "g/nat", "g/cud", "gobnGB/s", "noise",
         "gobn_p_us", "p/cud"))
     rows, errors, fatal = [], [], None
-    with (torch.cuda.stream(ctx.stream) if not args.cpu_smoke else _null()):
+    with torch.cuda.stream(ctx.stream):
         for (N, H, W, C), lay, dt in configs:
             shape = "%dx%dx%dx%d" % ((N, H, W, C) if lay == "NHWC" else (N, C, H, W))
             try:
@@ -399,7 +368,7 @@ def main():
                 msg = "%s %s %s: %s: %s" % (shape, lay, dt, type(e).__name__, e)
                 errors.append(msg)
                 print("  ERROR " + msg)
-                if not args.cpu_smoke and context_broken(torch):
+                if context_broken(torch):
                     fatal = msg
                     print("FATAL: the CUDA context no longer runs kernels; nothing after this runs")
                     break
@@ -434,14 +403,6 @@ def main():
     write_json(args.json, result)
     print("bench.py: %d rows, %d errors, %.0f s" % (len(rows), len(errors), time.time() - t_start))
     return 0 if not errors else 1
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
 
 
 if __name__ == "__main__":

@@ -1,10 +1,8 @@
-"""ctypes binding of libgobncheck.so (internal/cmd/gpucheck), shared by
-check.py and bench.py.
+"""ctypes binding of libgobncheck.so (internal/cmd/gpucheck), for bench.py.
 
-The library exports, per op family, a CPU entry (host pointers; gobn's Go
-kernels) and a GPU entry (device pointers, a CUstream, a workspace; the
-kernels/cuda package), plus a workspace query per family. See the package
-doc of internal/cmd/gpucheck for the argument order.
+The library exports, per op family, a GPU entry (device pointers, a
+CUstream, a workspace; the kernels/cuda package) and a workspace query. See
+the package doc of internal/cmd/gpucheck for the argument order.
 """
 
 import argparse
@@ -16,7 +14,6 @@ import sys
 
 DTYPE_CODE = {"float": 0, "half": 1, "bfloat16": 2}
 LAYOUT_CODE = {"NHWC": 0, "NDHWC": 0, "NCHW": 1, "NCDHW": 1}
-CHANNELS_LAST = {"NHWC", "NDHWC"}
 
 
 class GobnError(RuntimeError):
@@ -39,7 +36,7 @@ def find_library():
 
 
 _i, _i64, _f = ctypes.c_int, ctypes.c_int64, ctypes.c_float
-_hp, _dp = ctypes.c_void_p, ctypes.c_size_t  # host pointer, device pointer (uintptr_t)
+_dp = ctypes.c_size_t  # a device pointer (uintptr_t)
 
 # family: (number of leading scalar args after dtype, layout, N, C, S) and
 # the scalar types, then the number of tensor pointers.
@@ -62,9 +59,6 @@ class Lib:
             fn.restype = ctypes.c_char_p
         head = [_i, _i, _i64, _i64, _i64]
         for fam, (scalars, nptr) in _FAMILIES.items():
-            cpu = getattr(so, "gobncheck_%s_cpu" % fam)
-            cpu.argtypes = head + scalars + [_hp] * nptr
-            cpu.restype = _i
             gpu = getattr(so, "gobncheck_%s_gpu" % fam)
             gpu.argtypes = head + scalars + [_dp] * nptr + [_dp, _dp, _i64]
             gpu.restype = _i
@@ -105,13 +99,6 @@ class Lib:
     def _head(dtype, layout, N, C, S):
         return [DTYPE_CODE[dtype], LAYOUT_CODE[layout], int(N), int(C), int(S)]
 
-    def cpu(self, family, dtype, layout, N, C, S, scalars, ptrs):
-        """Runs family's Go CPU kernel; ptrs are host addresses (ints, 0 for
-        an empty tensor)."""
-        fn = getattr(self._so, "gobncheck_%s_cpu" % family)
-        if fn(*self._head(dtype, layout, N, C, S), *scalars, *ptrs) != 0:
-            raise GobnError(self.error())
-
     def gpu(self, family, dtype, layout, N, C, S, scalars, ptrs, stream=0, workspace=0, workspace_bytes=0):
         """Runs family's CUDA path; ptrs are device addresses."""
         fn = getattr(self._so, "gobncheck_%s_gpu" % family)
@@ -127,19 +114,6 @@ class Lib:
         if n < 0:
             raise GobnError(self.error())
         return int(n)
-
-
-def dims(layout, shape):
-    """(N, C, S) of a logical shape given in layout's order."""
-    shape = [int(d) for d in shape]
-    if layout in CHANNELS_LAST:
-        N, C, spatial = shape[0], shape[-1], shape[1:-1]
-    else:
-        N, C, spatial = shape[0], shape[1], shape[2:]
-    S = 1
-    for d in spatial:
-        S *= d
-    return N, C, S
 
 
 def device_facts(torch):
@@ -177,17 +151,14 @@ def arguments(doc):
     return ap
 
 
-def start(torch, lib, json_path, host_mode, on_host):
+def start(torch, lib, json_path):
     """Seeds torch and returns the facts a result JSON states: the command
-    line and library (file names only: the results name no machine's paths),
-    whether the script runs on the host (its option host_mode, on_host), and
-    the device's facts unless it does. None, after writing a failed result to
-    json_path, when gobn's CUDA path is not available."""
+    line and library (file names only: the results name no machine's paths)
+    and the device's. None, after writing a failed result to json_path,
+    when gobn's CUDA path is not available."""
     torch.manual_seed(0)
     facts = {"argv": [os.path.basename(a) for a in sys.argv], "lib": os.path.basename(lib.path),
-             "lib_info": lib.info(), host_mode: on_host}
-    if on_host:
-        return facts
+             "lib_info": lib.info()}
     why = lib.available()
     if why is not None:
         print("gobn's CUDA path is not available: %s" % why)

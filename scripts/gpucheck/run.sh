@@ -1,25 +1,27 @@
 #!/usr/bin/env bash
-# gobn's GPU check bundle: correctness (check.py), compute-sanitizer on a
-# small subset (memcheck, racecheck, synccheck), speed (bench.py), then one
-# results JSON and a short summary.
+# gobn's GPU check bundle: correctness (cuda.test, the Go tests of
+# kernels/cuda built as a binary: every CUDA kernel against gobn's CPU
+# kernels and a float64 reference), compute-sanitizer on its small subset
+# (memcheck, racecheck, synccheck), speed (bench.py), then one results JSON
+# and a short summary.
 #
 #   bash build/gpu/run.sh            (make gpu-bundle builds build/gpu; any cwd)
 #
 # Results go to $OUT if set, else results/ beside this script: results.json,
 # summary.txt, check.json, check.log, sanitize.log, bench.json, bench.log.
 # Exit status: 0 all passed, 1 something failed, 2 incomplete (a step timed
-# out, a sanitizer could not run, or check.py skipped groups for time).
+# out, a sanitizer could not run, or the check skipped groups for time).
 #
 # Environment:
-#   PYTHON                python with PyTorch (default python3)
+#   PYTHON                python with PyTorch, for bench.py (default python3)
 #   GPUCHECK_DEADLINE_S   the whole run's target, seconds (default 390)
 #   GPUCHECK_SANITIZERS   tools to run (default "memcheck racecheck synccheck";
 #                         "" runs none; initcheck may be added)
 #   GPUCHECK_QUICK=1      bench.py --quick
 #   COMPUTE_SANITIZER     the compute-sanitizer binary (default: on PATH, else CUDA's usual places)
 #   GPUCHECK_SANITIZER_OPTS  more compute-sanitizer options (default "--report-api-errors no")
-#   CHECK_ARGS, BENCH_ARGS  extra arguments for check.py and bench.py
-#   GPUCHECK_FAKE=1       no GPU: check.py --fake-gpu, bench.py --cpu-smoke (tests this bundle)
+#   CHECK_ARGS, BENCH_ARGS  extra arguments for cuda.test (-gpucheck.filter RE,
+#                         -gpucheck.no-huge, ...: ./cuda.test -help) and bench.py
 #   GOBN_CUDA_PERSISTENT=1  check (and sanitize) with the persistent training kernel switched
 #                         on; bench.py times it either way, as gobn_p
 set -uo pipefail
@@ -27,12 +29,11 @@ set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 RES=${OUT:-$HERE/results}
 mkdir -p "$RES"
+RES=$(cd "$RES" && pwd)
+cd "$HERE" # cuda.test reads batchnorm.cu beside it
 PY=${PYTHON:-python3}
 DEADLINE=${GPUCHECK_DEADLINE_S:-390}
 SANITIZERS=${GPUCHECK_SANITIZERS-memcheck racecheck synccheck}
-FAKE=()
-BFAKE=()
-if [ "${GPUCHECK_FAKE:-0}" = 1 ]; then FAKE=(--fake-gpu); BFAKE=(--cpu-smoke); fi
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 export PYTHONUNBUFFERED=1
@@ -66,16 +67,19 @@ echo "== gobn GPU check: $(date -u +%FT%TZ), bundle $HERE, results $RES"
 	"$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "gpu", torch.cuda.is_available())' 2>&1
 } | tee "$RES/check.log"
 
-# 1. correctness, every case
+# 1. correctness: every test of kernels/cuda, TestGPU with every case
+# (-gpucheck.require: no GPU is a failure, not a skip; no ResNet-50 group
+# starts after 30% of the deadline)
 t=$(date +%s)
-# (no ResNet-50 group starts after 30% of the deadline)
-timeout -k 10 $(( DEADLINE / 2 )) "$PY" "$HERE/check.py" "${FAKE[@]}" --json "$RES/check.json" --max-seconds $(( DEADLINE * 3 / 10 )) \
-	${CHECK_ARGS:-} 2>&1 | tee -a "$RES/check.log"
+rm -f "$RES/check.json"
+timeout -k 10 $(( DEADLINE / 2 )) "$HERE/cuda.test" -test.v -test.timeout 0 -gpucheck.require \
+	-gpucheck.json "$RES/check.json" -gpucheck.max-seconds $(( DEADLINE * 3 / 10 )) ${CHECK_ARGS:-} 2>&1 \
+	| tee -a "$RES/check.log"
 ended check "${PIPESTATUS[0]}" "$t" "$RES/check.log"
 
-# 2. compute-sanitizer on check.py --small: exact-size allocations (no
-# caching allocator, no guard elements) so that memcheck sees every byte
-# past a tensor; only gobn's kernels are instrumented.
+# 2. compute-sanitizer on TestGPU's small groups (-gpucheck.small): no
+# guard elements, each tensor its own exact-size cuMemAlloc, so that
+# memcheck sees every byte past one; only gobn's kernels are instrumented.
 : > "$RES/sanitize.log"
 CS=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || true)}
 if [ -z "$CS" ]; then
@@ -85,8 +89,8 @@ if [ -z "$CS" ]; then
 	done
 fi
 ntools=$(echo $SANITIZERS | wc -w)
-# CUDA API calls that fail are not reported by default: PyTorch's own
-# start-up probes some; gobn's failures surface in check.py as errors
+# CUDA API calls that fail are not reported by default: gobn's failures
+# surface in the test as errors
 SAN_OPTS=${GPUCHECK_SANITIZER_OPTS---report-api-errors no}
 for tool in $SANITIZERS; do
 	t=$(date +%s)
@@ -101,9 +105,9 @@ for tool in $SANITIZERS; do
 	[ "$left" -lt 40 ] && left=40
 	log=$TMP/$tool.log
 	run_san() {
-		PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout -k 10 "$left" "$CS" --tool "$tool" "$@" \
-			--error-exitcode 99 --print-limit 30 "$PY" "$HERE/check.py" "${FAKE[@]}" --small --json "$TMP/san_$tool.json" \
-			> "$log" 2>&1
+		timeout -k 10 "$left" "$CS" --tool "$tool" "$@" --error-exitcode 99 --print-limit 30 \
+			"$HERE/cuda.test" -test.run '^TestGPU$' -test.v -test.timeout 0 -gpucheck.require -gpucheck.small \
+			-gpucheck.json "$TMP/san_$tool.json" > "$log" 2>&1
 	}
 	# option groups this compute-sanitizer may not know are dropped, last first
 	groups=("--kernel-name kns=gobn")
@@ -135,7 +139,7 @@ for tool in $SANITIZERS; do
 	elif [ "$count" != 0 ] || [ "$rc" = 99 ]; then
 		st=fail
 	elif [ "$rc" != 0 ]; then
-		st=fail # the sanitizer was clean but check.py --small failed (see the log)
+		st=fail # the sanitizer was clean but the check failed (see the log)
 	else
 		st=pass
 	fi
@@ -154,7 +158,7 @@ if [ "${GPUCHECK_QUICK:-0}" = 1 ] || [ "$left" -lt 120 ]; then
 	bargs="--quick --budget-s $(( left - 50 > 20 ? 20 : (left - 50 < 5 ? 5 : left - 50) ))"
 fi
 echo "== bench.py $bargs ${BENCH_ARGS:-} ($(elapsed) s so far)"
-timeout -k 10 $(( left > 90 ? left : 90 )) "$PY" "$HERE/bench.py" "${BFAKE[@]}" --json "$RES/bench.json" $bargs ${BENCH_ARGS:-} 2>&1 \
+timeout -k 10 $(( left > 90 ? left : 90 )) "$PY" "$HERE/bench.py" --json "$RES/bench.json" $bargs ${BENCH_ARGS:-} 2>&1 \
 	| tee "$RES/bench.log"
 ended bench "${PIPESTATUS[0]}" "$t" "$RES/bench.log"
 

@@ -1,13 +1,17 @@
-// Command gpucheck is the C ABI the GPU check bundle (scripts/gpucheck) calls
-// through ctypes: gobn's Go CPU kernels and its CUDA kernels side by side,
-// built as a shared library that links no TensorFlow:
+// Command gpucheck is the C ABI the GPU check bundle's timing script
+// (scripts/gpucheck/bench.py) calls through ctypes: gobn's CUDA kernels on
+// PyTorch's tensors and stream, built as a shared library that links no
+// TensorFlow:
 //
 //	go build -buildmode=c-shared -tags cuda -o build/gpu/libgobncheck.so ./internal/cmd/gpucheck
 //
-// (make gpu-bundle). Every export takes plain integers, floats and pointers
-// and returns 0 on success or 1 on failure, the error's text then readable
-// through gobncheck_error; a panic is recovered into such an error. Strings
-// the library returns are its own, valid until the next call of the same
+// (make gpu-bundle). The bundle checks correctness with the kernels' own Go
+// tests, built into a test binary (kernels/cuda's gpu_test.go); this
+// library is for timing them beside PyTorch's and cuDNN's in one process.
+// Every export takes plain integers, floats and pointers and returns 0 on
+// success or 1 on failure, the error's text then readable through
+// gobncheck_error; a panic is recovered into such an error. Strings the
+// library returns are its own, valid until the next call of the same
 // function. Not safe for concurrent callers of the string-returning exports.
 //
 // Codes: dtype 0 float32, 1 half, 2 bfloat16 (cuda.DType); layout 0
@@ -15,26 +19,24 @@
 // (kernels.Layout). A tensor is N × C × S, S the product of its spatial
 // dimensions.
 //
-// The families, each as a CPU entry (host pointers, gobn's Go kernels) and a
-// GPU entry (device pointers, then stream, workspace and workspace bytes; the
-// kernels/cuda package), with a workspace query per family:
+// The families, each as a GPU entry (device pointers, then stream, workspace
+// and workspace bytes; the kernels/cuda package) with a workspace query:
 //
-//	gobncheck_fused_{cpu,gpu}(dtype, layout, N, C, S, training, epsilon,
+//	gobncheck_fused_gpu(dtype, layout, N, C, S, training, epsilon,
 //	    y_backprop, x, scale, reserve_space_1, reserve_space_2,
-//	    x_backprop, scale_backprop, offset_backprop [, stream, ws, ws_bytes])
-//	gobncheck_global_{cpu,gpu}(dtype, layout, N, C, S, scale_after_normalization,
-//	    variance_epsilon, t, m, v, gamma, backprop, dx, dm, dv, db, dg [, ...])
-//	gobncheck_reduce_{cpu,gpu}(dtype, layout, N, C, S,
-//	    y_backprop, x, mean, sum_dy, sum_dy_xmu [, ...])
-//	gobncheck_apply_{cpu,gpu}(dtype, layout, N, C, S, count, epsilon,
-//	    y_backprop, x, scale, mean, variance, sum_dy, sum_dy_xmu, x_backprop [, ...])
+//	    x_backprop, scale_backprop, offset_backprop, stream, ws, ws_bytes)
+//	gobncheck_global_gpu(dtype, layout, N, C, S, scale_after_normalization,
+//	    variance_epsilon, t, m, v, gamma, backprop, dx, dm, dv, db, dg, ...)
+//	gobncheck_reduce_gpu(dtype, layout, N, C, S,
+//	    y_backprop, x, mean, sum_dy, sum_dy_xmu, ...)
+//	gobncheck_apply_gpu(dtype, layout, N, C, S, count, epsilon,
+//	    y_backprop, x, scale, mean, variance, sum_dy, sum_dy_xmu, x_backprop, ...)
 //	gobncheck_{fused,global,reduce,apply}_workspace(the GPU entry's arguments
 //	    before stream) -> bytes, or -1 on error: the workspace depends on the
 //	    addresses too (the kernels' vector width follows their alignment)
 //
-// The CPU fused entry runs kernels.TrainingGrad (training: reserve_space_2 is
-// the variance) or kernels.InferenceGrad; the GPU one cuda.FusedGrad
-// (training: reserve_space_2 is the inverse standard deviation).
+// In training, the fused entry's reserve_space_2 is the inverse standard
+// deviation (what stock's GPU forward saves).
 //
 // Besides: gobncheck_available (NULL when the CUDA path can run, else why
 // not), gobncheck_launches (kernel launches per kernel name as a JSON
@@ -230,19 +232,6 @@ func workspace(name string, f func() (int64, error)) (bytes C.int64_t) {
 	return bytes
 }
 
-//export gobncheck_fused_cpu
-func gobncheck_fused_cpu(dtype, layout C.int, n, c, s C.int64_t, training C.int, epsilon C.float,
-	yBackprop, x, scale, reserve1, reserve2, xBackprop, scaleBackprop, offsetBackprop unsafe.Pointer) C.int {
-	return guard("fused_cpu", func() error {
-		d, err := dims(layout, n, c, s)
-		if err != nil {
-			return err
-		}
-		return fusedCPU(int(dtype), d, training != 0, float32(epsilon), fusedHost{
-			yBackprop, x, scale, reserve1, reserve2, xBackprop, scaleBackprop, offsetBackprop})
-	})
-}
-
 //export gobncheck_fused_gpu
 func gobncheck_fused_gpu(dtype, layout C.int, n, c, s C.int64_t, training C.int, epsilon C.float,
 	yBackprop, x, scale, reserve1, reserve2, xBackprop, scaleBackprop, offsetBackprop C.uintptr_t,
@@ -264,19 +253,6 @@ func gobncheck_fused_workspace(dtype, layout C.int, n, c, s C.int64_t, training 
 		a, err := fusedArgs(dtype, layout, n, c, s, training, epsilon,
 			yBackprop, x, scale, reserve1, reserve2, xBackprop, scaleBackprop, offsetBackprop)
 		return a.WorkspaceBytes(), err
-	})
-}
-
-//export gobncheck_global_cpu
-func gobncheck_global_cpu(dtype, layout C.int, n, c, s C.int64_t, scaleAfter C.int, epsilon C.float,
-	t, m, v, gamma, backprop, dx, dm, dv, db, dg unsafe.Pointer) C.int {
-	return guard("global_cpu", func() error {
-		d, err := dims(layout, n, c, s)
-		if err != nil {
-			return err
-		}
-		return globalCPU(int(dtype), d, scaleAfter != 0, float32(epsilon), globalHost{
-			t, m, v, gamma, backprop, dx, dm, dv, db, dg})
 	})
 }
 
@@ -302,18 +278,6 @@ func gobncheck_global_workspace(dtype, layout C.int, n, c, s C.int64_t, scaleAft
 	})
 }
 
-//export gobncheck_reduce_cpu
-func gobncheck_reduce_cpu(dtype, layout C.int, n, c, s C.int64_t,
-	yBackprop, x, mean, sumDy, sumDyXmu unsafe.Pointer) C.int {
-	return guard("reduce_cpu", func() error {
-		d, err := dims(layout, n, c, s)
-		if err != nil {
-			return err
-		}
-		return reduceCPU(int(dtype), d, reduceHost{yBackprop, x, mean, sumDy, sumDyXmu})
-	})
-}
-
 //export gobncheck_reduce_gpu
 func gobncheck_reduce_gpu(dtype, layout C.int, n, c, s C.int64_t,
 	yBackprop, x, mean, sumDy, sumDyXmu C.uintptr_t,
@@ -333,19 +297,6 @@ func gobncheck_reduce_workspace(dtype, layout C.int, n, c, s C.int64_t,
 	return workspace("reduce_workspace", func() (int64, error) {
 		a, err := reduceArgs(dtype, layout, n, c, s, yBackprop, x, mean, sumDy, sumDyXmu)
 		return a.WorkspaceBytes(), err
-	})
-}
-
-//export gobncheck_apply_cpu
-func gobncheck_apply_cpu(dtype, layout C.int, n, c, s C.int64_t, count C.int64_t, epsilon C.float,
-	yBackprop, x, scale, mean, variance, sumDy, sumDyXmu, xBackprop unsafe.Pointer) C.int {
-	return guard("apply_cpu", func() error {
-		d, err := dims(layout, n, c, s)
-		if err != nil {
-			return err
-		}
-		return applyCPU(int(dtype), d, int64(count), float32(epsilon), applyHost{
-			yBackprop, x, scale, mean, variance, sumDy, sumDyXmu, xBackprop})
 	})
 }
 

@@ -1,0 +1,173 @@
+//go:build cuda
+
+package cuda_test
+
+import (
+	"encoding/json"
+	"flag"
+	"os"
+	"regexp"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gobn/gobn/kernels"
+	"github.com/gobn/gobn/kernels/cuda"
+	"github.com/gobn/gobn/kernels/cuda/cudatest"
+)
+
+// The GPU check: every case of check_test.go's plan on the GPU against
+// gobn's CPU kernels and the float64 reference. make gpu-bundle builds this
+// package's tests into build/gpu/cuda.test, which the bundle's run.sh runs
+// on a GPU machine without Go:
+//
+//	./cuda.test -test.v -gpucheck.require -gpucheck.json check.json
+//	compute-sanitizer --tool memcheck ./cuda.test -test.run '^TestGPU$' -gpucheck.small -gpucheck.require
+//
+// Without a GPU, TestGPU skips, unless -gpucheck.require makes that a
+// failure. GOBN_CUDA_PERSISTENT=1 checks with the persistent training
+// kernel switched on.
+var (
+	requireGPU = flag.Bool("gpucheck.require", false, "fail, not skip, when no GPU can be used")
+	small      = flag.Bool("gpucheck.small", false, "a few small groups, every kernel, each tensor its own exact-size allocation (for compute-sanitizer)")
+	noHuge     = flag.Bool("gpucheck.no-huge", false, "leave out the tensor over 2^31 elements")
+	noResnet   = flag.Bool("gpucheck.no-resnet", false, "leave out ResNet-50's shapes")
+	filter     = flag.String("gpucheck.filter", "", "run only the cases whose name (family/mode/dtype/layout/shape/variant) matches this regular expression")
+	jsonPath   = flag.String("gpucheck.json", "", "write the results here")
+	maxSeconds = flag.Float64("gpucheck.max-seconds", 0, "start no ResNet-50 group after this many seconds (0: no limit)")
+	show       = flag.Int("gpucheck.show", 40, "failures to print")
+)
+
+func TestGPU(t *testing.T) {
+	dev, err := cudatest.Open(0)
+	if err == nil {
+		err = cuda.Available()
+	}
+	if err != nil {
+		if *requireGPU {
+			t.Fatalf("no GPU can be used: %v", err)
+		}
+		t.Skipf("no GPU can be used (-gpucheck.require makes this a failure): %v", err)
+	}
+	stream, err := dev.NewStream()
+	require.NoError(t, err)
+	defer func() { require.NoError(t, dev.DestroyStream(stream)) }()
+	gpu := &target{name: "gpu", mem: dev, invStd: true, stream: stream, launches: cuda.Launches,
+		workspaceBytes: gpuWorkspace,
+		run: func(c *call) error {
+			if err := runGPU(c); err != nil {
+				return err
+			}
+			return dev.Synchronize() // what the kernels left, an illegal address say, surfaces here
+		},
+		broken: func() bool { return dev.Synchronize() != nil },
+	}
+	o := checkOptions{groups: plan(planOptions{small: *small, huge: !*small && !*noHuge, resnet: !*small && !*noResnet}),
+		guardBytes: defaultGuardBytes, log: t.Logf}
+	if *small {
+		o.guardBytes = 0
+	}
+	if *filter != "" {
+		o.filter = regexp.MustCompile(*filter)
+	}
+	if *maxSeconds > 0 {
+		o.deadline = time.Now().Add(time.Duration(*maxSeconds * float64(time.Second)))
+	}
+	t.Logf("TestGPU: %s (%.0f GiB, driver %d), persistent kernel %v, %d groups", dev.Name,
+		float64(dev.MemoryBytes)/(1<<30), dev.Driver, cuda.Persistent(), len(o.groups))
+	rep := runCheck(o, gpu, cpuTarget())
+	rep.Facts = map[string]any{"gpu": dev.Name, "memory_gib": float64(dev.MemoryBytes) / (1 << 30),
+		"driver_cuda": dev.Driver, "go": runtime.Version(), "simd": kernels.SIMD(), "gomaxprocs": runtime.GOMAXPROCS(0),
+		"persistent": cuda.Persistent(), "argv": os.Args[1:]}
+
+	// Both the scalar and the vector kernels ran; with the persistent
+	// kernel on, it ran and no call that fits it fell back.
+	if o.filter == nil && !rep.Fatal {
+		var v1, wide, persist uint64
+		for k, n := range rep.Launches {
+			switch v := vectorWidth(k); {
+			case v == 1:
+				v1 += n
+			case v >= 4:
+				wide += n
+			}
+			if len(k) > len("gobn_persist_") && k[:len("gobn_persist_")] == "gobn_persist_" {
+				persist += n
+			}
+		}
+		ok := v1 > 0 && wide > 0
+		rep.LaunchCheck = map[string]any{"checked": true, "v1": v1, "v4_v8": wide}
+		if cuda.Persistent() {
+			ok = ok && persist > 0 && cuda.Fallbacks() == 0
+			rep.LaunchCheck["persistent"], rep.LaunchCheck["fallbacks"] = persist, cuda.Fallbacks()
+		}
+		rep.LaunchCheck["ok"] = ok
+		rep.OK = rep.OK && ok
+		t.Logf("launches: %d kernels; _v1: %d, _v4/_v8: %d, persistent: %d, fallbacks: %d",
+			len(rep.Launches), v1, wide, persist, cuda.Fallbacks())
+		if !ok {
+			t.Errorf("want launches of _v1 and of _v4/_v8 kernels (and, persistent, of it with no fallback)")
+		}
+	}
+	if *jsonPath != "" {
+		b, err := json.MarshalIndent(rep, "", " ")
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(*jsonPath, b, 0o644))
+	}
+	logReport(t, rep, *show)
+	if rep.Fatal {
+		t.Fatalf("the GPU failed, nothing after ran: %s", rep.FatalWhy)
+	}
+}
+
+// gpuArgs returns c's args for the cuda package.
+func gpuArgs(c *call) any {
+	a := c.addr
+	p := func(role string) cuda.Ptr { return cuda.Ptr(a[role]) }
+	switch c.family {
+	case "fused":
+		return cuda.FusedGradArgs{Dims: c.dims, DType: c.dt, Training: c.mode == "train",
+			YBackprop: p("dy"), X: p("x"), Scale: p("scale"), ReserveSpace1: p("mean"), ReserveSpace2: p("var"),
+			Epsilon: epsilon, XBackprop: p("dx"), ScaleBackprop: p("scale_backprop"), OffsetBackprop: p("offset_backprop")}
+	case "global":
+		return cuda.GlobalNormalizationArgs{Dims: c.dims, DType: c.dt, T: p("x"), M: p("m"), V: p("v"),
+			Gamma: p("gamma"), Backprop: p("dy"), VarianceEpsilon: epsilon, ScaleAfterNormalization: c.mode == "scale",
+			DX: p("dx"), DM: p("dm"), DV: p("dv"), DB: p("db"), DG: p("dg")}
+	case "reduce":
+		return cuda.GradReduceArgs{Dims: c.dims, DType: c.dt, YBackprop: p("dy"), X: p("x"), Mean: p("mean"),
+			SumDy: p("sum_dy"), SumDyXmu: p("sum_dy_xmu")}
+	default:
+		return cuda.GradApplyArgs{Dims: c.dims, DType: c.dt, YBackprop: p("dy"), X: p("x"), Scale: p("scale"),
+			Mean: p("mean"), Variance: p("var"), SumDy: p("sum_dy_in"), SumDyXmu: p("sum_dy_xmu_in"),
+			Count: c.count, Epsilon: epsilon, XBackprop: p("dx")}
+	}
+}
+
+func gpuWorkspace(c *call) int64 {
+	switch a := gpuArgs(c).(type) {
+	case cuda.FusedGradArgs:
+		return a.WorkspaceBytes()
+	case cuda.GlobalNormalizationArgs:
+		return a.WorkspaceBytes()
+	case cuda.GradReduceArgs:
+		return a.WorkspaceBytes()
+	default:
+		return a.(cuda.GradApplyArgs).WorkspaceBytes()
+	}
+}
+
+func runGPU(c *call) error {
+	pl := cuda.Placement{Stream: cuda.Stream(c.stream), Workspace: cuda.Ptr(c.workspace), WorkspaceBytes: c.workspaceBytes}
+	switch a := gpuArgs(c).(type) {
+	case cuda.FusedGradArgs:
+		return cuda.FusedGrad(a, pl)
+	case cuda.GlobalNormalizationArgs:
+		return cuda.GlobalNormalizationGrad(a, pl)
+	case cuda.GradReduceArgs:
+		return cuda.GradReduce(a, pl)
+	default:
+		return cuda.GradApply(a.(cuda.GradApplyArgs), pl)
+	}
+}

@@ -1,0 +1,132 @@
+package cuda_test
+
+import (
+	"math"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/gobn/gobn/internal/tolerance"
+	"github.com/gobn/gobn/kernels/cuda"
+)
+
+// The check of check_test.go run on the CPU alone: gobn's CPU kernels on
+// both sides must pass every small case (which tests the harness's
+// reference, guards and roles against kernels that TensorFlow's own tests
+// hold), and each fault a GPU kernel could make must fail the cases it
+// touches, with the reason it should give.
+
+// TestCheckPassesOnCPU runs every small group (every third under -short)
+// with the CPU kernels as the target under test.
+func TestCheckPassesOnCPU(t *testing.T) {
+	groups := plan(planOptions{})
+	if testing.Short() {
+		var some []group
+		for i, g := range groups {
+			if i%3 == 0 {
+				some = append(some, g)
+			}
+		}
+		groups = some
+	}
+	under := cpuTarget()
+	under.name = "under"
+	rep := runCheck(checkOptions{groups: groups, guardBytes: defaultGuardBytes, log: t.Logf}, under, cpuTarget())
+	logReport(t, rep, 20)
+	require.True(t, rep.OK)
+	// every family, mode, dtype and layout ran, and the variants
+	seen := map[string]bool{}
+	for _, r := range rep.Rows {
+		seen[r.Family+"/"+r.Mode] = true
+		seen[r.DType] = true
+		seen[r.Layout] = true
+		seen[r.Variant] = true
+	}
+	for _, k := range []string{"fused/train", "fused/infer", "reduce/-", "apply/r1", "apply/r4", "global/scale",
+		"global/noscale", "float", "half", "bfloat16", "NHWC", "NCHW", "NDHWC", "NCDHW", "plain", "unaligned",
+		"unaligned_dx", "inplace_x", "inplace_dy", "stream0"} {
+		require.True(t, seen[k], "no case of %s ran", k)
+	}
+}
+
+// faultyCPU returns a CPU target that runs the kernel, then inject.
+func faultyCPU(inject func(m *hostMemory, c *call)) *target {
+	m := newHostMemory()
+	return &target{name: "gpu", mem: m, run: func(c *call) error {
+		if err := runCPU(m, c); err != nil {
+			return err
+		}
+		inject(m, c)
+		return nil
+	}}
+}
+
+// element returns the bytes of element i of role.
+func element(m *hostMemory, c *call, role string, dt cuda.DType, i int) []byte {
+	b, err := m.bytes(c.addr[role]+uintptr(i*size(dt)), size(dt))
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func TestCheckCatchesFaults(t *testing.T) {
+	groups := []group{
+		{cuda.Float32, "NHWC", sh(2, []int64{5, 9}, 3), "plain", "small"},
+		{cuda.Float16, "NCHW", sh(4, []int64{6, 6}, 64), "unaligned", "small"},
+		{cuda.BFloat16, "NDHWC", sh(2, []int64{3, 4, 5}, 7), "plain", "small"},
+	}
+	last := func(c *call) int { return c.dims.Len() - 1 }
+	faults := []struct {
+		name   string
+		inject func(m *hostMemory, c *call)
+		want   string
+	}{
+		{"a wrong element", func(m *hostMemory, c *call) {
+			e := element(m, c, "dx", c.dt, last(c))
+			store(c.dt, e, 0, load(c.dt, e, 0)+1)
+		}, "x_backprop gpu: 1 elements out of tolerance (0 NaN)"},
+		{"an element left unwritten", func(m *hostMemory, c *call) {
+			store(c.dt, element(m, c, "dx", c.dt, 0), 0, math.NaN())
+		}, "x_backprop gpu: 1 elements out of tolerance (1 NaN)"},
+		{"a write past the end", func(m *hostMemory, c *call) {
+			store(c.dt, element(m, c, "dx", c.dt, c.dims.Len()), 0, 0)
+		}, "dx gpu: guard elements overwritten"},
+		{"a write before the start", func(m *hostMemory, c *call) {
+			store(cuda.Float32, element(m, c, "scale_backprop", cuda.Float32, -1), 0, 0)
+		}, "scale_backprop gpu: guard elements overwritten"},
+		{"an input written", func(m *hostMemory, c *call) {
+			e := element(m, c, "dy", c.dt, 0)
+			store(c.dt, e, 0, load(c.dt, e, 0)*2)
+		}, "input dy changed (gpu)"},
+		{"a per-channel input written", func(m *hostMemory, c *call) {
+			store(cuda.Float32, element(m, c, "scale", cuda.Float32, 0), 0, 3)
+		}, "input scale changed (gpu)"},
+		{"within tolerance, but worse than the CPU's", func(m *hostMemory, c *call) {
+			// offset_backprop[0] moved by 0.6 of its bound
+			C := int(c.dims.C)
+			M := 0.0
+			for i := range C {
+				M = max(M, math.Abs(load(cuda.Float32, element(m, c, "offset_backprop", cuda.Float32, i), 0)))
+			}
+			b := tolerance.ByDType["float"]
+			e := element(m, c, "offset_backprop", cuda.Float32, 0)
+			v := load(cuda.Float32, e, 0)
+			store(cuda.Float32, e, 0, v+0.6*(b.Atol*M+b.Rtol*math.Abs(v)))
+		}, "offset_backprop gpu norm"},
+	}
+	for _, f := range faults {
+		t.Run(f.name, func(t *testing.T) {
+			rep := runCheck(checkOptions{groups: groups, guardBytes: defaultGuardBytes, log: t.Logf,
+				filter: regexp.MustCompile(`^fused/train/`)}, faultyCPU(f.inject), cpuTarget())
+			require.Len(t, rep.Rows, len(groups))
+			require.False(t, rep.OK)
+			for _, r := range rep.Rows {
+				require.False(t, r.OK, r.Case)
+				require.Contains(t, strings.Join(r.Why, "; "), f.want, r.Case)
+			}
+		})
+	}
+}

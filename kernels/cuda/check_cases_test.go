@@ -72,6 +72,14 @@ type op struct{ family, mode string }
 
 // ops are the ops a group runs.
 func (g group) ops() []op {
+	global := g.dt != cuda.BFloat16 && g.layout == "NHWC"
+	if g.tag == "huge" { // every layout kernel's indexing past 2³¹, in half the time of every op
+		ops := []op{{"fused", "train"}, {"fused", "infer"}}
+		if global {
+			ops = append(ops, op{"global", "scale"})
+		}
+		return ops
+	}
 	ops := []op{{"fused", "train"}, {"fused", "infer"}}
 	if !strings.HasPrefix(g.variant, "inplace") {
 		ops = append(ops, op{"reduce", "-"})
@@ -80,10 +88,7 @@ func (g group) ops() []op {
 	if g.tag == "small" || g.tag == "sanitize" {
 		ops = append(ops, op{"apply", "r4"})
 	}
-	if g.tag == "huge" { // every kernel's indexing past 2³¹, in a third of the time
-		return []op{{"fused", "train"}, {"fused", "infer"}, {"global", "scale"}}
-	}
-	if g.dt != cuda.BFloat16 && g.layout == "NHWC" {
+	if global {
 		ops = append(ops, op{"global", "scale"}, op{"global", "noscale"})
 	}
 	return ops
@@ -165,9 +170,6 @@ func plan(o planOptions) []group {
 			}
 		}
 	}
-	if o.huge {
-		add(cuda.Float16, "NHWC", huge, "plain", "huge")
-	}
 	if o.resnet {
 		for _, s := range resnet {
 			for _, dt := range dtypes {
@@ -179,6 +181,9 @@ func plan(o planOptions) []group {
 		add(cuda.Float32, "NHWC", resnet[1], "unaligned", "resnet")
 		add(cuda.Float16, "NCHW", resnet[1], "unaligned_dx", "resnet")
 		add(cuda.BFloat16, "NHWC", resnet[2], "inplace_dy", "resnet")
+	}
+	if o.huge { // last: the longest on the host
+		add(cuda.Float16, "NHWC", huge, "plain", "huge")
 	}
 	return g
 }

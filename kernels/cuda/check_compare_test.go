@@ -4,6 +4,7 @@ package cuda_test
 // statistics of an output against it.
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 
@@ -45,6 +46,21 @@ func (s *stat) add(got, want, M float64, b tolerance.Bound) {
 		d = math.Inf(1)
 	}
 	s.MaxErr, s.Norm = max(s.MaxErr, d), max(s.Norm, norm)
+}
+
+// finite returns v, or the largest float64 for a NaN or infinity, which
+// JSON cannot hold.
+func finite(v float64) float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return math.MaxFloat64
+	}
+	return v
+}
+
+func (s stat) MarshalJSON() ([]byte, error) {
+	type plain stat
+	s.MaxErr, s.Norm = finite(s.MaxErr), finite(s.Norm)
+	return json.Marshal(plain(s))
 }
 
 func (s *stat) merge(o stat) {

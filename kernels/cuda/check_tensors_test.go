@@ -249,7 +249,7 @@ func (m *hostMemory) bytes(p uintptr, n int) ([]byte, error) {
 func (m *hostMemory) Write(dst uintptr, src []byte) error {
 	b, err := m.bytes(dst, len(src))
 	if err == nil {
-		copy(b, src)
+		parallelCopy(b, src)
 	}
 	return err
 }
@@ -257,9 +257,47 @@ func (m *hostMemory) Write(dst uintptr, src []byte) error {
 func (m *hostMemory) Read(dst []byte, src uintptr) error {
 	b, err := m.bytes(src, len(dst))
 	if err == nil {
-		copy(dst, b)
+		parallelCopy(dst, b)
 	}
 	return err
+}
+
+// parallelCopy copies src to dst, a block of bytes on each CPU.
+func parallelCopy(dst, src []byte) {
+	parallel(len(src), func(lo, hi int) struct{} { copy(dst[lo:hi], src[lo:hi]); return struct{}{} })
+}
+
+// parallelEqual reports whether a and b hold the same bytes.
+func parallelEqual(a, b []byte) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, same := range parallel(len(a), func(lo, hi int) bool { return bytes.Equal(a[lo:hi], b[lo:hi]) }) {
+		if !same {
+			return false
+		}
+	}
+	return true
+}
+
+// equalAt reports whether the bytes at address a of m are want, reading
+// from a device a chunk at a time.
+func equalAt(m memory, a uintptr, want []byte) (bool, error) {
+	if h, ok := m.(*hostMemory); ok {
+		b, err := h.bytes(a, len(want))
+		return err == nil && parallelEqual(b, want), err
+	}
+	buf := make([]byte, min(len(want), 64<<20))
+	for off := 0; off < len(want); off += len(buf) {
+		n := min(len(buf), len(want)-off)
+		if err := m.Read(buf[:n], a+uintptr(off)); err != nil {
+			return false, err
+		}
+		if !parallelEqual(buf[:n], want[off:off+n]) {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // cpuTarget runs gobn's CPU kernels on host memory: the training gradient

@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"flag"
 	"os"
+	"path/filepath"
 	"regexp"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,7 +38,7 @@ var (
 	noResnet   = flag.Bool("gpucheck.no-resnet", false, "leave out ResNet-50's shapes")
 	filter     = flag.String("gpucheck.filter", "", "run only the cases whose name (family/mode/dtype/layout/shape/variant) matches this regular expression")
 	jsonPath   = flag.String("gpucheck.json", "", "write the results here")
-	maxSeconds = flag.Float64("gpucheck.max-seconds", 0, "start no ResNet-50 group after this many seconds (0: no limit)")
+	maxSeconds = flag.Float64("gpucheck.max-seconds", 0, "start no ResNet-50 group, nor the tensor over 2^31 elements, after this many seconds (0: no limit)")
 	show       = flag.Int("gpucheck.show", 40, "failures to print")
 )
 
@@ -51,6 +53,11 @@ func TestGPU(t *testing.T) {
 		}
 		t.Skipf("no GPU can be used (-gpucheck.require makes this a failure): %v", err)
 	}
+	// gobn's callers, TensorFlow and PyTorch, call it with the device's
+	// primary context current on the thread: so does this test
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	require.NoError(t, dev.MakeCurrent())
 	stream, err := dev.NewStream()
 	require.NoError(t, err)
 	defer func() { require.NoError(t, dev.DestroyStream(stream)) }()
@@ -80,7 +87,7 @@ func TestGPU(t *testing.T) {
 	rep := runCheck(o, gpu, cpuTarget())
 	rep.Facts = map[string]any{"gpu": dev.Name, "memory_gib": float64(dev.MemoryBytes) / (1 << 30),
 		"driver_cuda": dev.Driver, "go": runtime.Version(), "simd": kernels.SIMD(), "gomaxprocs": runtime.GOMAXPROCS(0),
-		"persistent": cuda.Persistent(), "argv": os.Args[1:]}
+		"persistent": cuda.Persistent(), "argv": argv()}
 
 	// Both the scalar and the vector kernels ran; with the persistent
 	// kernel on, it ran and no call that fits it fell back.
@@ -93,7 +100,7 @@ func TestGPU(t *testing.T) {
 			case v >= 4:
 				wide += n
 			}
-			if len(k) > len("gobn_persist_") && k[:len("gobn_persist_")] == "gobn_persist_" {
+			if strings.HasPrefix(k, "gobn_persist_") {
 				persist += n
 			}
 		}
@@ -111,15 +118,34 @@ func TestGPU(t *testing.T) {
 			t.Errorf("want launches of _v1 and of _v4/_v8 kernels (and, persistent, of it with no fallback)")
 		}
 	}
+	logReport(t, rep, *show)
 	if *jsonPath != "" {
 		b, err := json.MarshalIndent(rep, "", " ")
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(*jsonPath, b, 0o644))
+		if err == nil {
+			err = os.WriteFile(*jsonPath, b, 0o644)
+		}
+		if err != nil {
+			t.Errorf("writing %s: %v", *jsonPath, err)
+		}
 	}
-	logReport(t, rep, *show)
 	if rep.Fatal {
 		t.Fatalf("the GPU failed, nothing after ran: %s", rep.FatalWhy)
 	}
+}
+
+// argv returns the command line with file names for paths (the results
+// name no machine's folders).
+func argv() []string {
+	out := make([]string, 0, len(os.Args)-1)
+	for _, a := range os.Args[1:] {
+		if name, value, ok := strings.Cut(a, "="); ok && strings.Contains(value, "/") {
+			a = name + "=" + filepath.Base(value)
+		} else if strings.Contains(a, "/") {
+			a = filepath.Base(a)
+		}
+		out = append(out, a)
+	}
+	return out
 }
 
 // gpuArgs returns c's args for the cuda package.

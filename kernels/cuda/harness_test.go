@@ -1,6 +1,7 @@
 package cuda_test
 
 import (
+	"encoding/json"
 	"math"
 	"regexp"
 	"strings"
@@ -123,6 +124,8 @@ func TestCheckCatchesFaults(t *testing.T) {
 				filter: regexp.MustCompile(`^fused/train/`)}, faultyCPU(f.inject), cpuTarget())
 			require.Len(t, rep.Rows, len(groups))
 			require.False(t, rep.OK)
+			_, err := json.Marshal(rep) // NaN and infinite errors too
+			require.NoError(t, err)
 			for _, r := range rep.Rows {
 				require.False(t, r.OK, r.Case)
 				require.Contains(t, strings.Join(r.Why, "; "), f.want, r.Case)

@@ -25,6 +25,7 @@ static struct {
   cu_result (*retain)(cu_ctx*, int);
   cu_result (*push)(cu_ctx);
   cu_result (*pop)(cu_ctx*);
+  cu_result (*set_current)(cu_ctx);
   cu_result (*mem_alloc)(cu_ptr*, size_t);
   cu_result (*mem_free)(cu_ptr);
   cu_result (*htod)(cu_ptr, const void*, size_t);
@@ -55,6 +56,7 @@ static int cudatest_open(const char** missing) {
   SYM(retain, "cuDevicePrimaryCtxRetain")
   SYM(push, "cuCtxPushCurrent_v2")
   SYM(pop, "cuCtxPopCurrent_v2")
+  SYM(set_current, "cuCtxSetCurrent")
   SYM(mem_alloc, "cuMemAlloc_v2")
   SYM(mem_free, "cuMemFree_v2")
   SYM(htod, "cuMemcpyHtoD_v2")
@@ -108,6 +110,8 @@ static int cudatest_call(cu_ctx ctx, int op, cu_ptr* p, void* host, size_t bytes
   r2 = cu.pop(&popped);
   return r != 0 ? r : r2;
 }
+
+static int cudatest_set_current(cu_ctx ctx) { return cu.set_current(ctx); }
 
 static const char* cudatest_error_name(int r) {
   const char* s = NULL;
@@ -172,6 +176,14 @@ func Open(ordinal int) (*Device, error) {
 	}
 	d.Name, d.MemoryBytes, d.Driver = C.GoString(&name[0]), int64(mem), int(driver)
 	return &d, nil
+}
+
+// MakeCurrent makes the primary context the calling thread's current one,
+// as TensorFlow and PyTorch leave it on the threads that call gobn: lock
+// the goroutine to its thread first (runtime.LockOSThread). The other
+// methods work on any thread.
+func (d *Device) MakeCurrent() error {
+	return check("cuCtxSetCurrent", C.cudatest_set_current(d.ctx))
 }
 
 func (d *Device) call(what string, op C.int, p *C.cu_ptr, host unsafe.Pointer, bytes int, s *C.uintptr_t) error {

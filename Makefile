@@ -67,7 +67,7 @@ export CGO_LDFLAGS := -L$(TF_LIBDIR) -l:libtensorflow_framework.so.2 -Wl,-rpath,
 # process that loads gobn (no rpath).
 LIB_LDFLAGS := -L$(TF_LIBDIR) -l:libtensorflow_framework.so.2
 
-GO_SOURCES := $(shell find opdef kernels capi -name '*.go' -o -name '*.c' -o -name '*.h' -o -name '*.s') go.mod go.sum
+GO_SOURCES := $(shell find opdef kernels capi -name '*.go' -o -name '*.c' -o -name '*.cc' -o -name '*.h' -o -name '*.s') go.mod go.sum
 
 # The CUDA path. scripts/cuda_fatbin.py compiles kernels/cuda/batchnorm.cu
 # (with the headers beside it) with NVRTC for every GPU architecture

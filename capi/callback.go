@@ -6,6 +6,7 @@ import "C"
 import (
 	"fmt"
 	"runtime/cgo"
+	"sync/atomic"
 
 	"github.com/gobn/gobn/opdef"
 )
@@ -49,6 +50,23 @@ func gobnCompute(handle C.uintptr_t, ctx *C.TF_OpKernelContext) {
 		setStatus(c.status, err)
 		C.TF_OpKernelContext_Failure(ctx, c.status)
 	}
+}
+
+// asyncCalls counts the calls of asynchronous kernels (GOBN_ASYNC=1 in
+// register.c), for the tests that mean to run them.
+var asyncCalls atomic.Uint64
+
+// gobnComputeAsync is an asynchronous kernel's compute callback: the call
+// runs on a goroutine, as gobnCompute, which then tells TensorFlow it is
+// done. TensorFlow keeps ctx valid until then.
+//
+//export gobnComputeAsync
+func gobnComputeAsync(handle C.uintptr_t, ctx *C.TF_OpKernelContext, done *C.TF_AsyncOpKernelDoneCallback) {
+	asyncCalls.Add(1)
+	go func() {
+		defer C.gobn_run_done(done)
+		gobnCompute(handle, ctx)
+	}()
 }
 
 //export gobnDelete

@@ -15,7 +15,7 @@ import (
 // The library's exports for the Python package (gobn/__init__.py, through
 // ctypes): what ran, how the CPU kernels split their work, and enable().
 // Each returns a C string the caller frees (libc free), or NULL on failure,
-// and recovers from panics.
+// and recovers from panics; gobnAsyncCalls, for the tests, returns a count.
 
 // The flags a kernel is registered with (gobn.h).
 const (
@@ -84,6 +84,12 @@ func gobnSplitStats() (s *C.char) {
 	calls, ranges, workers := kernels.SplitStats()
 	return jsonString(map[string]any{"calls": calls, "max_ranges": ranges, "max_workers": workers})
 }
+
+// gobnAsyncCalls returns the calls of asynchronous kernels since the
+// library was loaded: zero unless GOBN_ASYNC=1 registered them so.
+//
+//export gobnAsyncCalls
+func gobnAsyncCalls() C.uint64_t { return C.uint64_t(asyncCalls.Load()) }
 
 // gobnEnable registers gobn's kernels under the stock ops' names with a
 // priority above stock's (register.c's gobn_enable), once. It returns the

@@ -66,6 +66,12 @@ void* gobn_create(TF_OpKernelConstruction* ctx, int op, int flags);
 int gobn_enable(void);
 void gobn_shape(TF_ShapeInferenceContext* ctx, int op, TF_Status* status);
 
+// An asynchronous kernel's done callback (register.c, GOBN_ASYNC; async.cc):
+// gobn_keep_done copies the one TensorFlow passes, which lives only until
+// compute_async returns; gobn_run_done runs the copy and frees it.
+TF_AsyncOpKernelDoneCallback* gobn_keep_done(TF_AsyncOpKernelDoneCallback* done);
+void gobn_run_done(TF_AsyncOpKernelDoneCallback* kept);
+
 // A tensor of a running kernel as Go sees it, filled in by one C call
 // instead of one per field: dims holds the first GOBN_INLINE_DIMS dims (Go asks
 // TF_Dim for the rest of a tensor of higher rank).

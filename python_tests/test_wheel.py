@@ -23,8 +23,10 @@ import pytest
 
 from support import BUILT_LIBRARY, GRADIENT_SCRIPT, PYTHON_DIR, REPO_ROOT, built_wheel
 
-# What a process running TensorFlow has mapped before it loads gobn.
-ALLOWED_NEEDED = {"libtensorflow_framework.so.2", "libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2"}
+# What a process running TensorFlow has mapped before it loads gobn (its
+# libtensorflow_framework.so.2 needs libstdc++ and libgcc_s too).
+ALLOWED_NEEDED = {"libtensorflow_framework.so.2", "libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2",
+                  "libstdc++.so.6", "libgcc_s.so.1"}
 NAME = re.compile(r"gobn-(?P<version>[^-]+)-py3-none-manylinux_(?P<major>\d+)_(?P<minor>\d+)_(?P<arch>\w+)\.whl")
 
 
@@ -91,6 +93,20 @@ def test_library_links_only_what_tensorflow_has(library):
     assert needed <= ALLOWED_NEEDED, f"libgobn.so links {needed - ALLOWED_NEEDED}"
     assert not re.search(r"\((RPATH|RUNPATH)\)", dynamic), f"libgobn.so carries a search path:\n{dynamic}"
     assert re.search(r"\(SONAME\)\s+Library soname: \[libgobn\.so\]", dynamic), "the soname the package looks for"
+
+
+def versions(prefix, library):
+    """The versions of prefix (GLIBCXX, CXXABI) library needs, as tuples."""
+    out = readelf("--version-info", "--wide", library)
+    return {tuple(int(p) for p in v.split(".")) for v in re.findall(r"Name: %s_([\d.]+)" % prefix, out)}
+
+
+def test_cxx_runtime_no_newer_than_tensorflows(library):
+    import tensorflow as tf
+    framework = os.path.join(os.path.dirname(tf.__file__), "libtensorflow_framework.so.2")
+    for prefix in ("GLIBCXX", "CXXABI"):
+        mine, theirs = versions(prefix, library), versions(prefix, framework)
+        assert max(mine, default=()) <= max(theirs, default=()), f"{prefix}: gobn needs {max(mine)}"
 
 
 def test_tag_covers_the_glibc_the_library_needs(wheel, library):

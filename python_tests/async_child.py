@@ -1,0 +1,152 @@
+"""One process of test_async.py: gobn with GOBN_ASYNC=1 (asynchronous kernels).
+
+    GOBN_ASYNC=1 python async_child.py
+
+The library reads GOBN_ASYNC when it loads and then registers every kernel
+through TensorFlow's asynchronous kernel builder. The child runs each of
+gobn's ops eagerly and in a tf.function, stock's twin or a float64
+reference beside it, training steps of gobn.fused_batch_norm, a bad input
+and the call after it, and calls from several threads at once; it prints
+one JSON report whose checks are test_async.py's.
+"""
+
+import ctypes
+import json
+import threading
+
+import support  # noqa: F401  (first: the package on sys.path)
+
+import numpy as np
+import tensorflow as tf
+
+import gobn
+from gobn import _library
+from gobn._testing import global_norm_grad_reference
+
+EPSILON = 1e-3
+rng = np.random.default_rng(11)
+X = rng.standard_normal((4, 5, 6, 8)).astype(np.float32)
+DY = rng.standard_normal(X.shape).astype(np.float32)
+SCALE = rng.standard_normal(8).astype(np.float32)
+MEAN, VAR = X.mean((0, 1, 2)), X.var((0, 1, 2))
+
+
+def async_calls():
+    lib = _library.loaded()
+    lib.gobnAsyncCalls.restype = ctypes.c_uint64
+    return int(lib.gobnAsyncCalls())
+
+
+def max_err(got, want):
+    """The greatest |got - want| over outputs, each over its greatest |want|."""
+    out = 0.0
+    for g, w in zip(got, want):
+        g, w = np.asarray(g, np.float64), np.asarray(w, np.float64)
+        out = max(out, float(np.max(np.abs(g - w)) / max(np.max(np.abs(w)), 1e-30)))
+    return out
+
+
+def fused_cases():
+    """(name, gobn's outputs, stock's) for V3 in training and inference, eagerly and in a tf.function."""
+    out = []
+    _, _, _, r1, r2, r3 = tf.raw_ops.FusedBatchNormV3(x=X, scale=SCALE, offset=np.zeros(8, np.float32),
+                                                      mean=np.zeros(0, np.float32), variance=np.zeros(0, np.float32),
+                                                      epsilon=EPSILON, is_training=True)
+    for training, (s1, s2) in ((True, (r1, r2)), (False, (MEAN, VAR))):
+        args = dict(y_backprop=DY, x=X, scale=SCALE, reserve_space_1=s1, reserve_space_2=s2, reserve_space_3=r3,
+                    epsilon=EPSILON, is_training=training)
+        stock = [t.numpy() for t in tf.raw_ops.FusedBatchNormGradV3(**args)[:3]]
+        eager = [t.numpy() for t in gobn.ops.gobn_fused_batch_norm_grad_v3(**args)[:3]]
+        traced = [t.numpy() for t in tf.function(lambda: gobn.ops.gobn_fused_batch_norm_grad_v3(**args)[:3])()]
+        out += [("fused_v3/%s/eager" % training, eager, stock), ("fused_v3/%s/function" % training, traced, stock)]
+    return out
+
+
+def global_case():
+    m, v, g = MEAN, VAR + 0.5, SCALE
+    args = dict(t=X, m=m, v=v, gamma=g, backprop=DY, variance_epsilon=EPSILON, scale_after_normalization=True)
+    want = global_norm_grad_reference(**args)  # stock's op is refused in today's graphs
+    mine = [t.numpy() for t in tf.function(lambda: gobn.ops.gobn_batch_norm_with_global_normalization_grad(**args))()]
+    return [("global/function", mine, want)]
+
+
+def cross_replica_cases():
+    """GradReduce and GradApply against float64 sums and the training gradient's formula."""
+    x64, dy64, mean64 = X.astype(np.float64), DY.astype(np.float64), MEAN.astype(np.float64)
+    sum_dy, sum_dy_xmu = dy64.sum((0, 1, 2)), (dy64 * (x64 - mean64)).sum((0, 1, 2))
+    reduce = [t.numpy() for t in gobn.ops.gobn_batch_norm_grad_reduce(y_backprop=DY, x=X, mean=MEAN)]
+    count = X.size // X.shape[-1]
+    inv = 1 / np.sqrt(VAR.astype(np.float64) + EPSILON)
+    want_dx = SCALE * inv * (dy64 - sum_dy / count - (x64 - mean64) * inv * inv * sum_dy_xmu / count)
+    dx = tf.function(lambda: gobn.ops.gobn_batch_norm_grad_apply(
+        y_backprop=DY, x=X, scale=SCALE, mean=MEAN, variance=VAR, sum_dy=sum_dy.astype(np.float32),
+        sum_dy_xmu=sum_dy_xmu.astype(np.float32), count=count, epsilon=EPSILON))().numpy()
+    return [("reduce/eager", reduce, [sum_dy, sum_dy_xmu]), ("apply/function", [dx], [want_dx])]
+
+
+def training_steps(fn, steps=3):
+    """The gradients of steps of a tf.function training step through fn."""
+    w = tf.Variable(X)
+    opt = tf.keras.optimizers.SGD(0.1)
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            y, _, _ = fn(w, tf.constant(SCALE), tf.zeros([8]))
+            loss = tf.reduce_sum(y * DY)
+        g = tape.gradient(loss, w)
+        opt.apply_gradients([(g, w)])
+        return g
+
+    return [step().numpy() for _ in range(steps)]
+
+
+def bad_then_good():
+    """A mismatched y_backprop's error, then a good call's result against stock's."""
+    args = dict(x=X, scale=SCALE, reserve_space_1=MEAN, reserve_space_2=VAR, epsilon=EPSILON, is_training=False)
+    try:
+        gobn.ops.gobn_fused_batch_norm_grad(y_backprop=DY[..., :4], **args)
+        error = None
+    except tf.errors.OpError as e:
+        error = type(e).__name__
+    good = [t.numpy() for t in gobn.ops.gobn_fused_batch_norm_grad(y_backprop=DY, **args)[:3]]
+    stock = [t.numpy() for t in tf.raw_ops.FusedBatchNormGrad(y_backprop=DY, **args)[:3]]
+    return error, max_err(good, stock)
+
+
+def threads(n=4, calls=20):
+    """Calls from n threads at once: their results' greatest difference from the first's."""
+    args = dict(y_backprop=DY, x=X, scale=SCALE, reserve_space_1=MEAN, reserve_space_2=VAR, epsilon=EPSILON,
+                is_training=False)
+    first = [t.numpy() for t in gobn.ops.gobn_fused_batch_norm_grad(**args)[:3]]
+    diffs, lock = [], threading.Lock()
+
+    def work():
+        for _ in range(calls):
+            d = max_err([t.numpy() for t in gobn.ops.gobn_fused_batch_norm_grad(**args)[:3]], first)
+            with lock:
+                diffs.append(d)
+
+    ts = [threading.Thread(target=work) for _ in range(n)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(timeout=120)
+    return {"calls": len(diffs), "max_diff": max(diffs, default=None), "alive": sum(t.is_alive() for t in ts)}
+
+
+def main():
+    report = {"async_before": async_calls()}
+    report["cases"] = {name: max_err(got, want) for name, got, want in
+                       fused_cases() + global_case() + cross_replica_cases()}
+    mine, stock = training_steps(gobn.fused_batch_norm), training_steps(tf.compat.v1.nn.fused_batch_norm)
+    report["training"] = max_err(mine, stock)
+    report["error"], report["after_error"] = bad_then_good()
+    report["threads"] = threads()
+    report["async_calls"] = async_calls()
+    report["kernel_calls"] = sum(sum(d.values()) for d in gobn.kernel_calls().values())
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+"""GOBN_ASYNC=1: gobn's kernels registered as asynchronous ones.
+
+The library reads GOBN_ASYNC when it loads, so async_child.py runs in a
+child Python with it set. Its kernels then start each call on a goroutine
+and return; the goroutine tells TensorFlow when the call is done. TensorFlow
+2.21's C API passes that callback by the address of a copy that lives only
+until the kernel returns, so gobn keeps its own copy (capi/async.cc): a
+traced function's calls, which outlive their kernel's return, test that.
+Expected values are stock TensorFlow's or a float64 reference.
+"""
+
+import os
+
+from support import run_child_report, tolerance
+
+CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "async_child.py")
+
+
+def test_async_kernels():
+    report = run_child_report(CHILD, GOBN_ASYNC="1")
+    # errors over the greatest |want| of each output: within float32's bound
+    rtol, atol = tolerance("float32")
+    bound = atol + rtol
+    assert report["async_before"] == 0
+    # every call ran asynchronously: as many as gobn's kernels counted
+    assert report["async_calls"] == report["kernel_calls"] > 0
+    for name, err in report["cases"].items():
+        assert err <= bound, f"{name}: max |gobn - want| / max |want| = {err}"
+    assert report["training"] <= bound
+    assert report["error"] == "InvalidArgumentError"
+    assert report["after_error"] <= bound
+    t = report["threads"]
+    assert t["alive"] == 0 and t["calls"] == 80 and t["max_diff"] == 0.0
+
+
+def test_sync_by_default():
+    report = run_child_report(CHILD)
+    assert report["async_calls"] == 0 and report["kernel_calls"] > 0

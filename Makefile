@@ -256,15 +256,17 @@ gpu-bundle: $(GPU_BUNDLE)/libgobncheck.so $(GPU_BUNDLE)/cuda.test $(GPUCHECK_SCR
 # (scripts/gpu_tf_check.py), then ResNet50 training steps, stock against
 # gobn, by both routes (scripts/bench_models.py --device gpu), into
 # bench/gpu_tf.json. GPU_TF_ARGS adds options to the first (--full: ResNet-50's
-# shapes), GPU_TF_MODELS_ARGS to the second; GPU_TF_MODELS= skips the steps.
+# shapes), GPU_TF_MODELS_ARGS to the second (GPU_TF_MODELS_EXTRA adds to
+# them, e.g. --async); GPU_TF_MODELS= skips the steps.
 GPU_TF_PYTHON ?= python3
 GPU_TF_ARGS ?=
 GPU_TF_MODELS ?= tf_keras:channels_first keras3:channels_last
 GPU_TF_MODELS_ARGS ?= --models resnet50 --image 112 --batch-size 32 --rounds 4 --steps-per-round 2 --no-float64 --xla
+GPU_TF_MODELS_EXTRA ?=
 gpu-tf-check:
 	$(GPU_TF_PYTHON) scripts/gpu_tf_check.py --timing --json bench/gpu_tf.json $(GPU_TF_ARGS)
 	$(foreach m,$(GPU_TF_MODELS),$(GPU_TF_PYTHON) scripts/bench_models.py --device gpu --routes $(word 1,$(subst :, ,$(m))) \
-		--data-format $(word 2,$(subst :, ,$(m))) $(GPU_TF_MODELS_ARGS) --merge-into bench/gpu_tf.json &&) true
+		--data-format $(word 2,$(subst :, ,$(m))) $(GPU_TF_MODELS_ARGS) $(GPU_TF_MODELS_EXTRA) --merge-into bench/gpu_tf.json &&) true
 
 # ---------------------------------------------------------------------------
 # Beyond one machine: tf.distribute.MultiWorkerMirroredStrategy on local

@@ -15,7 +15,7 @@ import (
 // The library's exports for the Python package (gobn/__init__.py, through
 // ctypes): what ran, how the CPU kernels split their work, and enable().
 // Each returns a C string the caller frees (libc free), or NULL on failure,
-// and recovers from panics; gobnAsyncCalls, for the tests, returns a count.
+// and recovers from panics.
 
 // The flags a kernel is registered with (gobn.h).
 const (
@@ -85,11 +85,21 @@ func gobnSplitStats() (s *C.char) {
 	return jsonString(map[string]any{"calls": calls, "max_ranges": ranges, "max_workers": workers})
 }
 
-// gobnAsyncCalls returns the calls of asynchronous kernels since the
-// library was loaded: zero unless GOBN_ASYNC=1 registered them so.
+// gobnAsyncCalls returns, as JSON, the calls of asynchronous kernels since
+// the library was loaded (none unless GOBN_ASYNC=1 registered them so):
+// {"calls": n, "done_after_return": n, "callbacks_kept": n}, the last the
+// copies of TensorFlow's done callback not yet run (async.cc).
 //
 //export gobnAsyncCalls
-func gobnAsyncCalls() C.uint64_t { return C.uint64_t(asyncCalls.Load()) }
+func gobnAsyncCalls() (s *C.char) {
+	defer func() {
+		if recover() != nil {
+			s = nil
+		}
+	}()
+	return jsonString(map[string]uint64{"calls": asyncCalls.Load(), "done_after_return": asyncLate.Load(),
+		"callbacks_kept": uint64(C.gobn_kept_callbacks())})
+}
 
 // gobnEnable registers gobn's kernels under the stock ops' names with a
 // priority above stock's (register.c's gobn_enable), once. It returns the

@@ -7,7 +7,8 @@
 // from the tables in registry_gen.c (generated from opdef) while the library
 // loads, after library.c has made sure it is the process's only copy;
 // callback.go holds TensorFlow's callbacks, the exported Go functions the C
-// trampolines call; exports.go the exports for the Python package (kernel
+// trampolines call (async.cc, the one C++ file, keeps an asynchronous
+// kernel's done callback: GOBN_ASYNC=1); exports.go the exports for the Python package (kernel
 // calls, split statistics, enable). The other files that see C are call.go
 // (a kernel run's pooled call: its inputs, the outputs and temp memory it
 // allocates, and their release), attrs.go (a kernel's attrs at
@@ -18,9 +19,9 @@
 // (package kernels) or gpu.go (package kernels/cuda), one dtype switch each,
 // for the dtypes opdef binds.
 //
-// Build flags (include path of TensorFlow's headers, libtensorflow_framework)
-// come from the environment (CGO_CFLAGS, CGO_LDFLAGS) as the Makefile sets
-// them from tf.sysconfig.
+// Building it takes a C and a C++ compiler. Build flags (include path of
+// TensorFlow's headers, libtensorflow_framework) come from the environment
+// (CGO_CFLAGS, CGO_LDFLAGS) as the Makefile sets them from tf.sysconfig.
 package main
 
 //go:generate go run ../internal/gencapi -o registry_gen.c

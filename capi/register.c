@@ -41,7 +41,13 @@ static void gobn_compute(void* kernel, TF_OpKernelContext* ctx) {
 static int async_kernels;
 
 static void gobn_compute_async(void* kernel, TF_OpKernelContext* ctx, TF_AsyncOpKernelDoneCallback* done) {
-  gobnComputeAsync((uintptr_t)kernel, ctx, gobn_keep_done(done));
+  TF_AsyncOpKernelDoneCallback* kept = gobn_keep_done(done);
+  if (kept == NULL) {  // no memory for the copy: the call finishes here
+    gobn_compute(kernel, ctx);
+    TF_RunAsyncOpKernelDoneCallback(done);
+    return;
+  }
+  gobnComputeAsync((uintptr_t)kernel, ctx, kept);
 }
 
 static void gobn_delete(void* kernel) { gobnDelete((uintptr_t)kernel); }

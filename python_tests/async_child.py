@@ -6,8 +6,8 @@ The library reads GOBN_ASYNC when it loads and then registers every kernel
 through TensorFlow's asynchronous kernel builder. The child runs each of
 gobn's ops eagerly and in a tf.function, stock's twin or a float64
 reference beside it, training steps of gobn.fused_batch_norm, a bad input
-and the call after it, and calls from several threads at once; it prints
-one JSON report whose checks are test_async.py's.
+and the call after it, calls from several threads at once, and stock's op after gobn.enable(); it
+prints one JSON report whose checks are test_async.py's.
 """
 
 import ctypes
@@ -32,9 +32,14 @@ MEAN, VAR = X.mean((0, 1, 2)), X.var((0, 1, 2))
 
 
 def async_calls():
+    """The library's count of asynchronous calls (gobnAsyncCalls)."""
     lib = _library.loaded()
-    lib.gobnAsyncCalls.restype = ctypes.c_uint64
-    return int(lib.gobnAsyncCalls())
+    lib.gobnAsyncCalls.restype = ctypes.c_void_p
+    ptr = lib.gobnAsyncCalls()
+    try:
+        return json.loads(ctypes.string_at(ptr).decode())
+    finally:
+        ctypes.CDLL(None).free(ctypes.c_void_p(ptr))
 
 
 def max_err(got, want):
@@ -47,8 +52,16 @@ def max_err(got, want):
 
 
 def fused_cases():
-    """(name, gobn's outputs, stock's) for V3 in training and inference, eagerly and in a tf.function."""
+    """(name, gobn's outputs, stock's) for V3 in training and inference, eagerly and in a tf.function,
+    and for V1 and V2 in a tf.function."""
     out = []
+    for op, stock_op in ((gobn.ops.gobn_fused_batch_norm_grad, tf.raw_ops.FusedBatchNormGrad),
+                         (gobn.ops.gobn_fused_batch_norm_grad_v2, tf.raw_ops.FusedBatchNormGradV2)):
+        args = dict(y_backprop=DY, x=X, scale=SCALE, reserve_space_1=MEAN, reserve_space_2=VAR, epsilon=EPSILON,
+                    is_training=False)
+        stock = [t.numpy() for t in stock_op(**args)[:3]]
+        traced = [t.numpy() for t in tf.function(lambda op=op, args=args: op(**args)[:3])()]
+        out.append((op.__name__ + "/function", traced, stock))
     _, _, _, r1, r2, r3 = tf.raw_ops.FusedBatchNormV3(x=X, scale=SCALE, offset=np.zeros(8, np.float32),
                                                       mean=np.zeros(0, np.float32), variance=np.zeros(0, np.float32),
                                                       epsilon=EPSILON, is_training=True)
@@ -136,11 +149,19 @@ def threads(n=4, calls=20):
 
 
 def main():
-    report = {"async_before": async_calls()}
-    report["cases"] = {name: max_err(got, want) for name, got, want in
-                       fused_cases() + global_case() + cross_replica_cases()}
+    report = {"cases": {name: max_err(got, want) for name, got, want in
+                        fused_cases() + global_case() + cross_replica_cases()}}
     mine, stock = training_steps(gobn.fused_batch_norm), training_steps(tf.compat.v1.nn.fused_batch_norm)
     report["training"] = max_err(mine, stock)
+    # gobn.enable(): stock's op on gobn's kernels, registered asynchronous too
+    args = dict(y_backprop=DY, x=X, scale=SCALE, reserve_space_1=MEAN, reserve_space_2=VAR, epsilon=EPSILON,
+                is_training=False)
+    want = [t.numpy() for t in tf.raw_ops.FusedBatchNormGrad(**args)[:3]]
+    gobn.enable()
+    before = gobn.kernel_calls().get("FusedBatchNormGrad", {}).get("CPU", 0)
+    got = [t.numpy() for t in tf.function(lambda: tf.raw_ops.FusedBatchNormGrad(**args)[:3])()]
+    report["enabled"] = {"err": max_err(got, want),
+                         "calls": gobn.kernel_calls().get("FusedBatchNormGrad", {}).get("CPU", 0) - before}
     report["error"], report["after_error"] = bad_then_good()
     report["threads"] = threads()
     report["async_calls"] = async_calls()

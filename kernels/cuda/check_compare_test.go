@@ -198,7 +198,8 @@ func (ref *reference) wants(d kernels.Dims, dt cuda.DType, dy, x []byte, lo, hi 
 }
 
 // compareActivation compares two sides' activation outputs with the
-// reference's want.
+// reference's want, computed twice (for max|want|, then per element)
+// rather than held: for the tensor over 2³¹ elements it would take 17 GB.
 func compareActivation(d kernels.Dims, dt cuda.DType, ref *reference, dy, x, gpu, cpu []byte, b tolerance.Bound) outputResult {
 	var r outputResult
 	for _, m := range parallel(d.Len(), func(lo, hi int) float64 {

@@ -91,6 +91,7 @@ type tensor struct {
 	pre, post  int
 	before     []byte
 	output     bool
+	outName    string // an output's name in the results: the op's own
 	activation bool   // of the activation's size (x_backprop, dx)
 	tol        string // an output's tolerance, by dtype name
 	workspace  bool

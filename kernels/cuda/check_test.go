@@ -141,13 +141,13 @@ func newOpCase(gd *groupData, o op, guardBytes int) *opCase {
 	}
 	vecOut := func(role string, dt cuda.DType) *tensor {
 		t := newTensor(role, dt, C, off, guardBytes)
-		t.output, t.tol = true, dt.String()
+		t.output, t.outName, t.tol = true, role, dt.String()
 		t.poison()
 		oc.tensors[role] = t
 		oc.outputs = append(oc.outputs, t)
 		return t
 	}
-	actOut := func() {
+	actOut := func(outName string) {
 		var t *tensor
 		switch g.variant {
 		case "inplace_x":
@@ -164,7 +164,7 @@ func newOpCase(gd *groupData, o op, guardBytes int) *opCase {
 			t = newTensor("dx", g.dt, n, o, guardBytes)
 			t.poison()
 		}
-		t.output, t.activation, t.tol = true, true, g.dt.String()
+		t.output, t.outName, t.activation, t.tol = true, outName, true, g.dt.String()
 		oc.tensors["dx"] = t
 		oc.outputs = append([]*tensor{t}, oc.outputs...)
 	}
@@ -193,7 +193,7 @@ func newOpCase(gd *groupData, o op, guardBytes int) *opCase {
 	dy, x := gd.dy.elems(gd.dy.before), gd.x.elems(gd.x.before)
 	switch o.family {
 	case "fused":
-		actOut()
+		actOut("x_backprop")
 		vecOut("scale_backprop", cuda.Float32)
 		vecOut("offset_backprop", cuda.Float32)
 		sdy, sdx := sums(d, g.dt, dy, x, mean)
@@ -222,7 +222,7 @@ func newOpCase(gd *groupData, o op, guardBytes int) *opCase {
 		m := perChannel("m", g.dt, false, 0.5, 0)
 		v := perChannel("v", g.dt, true, 1.75, 0.25)
 		gamma := perChannel("gamma", g.dt, false, 1, 0)
-		actOut()
+		actOut("dx")
 		for _, r := range []string{"dm", "dv", "db", "dg"} {
 			vecOut(r, g.dt)
 		}
@@ -258,7 +258,7 @@ func newOpCase(gd *groupData, o op, guardBytes int) *opCase {
 		mag := math.Sqrt(float64(max(count, 1)))
 		sdyIn := perChannel("sum_dy_in", cuda.Float32, false, mag, 0)
 		sdxIn := perChannel("sum_dy_xmu_in", cuda.Float32, false, mag, 0)
-		actOut()
+		actOut("x_backprop")
 		if count > 0 {
 			oc.ref.MDy = make([]float64, C)
 			for c := range C {
@@ -476,10 +476,7 @@ func runCase(gd *groupData, oc *opCase, under, cpu *target, guardBytes int) row 
 		} else {
 			res = compareVector(o.dt, oc.ref.vectors[o.name], gi, ci, b)
 		}
-		name := o.name
-		if o.activation {
-			name = map[string]string{"fused": "x_backprop", "apply": "x_backprop", "global": "dx"}[oc.call.family]
-		}
+		name := o.outName
 		r.Outputs[name] = res
 		for _, why := range res.verdict() {
 			r.Why = append(r.Why, name+" "+why)

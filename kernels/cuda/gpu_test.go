@@ -62,9 +62,10 @@ func TestGPU(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { require.NoError(t, dev.DestroyStream(stream)) }()
 	gpu := &target{name: "gpu", mem: dev, invStd: true, stream: stream, launches: cuda.Launches,
-		workspaceBytes: gpuWorkspace,
+		workspaceBytes: func(c *call) int64 { return gpuOpOf(c).workspaceBytes },
 		run: func(c *call) error {
-			if err := runGPU(c); err != nil {
+			pl := cuda.Placement{Stream: cuda.Stream(c.stream), Workspace: cuda.Ptr(c.workspace), WorkspaceBytes: c.workspaceBytes}
+			if err := gpuOpOf(c).run(pl); err != nil {
 				return err
 			}
 			return dev.Synchronize() // what the kernels left, an illegal address say, surfaces here
@@ -148,52 +149,37 @@ func argv() []string {
 	return out
 }
 
-// gpuArgs returns c's args for the cuda package.
-func gpuArgs(c *call) any {
+// gpuOp is a call as the cuda package runs it: the workspace it needs, and
+// the call on a placement.
+type gpuOp struct {
+	workspaceBytes int64
+	run            func(cuda.Placement) error
+}
+
+func bind[A interface{ WorkspaceBytes() int64 }](a A, run func(A, cuda.Placement) error) gpuOp {
+	return gpuOp{a.WorkspaceBytes(), func(pl cuda.Placement) error { return run(a, pl) }}
+}
+
+// gpuOpOf returns c's op for the cuda package.
+func gpuOpOf(c *call) gpuOp {
 	a := c.addr
 	p := func(role string) cuda.Ptr { return cuda.Ptr(a[role]) }
 	switch c.family {
 	case "fused":
-		return cuda.FusedGradArgs{Dims: c.dims, DType: c.dt, Training: c.mode == "train",
+		return bind(cuda.FusedGradArgs{Dims: c.dims, DType: c.dt, Training: c.mode == "train",
 			YBackprop: p("dy"), X: p("x"), Scale: p("scale"), ReserveSpace1: p("mean"), ReserveSpace2: p("var"),
-			Epsilon: epsilon, XBackprop: p("dx"), ScaleBackprop: p("scale_backprop"), OffsetBackprop: p("offset_backprop")}
+			Epsilon: epsilon, XBackprop: p("dx"), ScaleBackprop: p("scale_backprop"), OffsetBackprop: p("offset_backprop")},
+			cuda.FusedGrad)
 	case "global":
-		return cuda.GlobalNormalizationArgs{Dims: c.dims, DType: c.dt, T: p("x"), M: p("m"), V: p("v"),
+		return bind(cuda.GlobalNormalizationArgs{Dims: c.dims, DType: c.dt, T: p("x"), M: p("m"), V: p("v"),
 			Gamma: p("gamma"), Backprop: p("dy"), VarianceEpsilon: epsilon, ScaleAfterNormalization: c.mode == "scale",
-			DX: p("dx"), DM: p("dm"), DV: p("dv"), DB: p("db"), DG: p("dg")}
+			DX: p("dx"), DM: p("dm"), DV: p("dv"), DB: p("db"), DG: p("dg")}, cuda.GlobalNormalizationGrad)
 	case "reduce":
-		return cuda.GradReduceArgs{Dims: c.dims, DType: c.dt, YBackprop: p("dy"), X: p("x"), Mean: p("mean"),
-			SumDy: p("sum_dy"), SumDyXmu: p("sum_dy_xmu")}
+		return bind(cuda.GradReduceArgs{Dims: c.dims, DType: c.dt, YBackprop: p("dy"), X: p("x"), Mean: p("mean"),
+			SumDy: p("sum_dy"), SumDyXmu: p("sum_dy_xmu")}, cuda.GradReduce)
 	default:
-		return cuda.GradApplyArgs{Dims: c.dims, DType: c.dt, YBackprop: p("dy"), X: p("x"), Scale: p("scale"),
+		return bind(cuda.GradApplyArgs{Dims: c.dims, DType: c.dt, YBackprop: p("dy"), X: p("x"), Scale: p("scale"),
 			Mean: p("mean"), Variance: p("var"), SumDy: p("sum_dy_in"), SumDyXmu: p("sum_dy_xmu_in"),
-			Count: c.count, Epsilon: epsilon, XBackprop: p("dx")}
-	}
-}
-
-func gpuWorkspace(c *call) int64 {
-	switch a := gpuArgs(c).(type) {
-	case cuda.FusedGradArgs:
-		return a.WorkspaceBytes()
-	case cuda.GlobalNormalizationArgs:
-		return a.WorkspaceBytes()
-	case cuda.GradReduceArgs:
-		return a.WorkspaceBytes()
-	default:
-		return a.(cuda.GradApplyArgs).WorkspaceBytes()
-	}
-}
-
-func runGPU(c *call) error {
-	pl := cuda.Placement{Stream: cuda.Stream(c.stream), Workspace: cuda.Ptr(c.workspace), WorkspaceBytes: c.workspaceBytes}
-	switch a := gpuArgs(c).(type) {
-	case cuda.FusedGradArgs:
-		return cuda.FusedGrad(a, pl)
-	case cuda.GlobalNormalizationArgs:
-		return cuda.GlobalNormalizationGrad(a, pl)
-	case cuda.GradReduceArgs:
-		return cuda.GradReduce(a, pl)
-	default:
-		return cuda.GradApply(a.(cuda.GradApplyArgs), pl)
+			Count: c.count, Epsilon: epsilon, XBackprop: p("dx")}, cuda.GradApply)
 	}
 }

@@ -26,11 +26,25 @@ static void note_failure(const char* what, const char* name, TF_Status* status) 
 }
 
 void* gobn_create(TF_OpKernelConstruction* ctx, int op, int flags) {
-  return (void*)(uintptr_t)gobnCreate(ctx, op, flags);
+  gobn_kernel* k = calloc(1, sizeof *k);
+  if (k == NULL) {
+    TF_Status* status = TF_NewStatus();
+    TF_SetStatus(status, TF_RESOURCE_EXHAUSTED, "gobn: no memory for a kernel");
+    TF_OpKernelConstruction_Failure(ctx, status);
+    TF_DeleteStatus(status);
+    return NULL;
+  }
+  if (!gobnCreate(ctx, op, flags, k)) {
+    free(k);
+    return NULL;
+  }
+  return k;
 }
 
 static void gobn_compute(void* kernel, TF_OpKernelContext* ctx) {
-  gobnCompute((uintptr_t)kernel, ctx);
+  const gobn_kernel* k = kernel;
+  if (k->handoff && gobn_handoff(k, ctx)) return;
+  gobnCompute(k->handle, ctx);
 }
 
 // With GOBN_ASYNC=1 in the environment when the library loads, every
@@ -47,10 +61,15 @@ static void gobn_compute_async(void* kernel, TF_OpKernelContext* ctx, TF_AsyncOp
     TF_RunAsyncOpKernelDoneCallback(done);
     return;
   }
-  gobnComputeAsync((uintptr_t)kernel, ctx, kept);
+  gobnComputeAsync(((const gobn_kernel*)kernel)->handle, ctx, kept);
 }
 
-static void gobn_delete(void* kernel) { gobnDelete((uintptr_t)kernel); }
+static void gobn_delete(void* kernel) {
+  gobn_kernel* k = kernel;
+  if (k == NULL) return;
+  gobnDelete(k->handle);
+  free(k);
+}
 
 void gobn_shape(TF_ShapeInferenceContext* ctx, int op, TF_Status* status) {
   gobnShape(ctx, op, status);

@@ -18,31 +18,23 @@ import (
 // in gobn becomes an Internal error, never a crash of the host process.
 
 //export gobnCreate
-func gobnCreate(ctx *C.TF_OpKernelConstruction, op, flags C.int, kernel *C.gobn_kernel) (ok bool) {
+func gobnCreate(ctx *C.TF_OpKernelConstruction, op, flags C.int) (handle C.uintptr_t) {
 	status := C.TF_NewStatus()
 	defer C.TF_DeleteStatus(status)
 	defer func() {
 		if p := recover(); p != nil {
 			setStatus(status, internalError(fmt.Sprintf("gobn: panic while creating a kernel: %v", p)))
 			C.TF_OpKernelConstruction_Failure(ctx, status)
-			ok = false
+			handle = 0
 		}
 	}()
 	k, err := newKernel(int(op), int(flags), constructionAttrs{ctx: ctx, status: status})
 	if err != nil {
 		setStatus(status, err)
 		C.TF_OpKernelConstruction_Failure(ctx, status)
-		return false
+		return 0
 	}
-	if !k.onGPU && len(k.op.Outputs) <= C.GOBN_MAX_OUTPUTS && serveHandoff() {
-		kernel.handoff, kernel.num_outputs = 1, C.int(len(k.op.Outputs))
-		for i := range k.op.Outputs {
-			s := k.outputSpec(i)
-			kernel.outputs[i] = C.gobn_output_spec{dtype: C.int(s.dtype), dims: C.int(s.dims), reuse: C.unsigned(s.reuse)}
-		}
-	}
-	kernel.handle = C.uintptr_t(cgo.NewHandle(k))
-	return true
+	return C.uintptr_t(cgo.NewHandle(k))
 }
 
 //export gobnCompute

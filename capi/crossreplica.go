@@ -15,8 +15,13 @@ func (k *kernel) gradReduce(in []tensor, allocate allocator, temp tempAllocator)
 		return err
 	}
 	var out [3]tensor
-	if err := k.allocateOutputs(in, out[:], allocate); err != nil {
-		return err
+	for i, spec := range []struct {
+		dtype opdef.DType
+		dims  []int64
+	}{{opdef.Float, in[2].dims}, {opdef.Float, in[2].dims}, {opdef.Int64, scalarDims}} { // mean's dims: [C], as checked
+		if out[i], err = allocate(i, spec.dtype, spec.dims, 0); err != nil {
+			return err
+		}
 	}
 	view[int64](out[2])[0] = g.N * g.S // count: host memory on every device
 	return k.run(kernels.Dims{N: g.N, C: g.C, S: g.S, Layout: layout(g)}, in, out[:], 0, temp)
@@ -36,7 +41,7 @@ func (k *kernel) gradApply(in []tensor, allocate allocator, temp tempAllocator) 
 		return err
 	}
 	var out [1]tensor
-	if err := k.allocateOutputs(in, out[:], allocate); err != nil {
+	if out[0], err = allocate(0, k.dtype, in[1].dims, dyOrX); err != nil {
 		return err
 	}
 	return k.run(kernels.Dims{N: g.N, C: g.C, S: g.S, Layout: layout(g)}, in, out[:], count, temp)

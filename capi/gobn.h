@@ -58,29 +58,6 @@ extern const int gobn_num_ops;
 #define GOBN_AS_STOCK 2
 void* gobn_create(TF_OpKernelConstruction* ctx, int op, int flags);
 
-// How a kernel allocates output i: dtype, the index of the input whose dims
-// it takes (or GOBN_EMPTY_VECTOR, GOBN_SCALAR), and the inputs whose buffer
-// it may take over (bit k: input k). Go's kernel.outputSpec fills it.
-#define GOBN_EMPTY_VECTOR (-1)
-#define GOBN_SCALAR (-2)
-typedef struct {
-  int dtype;
-  int dims;
-  unsigned reuse;
-} gobn_output_spec;
-
-// A kernel as TensorFlow holds it: its Go side's cgo handle and, for a
-// kernel whose calls are handed to Go's own threads (handoff.c), how it
-// allocates its outputs.
-#define GOBN_MAX_INPUTS 10
-#define GOBN_MAX_OUTPUTS 8
-typedef struct {
-  uintptr_t handle;
-  int handoff;
-  int num_outputs;
-  gobn_output_spec outputs[GOBN_MAX_OUTPUTS];
-} gobn_kernel;
-
 // gobn_enable registers gobn's kernels under the stock ops' names, for
 // every dtype and device gobn has kernels for, with a priority above
 // stock's kernels (see register.c). It runs once; later calls return the
@@ -137,39 +114,6 @@ TF_Code gobn_allocate_temp(TF_OpKernelContext* ctx, int64_t bytes, gobn_tensor* 
 
 // gobn_delete_tensors deletes the n tensors of ts, skipping NULLs.
 void gobn_delete_tensors(TF_Tensor* const* ts, int n);
-
-// One call handed to Go's own threads (handoff.c): the TensorFlow thread
-// fetches the inputs and allocates the outputs, queues the job on
-// gobn_jobs, counts it on the eventfd gobn_handoff_fd (which Go's netpoller
-// watches) and sleeps on state; Go runs the kernel, writes code and message,
-// sets state to 1, wakes the thread, and sets state to 2 once it is done
-// with the job, which lives on the TensorFlow thread's stack.
-typedef struct gobn_job gobn_job;
-struct gobn_job {
-  gobn_job* next;
-  uintptr_t kernel;  // the Go side's cgo handle
-  int num_inputs;    // TF_NumInputs
-  int num_outputs;
-  int cpu;  // the CPU the TensorFlow thread queued it from, or -1
-  gobn_tensor in[GOBN_MAX_INPUTS];
-  gobn_tensor out[GOBN_MAX_OUTPUTS];
-  uint32_t state;  // 0 queued or running, 1 done, 2 released
-  int code;        // TF_Code
-  char message[512];
-};
-typedef struct {
-  int lock;  // a spin lock both sides take with atomics
-  gobn_job* head;
-  gobn_job* tail;
-} gobn_job_queue;
-extern gobn_job_queue gobn_jobs;
-extern int gobn_handoff_fd;  // -1 until Go serves the queue
-
-// gobn_handoff runs a call of k through the queue and returns 1, or returns
-// 0, having done nothing, where the queue cannot take it (Go does not serve
-// it yet, or an input's rank is above GOBN_INLINE_DIMS): the caller then
-// calls into Go itself.
-int gobn_handoff(const gobn_kernel* k, TF_OpKernelContext* ctx);
 
 // The first registration failure, or "" when all went well.
 const char* gobn_registration_error(void);

@@ -194,8 +194,17 @@ func (k *kernel) fusedGrad(in []tensor, allocate allocator, temp tempAllocator) 
 	}
 	var buf [maxOutputs]tensor
 	out := buf[:len(k.op.Outputs)]
-	if err := k.allocateOutputs(in, out, allocate); err != nil {
-		return err
+	for i := range out {
+		dtype, dims, reuse := opdef.Float, in[2].dims, inputSet(0) // scale's: [C], as checked
+		switch {
+		case i == 0:
+			dtype, dims, reuse = k.dtype, in[1].dims, dyOrX
+		case k.op.Outputs[i].Shape.Empty:
+			dims = emptyVectorDims
+		}
+		if out[i], err = allocate(i, dtype, dims, reuse); err != nil {
+			return err
+		}
 	}
 	return k.run(kernels.Dims{N: g.N, C: g.C, S: g.S, Layout: layout(g)}, in, out, 0, temp)
 }
@@ -209,71 +218,16 @@ func (k *kernel) globalNormalizationGrad(in []tensor, allocate allocator, temp t
 	}
 	var buf [maxOutputs]tensor
 	out := buf[:len(k.op.Outputs)]
-	if err := k.allocateOutputs(in, out, allocate); err != nil {
-		return err
-	}
-	return k.run(kernels.Dims{N: g.N, C: g.C, S: g.S, Layout: kernels.ChannelsLast}, in, out, 0, temp)
-}
-
-// outputSpec is how a kernel allocates one of its outputs: its dtype, the
-// input whose dims it takes (or emptyVector's or scalar's), and the inputs
-// whose buffer it may take over. It depends on the op and the attrs alone,
-// so a call may allocate its outputs before it has read its inputs' dims
-// (handoff.c), as compute does once it has validated them.
-type outputSpec struct {
-	dtype opdef.DType
-	dims  int // an input's index, or emptyVector or scalar
-	reuse inputSet
-}
-
-const (
-	emptyVector = -1 // dims [0]: the placeholder reserve spaces
-	scalar      = -2 // dims []: BatchNormGradReduce's count
-)
-
-// outputSpec returns how k allocates output i; its dims are those
-// compute checks the inputs against.
-func (k *kernel) outputSpec(i int) outputSpec {
-	switch k.op.Kind {
-	case opdef.FusedBatchNormGrad:
-		switch {
-		case i == 0:
-			return outputSpec{k.dtype, 1, dyOrX} // x's
-		case k.op.Outputs[i].Shape.Empty:
-			return outputSpec{opdef.Float, emptyVector, 0}
-		}
-		return outputSpec{opdef.Float, 2, 0} // scale's: [C]
-	case opdef.GlobalNormalizationGrad:
-		if i == 0 {
-			return outputSpec{k.dtype, 0, backpropOrT} // t's
-		}
-		return outputSpec{k.dtype, 1, 0} // m's: [C]
-	case opdef.GradReduce:
-		if k.op.Outputs[i].Type == "int64" { // count
-			return outputSpec{opdef.Int64, scalar, 0}
-		}
-		return outputSpec{opdef.Float, 2, 0} // mean's: [C]
-	}
-	return outputSpec{k.dtype, 1, dyOrX} // GradApply: x's
-}
-
-// allocateOutputs allocates k's outputs into out, by outputSpec.
-func (k *kernel) allocateOutputs(in, out []tensor, allocate allocator) error {
 	for i := range out {
-		s := k.outputSpec(i)
-		dims := emptyVectorDims
-		switch {
-		case s.dims >= 0:
-			dims = in[s.dims].dims
-		case s.dims == scalar:
-			dims = scalarDims
+		dims, reuse := in[1].dims, inputSet(0) // m's: [C], as checked
+		if i == 0 {
+			dims, reuse = in[0].dims, backpropOrT
 		}
-		var err error
-		if out[i], err = allocate(i, s.dtype, dims, s.reuse); err != nil {
+		if out[i], err = allocate(i, k.dtype, dims, reuse); err != nil {
 			return err
 		}
 	}
-	return nil
+	return k.run(kernels.Dims{N: g.N, C: g.C, S: g.S, Layout: kernels.ChannelsLast}, in, out, 0, temp)
 }
 
 // tempAllocator allocates bytes of scratch memory on the running kernel's

@@ -26,25 +26,11 @@ static void note_failure(const char* what, const char* name, TF_Status* status) 
 }
 
 void* gobn_create(TF_OpKernelConstruction* ctx, int op, int flags) {
-  gobn_kernel* k = calloc(1, sizeof *k);
-  if (k == NULL) {
-    TF_Status* status = TF_NewStatus();
-    TF_SetStatus(status, TF_RESOURCE_EXHAUSTED, "gobn: no memory for a kernel");
-    TF_OpKernelConstruction_Failure(ctx, status);
-    TF_DeleteStatus(status);
-    return NULL;
-  }
-  if (!gobnCreate(ctx, op, flags, k)) {
-    free(k);
-    return NULL;
-  }
-  return k;
+  return (void*)(uintptr_t)gobnCreate(ctx, op, flags);
 }
 
 static void gobn_compute(void* kernel, TF_OpKernelContext* ctx) {
-  const gobn_kernel* k = kernel;
-  if (k->handoff && gobn_handoff(k, ctx)) return;
-  gobnCompute(k->handle, ctx);
+  gobnCompute((uintptr_t)kernel, ctx);
 }
 
 // With GOBN_ASYNC=1 in the environment when the library loads, every
@@ -61,15 +47,10 @@ static void gobn_compute_async(void* kernel, TF_OpKernelContext* ctx, TF_AsyncOp
     TF_RunAsyncOpKernelDoneCallback(done);
     return;
   }
-  gobnComputeAsync(((const gobn_kernel*)kernel)->handle, ctx, kept);
+  gobnComputeAsync((uintptr_t)kernel, ctx, kept);
 }
 
-static void gobn_delete(void* kernel) {
-  gobn_kernel* k = kernel;
-  if (k == NULL) return;
-  gobnDelete(k->handle);
-  free(k);
-}
+static void gobn_delete(void* kernel) { gobnDelete((uintptr_t)kernel); }
 
 void gobn_shape(TF_ShapeInferenceContext* ctx, int op, TF_Status* status) {
   gobnShape(ctx, op, status);

@@ -58,9 +58,6 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = ("stock", "stock'", "gobn")
-# gobn with one environment variable set (read once, when the library
-# loads), timed as a config of its own with the option of the same name.
-VARIANTS = {"gobn_async": "GOBN_ASYNC", "gobn_handoff": "GOBN_HANDOFF"}
 MODELS = {"resnet50": "ResNet50", "mobilenetv2": "MobileNetV2"}
 ROUTES = ("keras3", "tf_keras")
 
@@ -87,10 +84,8 @@ def parse_args(argv=None):
     p.add_argument("--data-format", choices=("channels_last", "channels_first"), default="channels_last")
     p.add_argument("--precision", choices=("float32", "mixed"), default="float32",
                    help="mixed: Keras' mixed_float16 policy on a GPU, mixed_bfloat16 on the CPU")
-    p.add_argument("--async", dest="gobn_async", action="store_true",
+    p.add_argument("--async", dest="async_kernels", action="store_true",
                    help="also time gobn with GOBN_ASYNC=1 (asynchronous kernels), as gobn_async")
-    p.add_argument("--handoff", dest="gobn_handoff", action="store_true",
-                   help="also time gobn with GOBN_HANDOFF=1 (CPU calls run on Go's own threads), as gobn_handoff")
     p.add_argument("--xla", action="store_true",
                    help="time stock's step compiled by XLA (jit_compile=True) too, as config stock_xla")
     p.add_argument("--no-float64", dest="float64", action="store_false",
@@ -284,10 +279,9 @@ class Worker:
                               "top": args.top})
         env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS="1" if onednn else "0")
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        for variant, var in VARIANTS.items():  # only the variant's own process has its variable
-            env.pop(var, None)
-            if config == variant:
-                env[var] = "1"
+        env.pop("GOBN_ASYNC", None)  # read once, when the library loads: only gobn_async's has it
+        if config == "gobn_async":
+            env["GOBN_ASYNC"] = "1"
         self.what, self.timeout = f"{route} {MODELS[name]} {config} (oneDNN {'on' if onednn else 'off'})", args.timeout
         self.log = tempfile.TemporaryFile("w+")  # its stderr: a pipe nobody reads would fill and stop it
         self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", route, name, config,
@@ -320,8 +314,8 @@ class Worker:
 
 def configs(args):
     """The timed configs: stock, stock' and gobn, stock_xla with --xla and
-    the VARIANTS their options ask for."""
-    return CONFIGS + (("stock_xla",) if args.xla else ()) + tuple(v for v in VARIANTS if getattr(args, v))
+    gobn_async with --async."""
+    return CONFIGS + (("stock_xla",) if args.xla else ()) + (("gobn_async",) if args.async_kernels else ())
 
 
 def measure(args, route, name, onednn):
@@ -347,7 +341,7 @@ def measure(args, route, name, onednn):
                 for op, ms in workers[c].ask(f"profile {args.steps_per_round}")["op_ms"].items():
                     op_ms[c][op] = op_ms[c].get(op, 0) + ms / args.profile_rounds
         threads = {c: workers[c].ask(f"threads {args.thread_steps}")["threads"] if args.thread_steps else None
-                   for c in ("stock", "gobn") + tuple(v for v in VARIANTS if getattr(args, v))}
+                   for c in ("stock", "gobn")}
     finally:
         for w in workers.values():
             w.close()
@@ -364,7 +358,7 @@ def measure(args, route, name, onednn):
         "device": args.device, "data_format": args.data_format, "precision": args.precision,
         "batch_size": args.batch_size, "image": args.image,
         "ratio_stock_xla_over_gobn": median["stock_xla"] / median["gobn"] if args.xla else None,
-        **{f"ratio_gobn_over_{v}": median["gobn"] / median[v] if getattr(args, v) else None for v in VARIANTS},
+        "ratio_gobn_over_gobn_async": median["gobn"] / median["gobn_async"] if args.async_kernels else None,
         "tensorflow": info["stock"]["tensorflow"], "keras": info["stock"]["keras"],
         "batch_norm_layers": info["gobn"]["batch_norm_layers"], "median_s": median,
         "ratio_stock_over_gobn": median["stock"] / median["gobn"],
@@ -372,8 +366,7 @@ def measure(args, route, name, onednn):
         "first_loss": first, "loss_after_warmup": last,
         "first_loss_rel_diff_gobn": rel(first["gobn"], first["stock"]),
         "first_loss_rel_diff_stock2": rel(first["stock'"], first["stock"]),
-        **{f"first_loss_rel_diff_{v}": rel(first[v], first["stock"]) if getattr(args, v) else None
-           for v in VARIANTS},
+        "first_loss_rel_diff_gobn_async": rel(first["gobn_async"], first["stock"]) if args.async_kernels else None,
         "loss_rel_diff_gobn": rel(last["gobn"], last["stock"]),
         "loss_rel_diff_stock_float64": rel(last["stock"], last["float64"]),
         "loss_rel_diff_gobn_float64": rel(last["gobn"], last["float64"]),
@@ -406,7 +399,7 @@ def problems(r):
     if any(timed[c] != (want if c.startswith("gobn") else 0) for c in timed):
         out.append(f"gobn's kernels ran {timed} times in the timed steps; want {want} for gobn's and none for "
                    "stock's")
-    for c in ("gobn",) + tuple(VARIANTS):
+    for c in ("gobn", "gobn_async"):
         diff = r.get(f"first_loss_rel_diff_{c}")
         if diff is not None and diff > first_loss_bound(r):
             out.append(f"{c}'s first loss differs from stock's by {diff:.1e}, over {first_loss_bound(r):.1e}")
@@ -431,9 +424,9 @@ def report(rows, args):
               f"{r['loss_rel_diff_stock_float64']:8.1e} {r['loss_rel_diff_gobn_float64']:8.1e}")
         if r["device"] == "gpu":
             print(f"  stock' first loss against stock's: {r['first_loss_rel_diff_stock2']:.1e}")
-        for v, var in VARIANTS.items():
-            if r.get(f"ratio_gobn_over_{v}") is not None:
-                print(f"  gobn with {var}=1: {m[v] * 1e3:.1f} ms, gobn/{v} {r[f'ratio_gobn_over_{v}']:.3f}")
+        if r.get("ratio_gobn_over_gobn_async") is not None:
+            print(f"  gobn with GOBN_ASYNC=1: {m['gobn_async'] * 1e3:.1f} ms, gobn/gobn_async "
+                  f"{r['ratio_gobn_over_gobn_async']:.3f}")
         if r["ratio_stock_xla_over_gobn"] is not None:
             print(f"  stock with XLA: {m['stock_xla'] * 1e3:.1f} ms, stock_xla/gobn {r['ratio_stock_xla_over_gobn']:.3f}")
         for problem in problems(r):

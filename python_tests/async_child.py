@@ -10,7 +10,6 @@ and the call after it, calls from several threads at once, and stock's op after 
 prints one JSON report whose checks are test_async.py's.
 """
 
-import ctypes
 import json
 import threading
 
@@ -20,8 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 import gobn
-from gobn import _library
-from gobn._testing import global_norm_grad_reference
+from gobn._testing import as_float64, fused_grad_reference, global_norm_grad_reference, tolerance_bound
 
 EPSILON = 1e-3
 rng = np.random.default_rng(11)
@@ -31,24 +29,20 @@ SCALE = rng.standard_normal(8).astype(np.float32)
 MEAN, VAR = X.mean((0, 1, 2)), X.var((0, 1, 2))
 
 
-def async_calls():
-    """The library's count of asynchronous calls (gobnAsyncCalls)."""
-    lib = _library.loaded()
-    lib.gobnAsyncCalls.restype = ctypes.c_void_p
-    ptr = lib.gobnAsyncCalls()
-    try:
-        return json.loads(ctypes.string_at(ptr).decode())
-    finally:
-        ctypes.CDLL(None).free(ctypes.c_void_p(ptr))
-
-
-def max_err(got, want):
-    """The greatest |got - want| over outputs, each over its greatest |want|."""
+def used(got, want):
+    """The greatest share of float32's tolerance an element of got uses,
+    |got - want| over tolerance_bound(want), over outputs (1 is the bound)."""
     out = 0.0
     for g, w in zip(got, want):
-        g, w = np.asarray(g, np.float64), np.asarray(w, np.float64)
-        out = max(out, float(np.max(np.abs(g - w)) / max(np.max(np.abs(w)), 1e-30)))
+        err, bound = np.abs(as_float64(g) - as_float64(w)), tolerance_bound(w, "float32")
+        share = np.divide(err, bound, out=np.where(err > 0, np.inf, 0.0), where=bound > 0)
+        out = max(out, float(np.max(share, initial=0.0)))
     return out
+
+
+def max_diff(got, want):
+    """The greatest |got - want| over outputs."""
+    return max(float(np.max(np.abs(g - w), initial=0.0)) for g, w in zip(got, want))
 
 
 def fused_cases():
@@ -89,8 +83,7 @@ def cross_replica_cases():
     sum_dy, sum_dy_xmu = dy64.sum((0, 1, 2)), (dy64 * (x64 - mean64)).sum((0, 1, 2))
     reduce = [t.numpy() for t in gobn.ops.gobn_batch_norm_grad_reduce(y_backprop=DY, x=X, mean=MEAN)]
     count = X.size // X.shape[-1]
-    inv = 1 / np.sqrt(VAR.astype(np.float64) + EPSILON)
-    want_dx = SCALE * inv * (dy64 - sum_dy / count - (x64 - mean64) * inv * inv * sum_dy_xmu / count)
+    want_dx = fused_grad_reference(DY, X, SCALE, MEAN, VAR, EPSILON, True, "NHWC")[0]
     dx = tf.function(lambda: gobn.ops.gobn_batch_norm_grad_apply(
         y_backprop=DY, x=X, scale=SCALE, mean=MEAN, variance=VAR, sum_dy=sum_dy.astype(np.float32),
         sum_dy_xmu=sum_dy_xmu.astype(np.float32), count=count, epsilon=EPSILON))().numpy()
@@ -124,7 +117,7 @@ def bad_then_good():
         error = type(e).__name__
     good = [t.numpy() for t in gobn.ops.gobn_fused_batch_norm_grad(y_backprop=DY, **args)[:3]]
     stock = [t.numpy() for t in tf.raw_ops.FusedBatchNormGrad(y_backprop=DY, **args)[:3]]
-    return error, max_err(good, stock)
+    return error, used(good, stock)
 
 
 def threads(n=4, calls=20):
@@ -136,7 +129,7 @@ def threads(n=4, calls=20):
 
     def work():
         for _ in range(calls):
-            d = max_err([t.numpy() for t in gobn.ops.gobn_fused_batch_norm_grad(**args)[:3]], first)
+            d = max_diff([t.numpy() for t in gobn.ops.gobn_fused_batch_norm_grad(**args)[:3]], first)
             with lock:
                 diffs.append(d)
 
@@ -149,10 +142,10 @@ def threads(n=4, calls=20):
 
 
 def main():
-    report = {"cases": {name: max_err(got, want) for name, got, want in
+    report = {"cases": {name: used(got, want) for name, got, want in
                         fused_cases() + global_case() + cross_replica_cases()}}
     mine, stock = training_steps(gobn.fused_batch_norm), training_steps(tf.compat.v1.nn.fused_batch_norm)
-    report["training"] = max_err(mine, stock)
+    report["training"] = used(mine, stock)
     # gobn.enable(): stock's op on gobn's kernels, registered asynchronous too
     args = dict(y_backprop=DY, x=X, scale=SCALE, reserve_space_1=MEAN, reserve_space_2=VAR, epsilon=EPSILON,
                 is_training=False)
@@ -160,11 +153,11 @@ def main():
     gobn.enable()
     before = gobn.kernel_calls().get("FusedBatchNormGrad", {}).get("CPU", 0)
     got = [t.numpy() for t in tf.function(lambda: tf.raw_ops.FusedBatchNormGrad(**args)[:3])()]
-    report["enabled"] = {"err": max_err(got, want),
+    report["enabled"] = {"err": used(got, want),
                          "calls": gobn.kernel_calls().get("FusedBatchNormGrad", {}).get("CPU", 0) - before}
     report["error"], report["after_error"] = bad_then_good()
     report["threads"] = threads()
-    report["async_calls"] = async_calls()
+    report["async_calls"] = gobn._async_calls()
     report["kernel_calls"] = sum(sum(d.values()) for d in gobn.kernel_calls().values())
     print(json.dumps(report))
 

@@ -170,6 +170,9 @@ def worker(route, name, config, options):
     def calls():
         return sum(d.get(device, 0) for op, d in gobn.kernel_calls().items() if "BatchNormGrad" in op)
 
+    def async_calls():  # of every gobn op, batch norm's gradients among them
+        return gobn._async_calls()["calls"]
+
     def answer(**fields):
         print(json.dumps(fields), flush=True)
 
@@ -182,12 +185,12 @@ def worker(route, name, config, options):
             losses = [float(step()) for _ in range(max(int(arg), 1))]
             answer(first_loss=losses[0], loss_after_warmup=losses[-1], gobn_calls=calls() - before)
         elif command == "time":
-            before, times = calls(), []
+            before, before_async, times = calls(), async_calls(), []
             for _ in range(int(arg)):
                 t0 = time.perf_counter()
                 step().numpy()
                 times.append(time.perf_counter() - t0)
-            answer(times=times, gobn_calls=calls() - before)
+            answer(times=times, gobn_calls=calls() - before, async_calls=async_calls() - before_async)
         elif command == "profile":
             answer(op_ms=profile_ops(step, int(arg)))
         elif command == "threads":
@@ -328,13 +331,14 @@ def measure(args, route, name, onednn):
             workers.pop("float64").close()
         for w in workers.values():
             w.ask("time 1")  # one more step, not counted
-        times, calls = {c: [] for c in timed}, {c: 0 for c in timed}
+        times, calls, async_calls = {c: [] for c in timed}, {c: 0 for c in timed}, {c: 0 for c in timed}
         n = len(timed)
         for r in range(args.rounds):
             for c in timed[r % n:] + timed[:r % n]:
                 out = workers[c].ask(f"time {args.steps_per_round}")
                 times[c] += out["times"]
                 calls[c] += out["gobn_calls"]
+                async_calls[c] += out["async_calls"]
         op_ms = {c: {} for c in ("stock", "gobn")}
         for r in range(args.profile_rounds):
             for c in ("stock", "gobn") if r % 2 == 0 else ("gobn", "stock"):
@@ -371,6 +375,7 @@ def measure(args, route, name, onednn):
         "loss_rel_diff_stock_float64": rel(last["stock"], last["float64"]),
         "loss_rel_diff_gobn_float64": rel(last["gobn"], last["float64"]),
         "gobn_calls_in_warmup": warm["gobn"]["gobn_calls"], "gobn_calls_timed": calls,
+        "async_calls_timed": async_calls,
         "timed_steps": len(times["gobn"]),
         "op_ms_per_step": op_ms if args.profile_rounds else None,
         "threads_per_step": threads if args.thread_steps else None,
@@ -399,6 +404,10 @@ def problems(r):
     if any(timed[c] != (want if c.startswith("gobn") else 0) for c in timed):
         out.append(f"gobn's kernels ran {timed} times in the timed steps; want {want} for gobn's and none for "
                    "stock's")
+    timed_async = r.get("async_calls_timed", {})  # rows recorded before it have none
+    if any(timed_async[c] < want if c == "gobn_async" else timed_async[c] != 0 for c in timed_async):
+        out.append(f"asynchronous kernels ran {timed_async} times in the timed steps; want at least {want} for "
+                   "gobn_async's and none for the others'")
     for c in ("gobn", "gobn_async"):
         diff = r.get(f"first_loss_rel_diff_{c}")
         if diff is not None and diff > first_loss_bound(r):

@@ -104,14 +104,26 @@ def kernel_calls():
       for the kernels gobn.enable() registered under stock's names. It is how
       to tell that gobn's kernels, not stock's, computed a gradient.
     """
+    return _library_json("gobnKernelCalls", "its kernel calls")
+
+
+def _async_calls():
+    """The calls of asynchronous kernels (GOBN_ASYNC=1) since the library was
+    loaded: {"calls", "done_after_return", "callbacks_kept"} (capi's
+    gobnAsyncCalls), for the tests and bench_models."""
+    return _library_json("gobnAsyncCalls", "its asynchronous calls")
+
+
+def _library_json(export, what):
+    """The JSON an export of the library returns (a C string it allocates)."""
     import ctypes
     import json
 
-    lib = _library.loaded()
-    lib.gobnKernelCalls.restype = ctypes.c_void_p
-    out = _take_string(lib.gobnKernelCalls())
+    fn = getattr(_library.loaded(), export)
+    fn.restype = ctypes.c_void_p
+    out = _take_string(fn())
     if out is None:
-        raise RuntimeError("gobn: the library could not report its kernel calls")
+        raise RuntimeError(f"gobn: the library could not report {what}")
     return json.loads(out)
 
 

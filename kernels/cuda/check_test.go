@@ -604,7 +604,7 @@ groups:
 		}
 	}
 	rep.Cases = len(rep.Rows)
-	rep.OK = rep.Failed == 0 && !rep.Fatal
+	rep.OK = rep.Failed == 0 && !rep.Fatal && rep.Cases > 0 // a run of no case passes nothing
 	rep.ElapsedS = math.Round(time.Since(start).Seconds()*10) / 10
 	rep.Summary = summarize(rep.Rows)
 	return rep

@@ -133,3 +133,70 @@ func TestCheckCatchesFaults(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckCatchesDeviceFaults: the checks only a GPU target takes part in
+// (its workspace, its launch counts, the inverse standard deviation it is
+// given in place of the variance) fail the cases they should, with their
+// reason, when a CPU target plays the GPU's part badly.
+func TestCheckCatchesDeviceFaults(t *testing.T) {
+	groups := []group{
+		{cuda.Float32, "NHWC", sh(2, []int64{5, 9}, 3), "plain", "small"},
+		{cuda.Float16, "NCHW", sh(4, []int64{6, 6}, 64), "unaligned", "small"},
+	}
+	faults := []struct {
+		name  string
+		bad   func(tg *target) // makes the target play its part badly
+		fails func(r row) bool // which rows must fail
+		want  string
+	}{
+		{"a write past the workspace", func(tg *target) {
+			tg.workspaceBytes = func(*call) int64 { return 64 }
+			run := tg.run
+			tg.run = func(c *call) error {
+				err := run(c)
+				b, _ := tg.mem.(*hostMemory).bytes(c.workspace+64, 1)
+				b[0] ^= 0xff
+				return err
+			}
+		}, func(row) bool { return true }, "workspace: written past its 64 bytes"},
+		{"no kernel launched", func(tg *target) {
+			tg.launches = func() map[string]uint64 { return map[string]uint64{} }
+		}, func(row) bool { return true }, "no kernel launched"},
+		{"a vector kernel on unaligned pointers", func(tg *target) {
+			var n uint64
+			run := tg.run
+			tg.run = func(c *call) error { n++; return run(c) }
+			tg.launches = func() map[string]uint64 { return map[string]uint64{"gobn_sweep_cl_f16_v8": n} }
+		}, func(r row) bool { return r.Variant == "unaligned" }, "unaligned pointers, yet vector kernels ran"},
+		{"the variance where the inverse standard deviation belongs", func(tg *target) {
+			tg.invStd = true // the CPU kernel then reads 1/sqrt(var+eps) as the variance
+		}, func(row) bool { return true }, "x_backprop gpu:"},
+	}
+	for _, f := range faults {
+		t.Run(f.name, func(t *testing.T) {
+			under := faultyCPU(func(*hostMemory, *call) {})
+			f.bad(under)
+			rep := runCheck(checkOptions{groups: groups, guardBytes: defaultGuardBytes, log: t.Logf,
+				filter: regexp.MustCompile(`^fused/train/`)}, under, cpuTarget())
+			require.Len(t, rep.Rows, len(groups))
+			require.False(t, rep.OK)
+			for _, r := range rep.Rows {
+				if !f.fails(r) {
+					require.True(t, r.OK, "%s: %v", r.Case, r.Why)
+					continue
+				}
+				require.False(t, r.OK, r.Case)
+				require.Contains(t, strings.Join(r.Why, "; "), f.want, r.Case)
+			}
+		})
+	}
+}
+
+// TestCheckWithNoCaseFails: a filter that matches nothing leaves a report
+// that does not pass.
+func TestCheckWithNoCaseFails(t *testing.T) {
+	rep := runCheck(checkOptions{groups: plan(planOptions{})[:1], guardBytes: defaultGuardBytes, log: t.Logf,
+		filter: regexp.MustCompile(`^no such case$`)}, cpuTarget(), cpuTarget())
+	require.Zero(t, rep.Cases)
+	require.False(t, rep.OK)
+}

@@ -256,7 +256,7 @@ gpu-bundle: $(GPU_BUNDLE)/libgobncheck.so $(GPU_BUNDLE)/cuda.test $(GPUCHECK_SCR
 # (scripts/gpu_tf_check.py), then ResNet50 training steps, stock against
 # gobn, by both routes (scripts/bench_models.py --device gpu), into
 # bench/gpu_tf.json. GPU_TF_ARGS adds options to the first (--full: ResNet-50's
-# shapes), GPU_TF_MODELS_ARGS to the second (GPU_TF_MODELS_EXTRA adds to
+# shapes; --async: every check with gobn's asynchronous kernels), GPU_TF_MODELS_ARGS to the second (GPU_TF_MODELS_EXTRA adds to
 # them, e.g. --async); GPU_TF_MODELS= skips the steps.
 GPU_TF_PYTHON ?= python3
 GPU_TF_ARGS ?=

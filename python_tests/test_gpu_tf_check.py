@@ -9,20 +9,22 @@ import subprocess
 import sys
 
 import gobn as gobn_package
+import pytest
 from support import REPO_ROOT
 
 SECTIONS = ("registry", "parity", "errors", "threads", "enable")
 
 
-def test_gpu_tf_check_passes_on_the_cpu(tmp_path):
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_gpu_tf_check_passes_on_the_cpu(tmp_path, use_async):
     out = tmp_path / "gpu_tf.json"
     script = os.path.join(REPO_ROOT, "scripts", "gpu_tf_check.py")
-    r = subprocess.run([sys.executable, script, "--device", "CPU:0", "--quick", "--json", str(out)],
-                       capture_output=True, text=True, timeout=600)
+    r = subprocess.run([sys.executable, script, "--device", "CPU:0", "--quick", "--json", str(out)]
+                       + ["--async"] * use_async, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-6000:]
     record = json.loads(out.read_text())
     assert record["tensorflow"] and record["command"].startswith("gpu_tf_check.py")
-    for section in SECTIONS:
+    for section in SECTIONS + ("async",) * use_async:
         assert record[section], f"no rows in {section}"
         assert all(row["ok"] for row in record[section]), section
     assert sorted(row["op"] for row in record["registry"]) == sorted(gobn_package.OP_NAMES)
@@ -33,3 +35,8 @@ def test_gpu_tf_check_passes_on_the_cpu(tmp_path):
             assert any(op == name and r == run for op, _, r in ran), (name, run)
     assert record["enable"][0]["calls_on_device"] == 1
     assert record["threads"][0]["calls_on_device"] == record["threads"][0]["threads"] * record["threads"][0]["calls_each"]
+    if use_async:  # every call of the run went through the asynchronous kernel
+        row = record["async"][0]
+        assert row["async_calls"] == row["kernel_calls"] > 0 and row["callbacks_kept"] == 0
+    else:
+        assert "async" not in record

@@ -34,6 +34,10 @@ TensorFlow, per call in a tf.function of dependent calls and eagerly (the
 sync rows: what the synchronization rule costs a call). Training steps are
 bench_models.py --device gpu's (make gpu-tf-check runs both).
 
+--async runs every check with GOBN_ASYNC=1 (gobn's kernels registered as
+asynchronous TensorFlow kernels) and checks that its calls went that way;
+with --timing the sync rows then time the asynchronous kernel.
+
 --device CPU:0 runs the same checks on the CPU, where reserve_space_2 is the
 variance; python_tests/test_gpu_tf_check.py runs it so with --quick.
 """
@@ -63,11 +67,17 @@ def parse_args(argv=None):
     p.add_argument("--full", action="store_true", help="ResNet-50's shapes in parity too")
     p.add_argument("--timing", action="store_true",
                    help="time gobn's calls against stock's inside TensorFlow (the synchronization rule's cost)")
+    p.add_argument("--async", dest="use_async", action="store_true",
+                   help="gobn's kernels as asynchronous TensorFlow kernels (GOBN_ASYNC=1)")
     p.add_argument("--json", help="write the results here")
     return p.parse_args(argv)
 
 
-def setup(device):
+def setup(device, use_async):
+    if use_async:
+        os.environ["GOBN_ASYNC"] = "1"  # read once, when the library loads
+    else:
+        os.environ.pop("GOBN_ASYNC", None)
     if device.upper().startswith("CPU"):
         os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # stock's own CPU kernels, as python_tests
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -428,6 +438,16 @@ def check_enable(checks, tf, np, gobn_package, op, device):
     checks.add("enable", ran == 1 and norm <= 1, op=op.stock, calls_on_device=ran, norm_vs_stock=round(norm, 4))
 
 
+def check_async(checks, gobn_package):
+    """Under --async: every gobn call of the run went through the asynchronous
+    kernel, and each finished (its callback ran, none kept)."""
+    seen = gobn_package._async_calls()
+    ran = sum(n for devs in gobn_package.kernel_calls().values() for n in devs.values())
+    checks.add("async", seen["calls"] == ran and ran > 0 and seen["callbacks_kept"] == 0,
+               async_calls=seen["calls"], kernel_calls=ran, done_after_return=seen["done_after_return"],
+               callbacks_kept=seen["callbacks_kept"])
+
+
 SYNC_SHAPES = [[8, 8, 8, 32], [32, 7, 7, 512], [32, 14, 14, 256], [32, 56, 56, 64]]
 
 
@@ -487,7 +507,7 @@ def driver_version():
 
 def main(argv=None):
     args = parse_args(argv)
-    setup(args.device)
+    setup(args.device, args.use_async)
     import numpy as np
     import tensorflow as tf
 
@@ -517,6 +537,8 @@ def main(argv=None):
     if args.timing:
         checks.guard("sync", time_sync, checks, tf, np, lib, newest, device)
     checks.guard("enable", check_enable, checks, tf, np, gobn_package, newest, device)
+    if args.use_async:
+        checks.guard("async", check_async, checks, gobn_package)
 
     total = sum(len(rows) for rows in checks.sections.values())
     print(f"{total - checks.failed} of {total} checks passed on {args.device}")

@@ -254,14 +254,16 @@ gpu-bundle: $(GPU_BUNDLE)/libgobncheck.so $(GPU_BUNDLE)/cuda.test $(GPUCHECK_SCR
 # build/libgobn.so built beforehand by make (it is not rebuilt here: the GPU
 # machine need not have Go). It runs the checks and the per-call timing
 # (scripts/gpu_tf_check.py), then ResNet50 training steps, stock against
-# gobn, by both routes (scripts/bench_models.py --device gpu), into
-# bench/gpu_tf.json. GPU_TF_ARGS adds options to the first (--full: ResNet-50's
-# shapes; --async: every check with gobn's asynchronous kernels), GPU_TF_MODELS_ARGS to the second (GPU_TF_MODELS_EXTRA adds to
-# them, e.g. --async); GPU_TF_MODELS= skips the steps.
+# gobn, by both routes in both layouts (scripts/bench_models.py --device gpu),
+# into bench/gpu_tf.json. GPU_TF_ARGS adds options to the first (--full:
+# ResNet-50's shapes; --async: every check with gobn's asynchronous kernels),
+# GPU_TF_MODELS_ARGS to the second (GPU_TF_MODELS_EXTRA adds to them, e.g.
+# --async, --batch-size 128, --precision mixed); GPU_TF_MODELS= skips the
+# steps.
 GPU_TF_PYTHON ?= python3
 GPU_TF_ARGS ?=
-GPU_TF_MODELS ?= tf_keras:channels_first keras3:channels_last
-GPU_TF_MODELS_ARGS ?= --models resnet50 --image 112 --batch-size 32 --rounds 4 --steps-per-round 2 --no-float64 --xla
+GPU_TF_MODELS ?= tf_keras:channels_first keras3:channels_last tf_keras:channels_last keras3:channels_first
+GPU_TF_MODELS_ARGS ?= --models resnet50 --image 112 --batch-size 32 --warmup 5 --rounds 10 --steps-per-round 4 --no-float64 --xla
 GPU_TF_MODELS_EXTRA ?=
 gpu-tf-check:
 	$(GPU_TF_PYTHON) scripts/gpu_tf_check.py --timing --json bench/gpu_tf.json $(GPU_TF_ARGS)

@@ -22,12 +22,15 @@ placement off, so an op without a kernel there fails instead of moving):
             and every call ran on the device
   enable    after gobn.enable(), stock's FusedBatchNormGradV3 on the device
             runs gobn's kernel and equals stock's own result within the
-            tolerance (last: enable() lasts for the process)
+            tolerance (after the others but async: enable() lasts for the
+            process)
+  async     every call of the run went through gobn's asynchronous kernel
+            under --async, none without it, and every done callback ran
 
 It prints a line per check and writes --json (bench/gpu_tf.json's device,
-tensorflow, command, registry, parity, errors, threads and enable); the exit
-status is 0 only if every check passed; an unexpected error fails its case
-(or its section) and the run goes on.
+tensorflow, command, registry, parity, errors, threads, enable and async);
+the exit status is 0 only if every check passed; an unexpected error fails
+its case (or its section) and the run goes on.
 
 --timing also times gobn's FusedBatchNormGradV3 against stock's inside
 TensorFlow, per call in a tf.function of dependent calls and eagerly (the
@@ -35,8 +38,8 @@ sync rows: what the synchronization rule costs a call). Training steps are
 bench_models.py --device gpu's (make gpu-tf-check runs both).
 
 --async runs every check with GOBN_ASYNC=1 (gobn's kernels registered as
-asynchronous TensorFlow kernels) and checks that its calls went that way;
-with --timing the sync rows then time the asynchronous kernel.
+asynchronous TensorFlow kernels); with --timing the sync rows then time the
+asynchronous kernel.
 
 --device CPU:0 runs the same checks on the CPU, where reserve_space_2 is the
 variance; python_tests/test_gpu_tf_check.py runs it so with --quick.
@@ -438,12 +441,14 @@ def check_enable(checks, tf, np, gobn_package, op, device):
     checks.add("enable", ran == 1 and norm <= 1, op=op.stock, calls_on_device=ran, norm_vs_stock=round(norm, 4))
 
 
-def check_async(checks, gobn_package):
-    """Under --async: every gobn call of the run went through the asynchronous
-    kernel, and each finished (its callback ran, none kept)."""
+def check_async(checks, gobn_package, use_async):
+    """With --async every gobn call of the run went through the asynchronous
+    kernel and finished (its done callback ran: none kept); without it, none
+    did."""
     seen = gobn_package._async_calls()
     ran = sum(n for devs in gobn_package.kernel_calls().values() for n in devs.values())
-    checks.add("async", seen["calls"] == ran and ran > 0 and seen["callbacks_kept"] == 0,
+    want = ran if use_async else 0
+    checks.add("async", ran > 0 and seen["calls"] == want and seen["callbacks_kept"] == 0,
                async_calls=seen["calls"], kernel_calls=ran, done_after_return=seen["done_after_return"],
                callbacks_kept=seen["callbacks_kept"])
 
@@ -537,8 +542,7 @@ def main(argv=None):
     if args.timing:
         checks.guard("sync", time_sync, checks, tf, np, lib, newest, device)
     checks.guard("enable", check_enable, checks, tf, np, gobn_package, newest, device)
-    if args.use_async:
-        checks.guard("async", check_async, checks, gobn_package)
+    checks.guard("async", check_async, checks, gobn_package, args.use_async)
 
     total = sum(len(rows) for rows in checks.sections.values())
     print(f"{total - checks.failed} of {total} checks passed on {args.device}")

@@ -484,17 +484,28 @@ __device__ __forceinline__ void global_finalize(const gobn_params& p) {
 
 // ------------------------------------------------ the persistent gradient
 
-// grid_barrier returns when every block of the grid has called it with the
-// same word, zeroed before the launch and used for one barrier only. The
-// grid must be 1-D (it counts gridDim.x blocks) and resident at once: a
-// cooperative launch. Writes before the
-// barrier, by any thread of the grid, are visible after it.
-__device__ __forceinline__ void grid_barrier(unsigned int* word) {
+// grid_barrier returns when every block of the grid has called it. words
+// is {arrivals, generation}, written by grid_barrier alone: the last block
+// to arrive puts arrivals back to 0 before it moves generation on, which
+// lets the others go. So the words are zeroed once, when they are
+// allocated, and never before a launch; launches that share them must not
+// run at once (gobn keeps a pair for each stream). The grid must be 1-D (it
+// counts gridDim.x blocks) and resident at once: a cooperative launch.
+// Writes before the barrier, by any thread of the grid, are visible after
+// it.
+__device__ __forceinline__ void grid_barrier(unsigned int* words) {
   __syncthreads();
   if (threadIdx.x == 0 && threadIdx.y == 0) {
+    volatile unsigned int* generation = words + 1;
+    const unsigned int g = *generation;  // read before arriving: it moves only once all have
     __threadfence();
-    atomicAdd(word, 1u);
-    while (*static_cast<volatile unsigned int*>(word) < gridDim.x) {
+    if (atomicAdd(words, 1u) == gridDim.x - 1) {
+      atomicExch(words, 0u);
+      __threadfence();
+      atomicAdd(words + 1, 1u);
+    } else {
+      while (*generation == g) {
+      }
     }
     __threadfence();
   }
@@ -532,7 +543,7 @@ __device__ __forceinline__ void unpack(const W& w, float (&out)[V]) {
 // split t / tiles of the rows (U·blockDim.y rows: thread row y takes rows
 // y, y + blockDim.y, ...), and block b holds tasks b, b + gridDim.x, ...,
 // at most K. Launch: block (tx, ty) as reduce_cl; grid (G), G resident at
-// once and G·K ≥ tasks; barrier: two zeroed words in the workspace.
+// once and G·K ≥ tasks; barrier: the stream's grid-barrier words.
 template <typename T, int V, int K>
 __device__ __forceinline__ void persist_cl(const gobn_params& p) {
   constexpr int U = unroll<V>::U;
@@ -623,7 +634,7 @@ __device__ __forceinline__ void persist_cl(const gobn_params& p) {
       }
     }
   }
-  grid_barrier(barrier + 1);
+  grid_barrier(barrier);
 
   // 3. x_backprop = A·(dy − M) + B·(x − μ) from the values held.
   T* dx = at<T>(p.dx);

@@ -32,6 +32,7 @@ static struct {
   gobn_cu_result (*launch_cooperative_kernel)(gobn_cu_function, unsigned int, unsigned int, unsigned int,
                                               unsigned int, unsigned int, unsigned int, unsigned int,
                                               gobn_cu_stream, void**);
+  gobn_cu_result (*mem_alloc)(gobn_ptr*, size_t);
   gobn_cu_result (*memset_d32_async)(gobn_ptr, unsigned int, size_t, gobn_cu_stream);
   gobn_cu_result (*device_get_attribute)(int*, int, int);
   gobn_cu_result (*occupancy_max_active_blocks)(int*, gobn_cu_function, int, size_t);
@@ -70,6 +71,7 @@ int gobn_cuda_open(char* err, int err_len) {
       {"cuModuleGetFunction", (void**)&cu.module_get_function},
       {"cuLaunchKernel", (void**)&cu.launch_kernel},
       {"cuLaunchCooperativeKernel", (void**)&cu.launch_cooperative_kernel},
+      {"cuMemAlloc", (void**)&cu.mem_alloc},
       {"cuMemsetD32Async", (void**)&cu.memset_d32_async},
       {"cuDeviceGetAttribute", (void**)&cu.device_get_attribute},
       {"cuOccupancyMaxActiveBlocksPerMultiprocessor", (void**)&cu.occupancy_max_active_blocks},
@@ -124,6 +126,17 @@ int gobn_cuda_function(const gobn_device* d, const char* name, int threads, gobn
   return r;
 }
 
+int gobn_cuda_alloc_zeroed(const gobn_device* d, size_t words, gobn_ptr* p) {
+  int r = cu.ctx_push_current(d->ctx);
+  if (r != 0) return r;
+  r = cu.mem_alloc(p, words * 4);
+  if (r == 0) r = cu.memset_d32_async(*p, 0, words, d->stream);
+  if (r == 0) r = cu.stream_synchronize(d->stream);
+  gobn_cu_context popped;
+  cu.ctx_pop_current(&popped);
+  return r;
+}
+
 int gobn_cuda_run(const gobn_device* d, uintptr_t caller_stream, const gobn_launch* launches, int n, int* failed) {
   *failed = -1;
   gobn_cu_context current = NULL;
@@ -144,10 +157,8 @@ int gobn_cuda_run(const gobn_device* d, uintptr_t caller_stream, const gobn_laun
     const gobn_launch* l = &launches[i];
     void* args[] = {(void*)&l->params};
     if (l->cooperative) {
-      r = cu.memset_d32_async(l->params.barrier, 0, GOBN_BARRIER_WORDS, stream);
-      if (r == 0)
-        r = cu.launch_cooperative_kernel(l->fn, l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1],
-                                         l->block[2], 0, stream, args);
+      r = cu.launch_cooperative_kernel(l->fn, l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1],
+                                       l->block[2], 0, stream, args);
     } else {
       r = cu.launch_kernel(l->fn, l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1], l->block[2], 0,
                            stream, args, NULL);

@@ -4,6 +4,7 @@
 #ifndef GOBN_KERNELS_CUDA_DRIVER_H_
 #define GOBN_KERNELS_CUDA_DRIVER_H_
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "params.h"
@@ -27,9 +28,8 @@ typedef struct {
   int cooperative;
 } gobn_device;
 
-// One kernel launch: grid and block shape and the kernel's one argument.
-// A cooperative launch (the whole grid resident at once) first zeroes the
-// params' barrier words on the stream.
+// One kernel launch: grid and block shape and the kernel's one argument,
+// cooperative (the whole grid resident at once) or not.
 typedef struct {
   gobn_cu_function fn;
   unsigned int grid[3];
@@ -37,9 +37,6 @@ typedef struct {
   gobn_params params;
   int cooperative;
 } gobn_launch;
-
-// The grid-barrier words a cooperative launch zeroes (barrierWords in plan.go).
-#define GOBN_BARRIER_WORDS 2
 
 // gobn_cuda_open loads libcuda.so.1, resolves the entry points through
 // cuGetProcAddress and calls cuInit. It returns 0, a CUDA error code, or -1
@@ -58,6 +55,11 @@ int gobn_cuda_device_open(int ordinal, const void* image, gobn_device* d);
 // sets *resident to how many blocks of `threads` threads of it one
 // multiprocessor holds at once.
 int gobn_cuda_function(const gobn_device* d, const char* name, int threads, gobn_cu_function* fn, int* resident);
+
+// gobn_cuda_alloc_zeroed allocates words 32-bit words of device memory in
+// the device's primary context, kept for the life of the process, and
+// zeroes them before it returns.
+int gobn_cuda_alloc_zeroed(const gobn_device* d, size_t words, gobn_ptr* p);
 
 // gobn_cuda_run makes the device's primary context current (unless it is),
 // and launches the n launches in order. With caller_stream 0 it first

@@ -56,6 +56,39 @@ type device struct {
 	d         C.gobn_device
 	functions []C.gobn_cu_function // by kernelID
 	facts     gpuFacts
+	barriers  struct {
+		sync.Mutex
+		byStream map[Stream]Ptr
+	}
+}
+
+// streamPerThread is CU_STREAM_PER_THREAD (cuda.h): one handle for a
+// different stream in each thread.
+const streamPerThread Stream = 0x2
+
+// barrierFor returns the persistent kernel's grid-barrier words for
+// launches on stream (0: gobn's own), allocated and zeroed on its first
+// use and kept for the life of the process. The kernel leaves them as it
+// found them, and launches on one stream never run at once, so they need
+// no zeroing before a launch (grid_barrier in batchnorm.cu).
+func (d *device) barrierFor(stream Stream) (Ptr, error) {
+	if stream == streamPerThread { // its handle does not tell the stream
+		return 0, fmt.Errorf("%w: the persistent kernel needs a stream other than CU_STREAM_PER_THREAD", errNoCooperative)
+	}
+	d.barriers.Lock()
+	defer d.barriers.Unlock()
+	if p, ok := d.barriers.byStream[stream]; ok {
+		return p, nil
+	}
+	var p C.gobn_ptr
+	if r := C.gobn_cuda_alloc_zeroed(&d.d, barrierWords, &p); r != 0 {
+		return 0, fmt.Errorf("gobn: CUDA on device %d: allocating the grid-barrier words: %w", int(d.d.ordinal), cudaError(r))
+	}
+	if d.barriers.byStream == nil {
+		d.barriers.byStream = make(map[Stream]Ptr)
+	}
+	d.barriers.byStream[stream] = Ptr(p)
+	return Ptr(p), nil
 }
 
 var devices struct {
@@ -139,6 +172,11 @@ func execute(p plan, pl Placement, anchor Ptr) error {
 	ordinal := d.d.ordinal
 	ls := make([]C.gobn_launch, len(p.launches))
 	for i, l := range p.launches {
+		if l.cooperative {
+			if l.params.barrier, err = d.barrierFor(pl.Stream); err != nil {
+				return err
+			}
+		}
 		ls[i] = C.gobn_launch{
 			fn:     d.functions[l.kernel],
 			grid:   [3]C.uint{C.uint(l.grid[0]), C.uint(l.grid[1]), C.uint(l.grid[2])},

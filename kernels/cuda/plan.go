@@ -24,7 +24,7 @@ type launch struct {
 	block  [3]uint32
 	params params
 	// cooperative: a cooperative launch (the grid resident at once), whose
-	// two barrier words (params.barrier) are zeroed on the stream before it.
+	// grid-barrier words (params.barrier) are the stream's, set by execute.
 	cooperative bool
 }
 
@@ -51,7 +51,7 @@ func (f gpuFacts) residentGrid(k kernelID) int64 {
 
 // params mirrors gobn_params (params.h), with device addresses as Ptr and
 // the partial-sum and coefficient arrays as byte offsets into the workspace
-// until bind places them.
+// until bind places them (barrier: set by execute).
 type params struct {
 	dy, x, dx, mean, scale, variance Ptr
 	sumDy, sumDyXmu                  Ptr
@@ -185,23 +185,19 @@ func typeName(t DType) string {
 // workspace is where a plan's arrays lie in its workspace: byte offsets,
 // and the total.
 type workspace struct {
-	partial, coef, barrier, total int64
+	partial, coef, total int64
 }
 
-// barrierWords is the persistent kernel's grid-barrier words (uint32).
+// barrierWords is the persistent kernel's grid-barrier words (uint32):
+// arrivals and generation (grid_barrier in batchnorm.cu).
 const barrierWords = 2
 
-// workspaceLayout places the partial sums (double [splits][2][C]), the
-// coefficients (float [3][C]) and, for the persistent kernel, the barrier
-// words (uint32 [barrierWords]).
-func workspaceLayout(splits, C int64, persistent bool) workspace {
+// workspaceLayout places the partial sums (double [splits][2][C]) and the
+// coefficients (float [3][C]).
+func workspaceLayout(splits, C int64) workspace {
 	align := func(n int64) int64 { return ceilDiv(n, workspaceAlign) * workspaceAlign }
 	w := workspace{coef: align(splits * 2 * C * 8)}
-	w.barrier = w.coef + align(3*C*4)
-	w.total = w.barrier
-	if persistent {
-		w.total += align(barrierWords * 4)
-	}
+	w.total = w.coef + align(3*C*4)
 	return w
 }
 
@@ -222,12 +218,12 @@ func finalizeLaunch(k kernelID, C int64, p params) launch {
 func reducePlan(d kernels.Dims, t DType, job string, finalize kernelID, withApply bool, base params, ptrs ...Ptr) plan {
 	C := d.C
 	if d.Len() == 0 {
-		w := workspaceLayout(0, C, false)
+		w := workspaceLayout(0, C)
 		base.coef = Ptr(w.coef)
 		return plan{launches: []launch{finalizeLaunch(finalize, C, base)}, workspace: w.total}
 	}
 	g := layoutGeometry(d, t, targetBlocks, ptrs...)
-	w := workspaceLayout(g.splits, C, false)
+	w := workspaceLayout(g.splits, C)
 	base.partial, base.coef, base.splits = Ptr(w.partial), Ptr(w.coef), int32(g.splits)
 	p := plan{workspace: w.total, launches: []launch{
 		{kernel: kernelByName(g.name(job, t)), grid: g.grid, block: g.block, params: base},
@@ -274,8 +270,8 @@ func persistentPlan(d kernels.Dims, t DType, f gpuFacts, base params, ptrs ...Pt
 	if grid == 0 || tasks > grid*persistTasks(t, g.v) {
 		return plan{}, false
 	}
-	w := workspaceLayout(splits, d.C, true)
-	base.partial, base.coef, base.barrier = Ptr(w.partial), Ptr(w.coef), Ptr(w.barrier)
+	w := workspaceLayout(splits, d.C)
+	base.partial, base.coef = Ptr(w.partial), Ptr(w.coef)
 	base.splits, base.tasks, base.tiles = int32(splits), int32(tasks), int32(tiles)
 	return plan{workspace: w.total, launches: []launch{{
 		kernel: k, grid: [3]uint32{uint32(grid), 1, 1}, block: g.block, params: base, cooperative: true,
@@ -369,7 +365,7 @@ func (a GradApplyArgs) plan() (plan, error) {
 		return plan{}, fmt.Errorf("gobn: count %d, want a positive count", a.Count)
 	}
 	g := layoutGeometry(d, a.DType, targetBlocks, a.YBackprop, a.X, a.XBackprop)
-	w := workspaceLayout(0, C, false)
+	w := workspaceLayout(0, C)
 	base := params{
 		dy: a.YBackprop, x: a.X, dx: a.XBackprop,
 		mean: a.Mean, scale: a.Scale, variance: a.Variance,
@@ -430,6 +426,5 @@ func (p *plan) bind(ws Ptr) {
 		l := &p.launches[i].params
 		l.partial += ws
 		l.coef += ws
-		l.barrier += ws
 	}
 }

@@ -121,7 +121,7 @@ func TestPlansCoverEveryElement(t *testing.T) {
 			require.Less(t, int64(reduce.grid[1]-1)*int64(reduce.block[1]), tc.d.N, "%s: a block with no n", name)
 		}
 		require.Equal(t, int32(g.splits), reduce.params.splits, name)
-		w := workspaceLayout(g.splits, tc.d.C, false)
+		w := workspaceLayout(g.splits, tc.d.C)
 		require.Equal(t, w.total, p.workspace, name)
 		require.GreaterOrEqual(t, w.coef-w.partial, g.splits*2*tc.d.C*8, name)
 		require.GreaterOrEqual(t, w.total-w.coef, 3*tc.d.C*4, name)

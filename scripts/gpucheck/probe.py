@@ -3,9 +3,10 @@
 measured with CuPy (no gobn involved):
 
 - the device time of an empty launch, of an empty cooperative launch, and
-  of a cooperative launch with one grid-wide barrier (gobn's: an atomic
-  counter, zeroed on the stream before the launch), at the grid the
-  persistent kernel runs (every multiprocessor, 2 blocks of 256 threads);
+  of a cooperative launch with one and with two grid-wide barriers (gobn's:
+  an arrival counter and a generation, zeroed once and left zero by every
+  barrier), at the grid the persistent kernel runs (every multiprocessor, 2
+  blocks of 256 threads);
 - read-only and write-only bandwidth, 16-byte accesses, over a buffer far
   larger than L2;
 - a forward read then a reversed re-read of a buffer of about L2's size,
@@ -23,6 +24,7 @@ around one launch.
 
 import argparse
 import json
+import os
 import statistics
 import sys
 
@@ -32,16 +34,13 @@ import numpy as np
 SOURCE = r"""
 extern "C" __global__ void empty() {}
 
-extern "C" __global__ void barrier(unsigned int* word) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    atomicAdd(word, 1u);
-    while (*static_cast<volatile unsigned int*>(word) < gridDim.x) {
-    }
-    __threadfence();
-  }
-  __syncthreads();
+%(grid_barrier)s
+
+extern "C" __global__ void barrier(unsigned int* words) { grid_barrier(words); }
+
+extern "C" __global__ void two_barriers(unsigned int* words) {
+  grid_barrier(words);
+  grid_barrier(words);
 }
 
 extern "C" __global__ void read(const uint4* p, long long n, unsigned int* sink) {
@@ -70,6 +69,18 @@ extern "C" __global__ void write(uint4* p, long long n) {
 """
 
 
+def grid_barrier_source():
+    """gobn's grid_barrier, as batchnorm.cu defines it (beside this script in
+    the bundle, kernels/cuda/ in the repository)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for path in (os.path.join(here, "batchnorm.cu"), os.path.join(here, "..", "..", "kernels", "cuda", "batchnorm.cu")):
+        if os.path.exists(path):
+            text = open(path).read()
+            start = text.index("__device__ __forceinline__ void grid_barrier(")
+            return text[start:text.index("\n}\n", start) + 2]
+    raise SystemExit("probe.py: batchnorm.cu not found beside it or in kernels/cuda")
+
+
 def device_us(launch, reps, before=None):
     """The median device time of launch() in microseconds: CUDA events around
     each call; before(), if given, runs ahead of the first event."""
@@ -93,25 +104,25 @@ def main():
     args = ap.parse_args()
     props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
     sms, l2 = props["multiProcessorCount"], props["l2CacheSize"]
-    mod = cp.RawModule(code=SOURCE, options=("-std=c++17",))
+    source = SOURCE % {"grid_barrier": grid_barrier_source()}
+    mod = cp.RawModule(code=source, options=("-std=c++17",))
     # CuPy fixes a kernel's launch kind when it loads it: the cooperative
     # launches come from a module loaded for them
-    coop = cp.RawModule(code=SOURCE, options=("-std=c++17",), enable_cooperative_groups=True)
-    empty, coop_empty, barrier = mod.get_function("empty"), coop.get_function("empty"), coop.get_function("barrier")
+    coop = cp.RawModule(code=source, options=("-std=c++17",), enable_cooperative_groups=True)
+    empty, coop_empty = mod.get_function("empty"), coop.get_function("empty")
+    barrier, two_barriers = coop.get_function("barrier"), coop.get_function("two_barriers")
     read, reverse, write = mod.get_function("read"), mod.get_function("reverse"), mod.get_function("write")
     grid, block = (sms * 2,), (256,)
-    word = cp.zeros(1, dtype=cp.uint32)
+    words = cp.zeros(2, dtype=cp.uint32)  # zeroed once, as gobn's
     out = {"gpu": props["name"].decode(), "sms": sms, "l2_bytes": l2, "grid": grid[0], "block": block[0]}
 
     out["empty_us"] = device_us(lambda: empty(grid, block, ()), args.reps)
     out["empty_cooperative_us"] = device_us(
         lambda: coop_empty(grid, block, ()), args.reps)
-    out["barrier_cooperative_us"] = device_us(
-        lambda: barrier(grid, block, (word,)), args.reps,
-        before=lambda: word.fill(0))
-    # the memset gobn issues before each cooperative launch, inside the timing
-    out["memset_and_barrier_us"] = device_us(
-        lambda: (word.fill(0), barrier(grid, block, (word,))), args.reps)
+    out["barrier_cooperative_us"] = device_us(lambda: barrier(grid, block, (words,)), args.reps)
+    out["two_barriers_cooperative_us"] = device_us(lambda: two_barriers(grid, block, (words,)), args.reps)
+    if int(words[0]) != 0:  # every barrier leaves arrivals as it found them
+        raise SystemExit(f"the barrier left {int(words[0])} arrivals counted")
 
     sink = cp.zeros(1, dtype=cp.uint32)
     big = cp.empty((16 * l2) // 16 * 4, dtype=cp.uint32)  # 16 L2 sizes, as uint4

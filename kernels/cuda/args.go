@@ -44,7 +44,10 @@ type Stream uintptr
 // context of the device that holds the tensors, so that its inputs are
 // complete, launches on gobn's own stream for that device, and waits for it
 // before returning. With a Stream, the call only enqueues its kernels on that
-// stream, as a CUDA library does; the caller orders and waits.
+// stream, as a CUDA library does; the caller orders and waits. (The
+// persistent kernel, switched on by Persistent, keeps a word of device memory
+// for each stream it runs on; a stream's first such call allocates and
+// zeroes it, and waits for that.)
 //
 // Workspace is device memory of at least the args' WorkspaceBytes, on the
 // same device, not touched by anything else until the call's kernels finish.

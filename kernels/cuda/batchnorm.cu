@@ -484,28 +484,23 @@ __device__ __forceinline__ void global_finalize(const gobn_params& p) {
 
 // ------------------------------------------------ the persistent gradient
 
-// grid_barrier returns when every block of the grid has called it. words
-// is {arrivals, generation}, written by grid_barrier alone: the last block
-// to arrive puts arrivals back to 0 before it moves generation on, which
-// lets the others go. So the words are zeroed once, when they are
-// allocated, and never before a launch; launches that share them must not
-// run at once (gobn keeps a pair for each stream). The grid must be 1-D (it
-// counts gridDim.x blocks) and resident at once: a cooperative launch.
-// Writes before the barrier, by any thread of the grid, are visible after
-// it.
-__device__ __forceinline__ void grid_barrier(unsigned int* words) {
+// grid_barrier returns when every block of the grid has called it. Block 0
+// adds 2^31 − (G − 1) to word and every other block adds 1, so the G
+// arrivals add exactly 2^31: the top bit flips as the last block arrives,
+// and the low 31 bits come back to what they were. Each block waits for
+// the flip from the value its own add returned. So word is zeroed once,
+// when it is allocated (with its low bits zero, the G − 1 ones cannot carry
+// into the top bit), and never before a launch; launches that share it must
+// not run at once (gobn keeps one for each stream). The grid must be 1-D
+// (G = gridDim.x) and resident at once: a cooperative launch. Writes before
+// the barrier, by any thread of the grid, are visible after it.
+__device__ __forceinline__ void grid_barrier(unsigned int* word) {
   __syncthreads();
   if (threadIdx.x == 0 && threadIdx.y == 0) {
-    volatile unsigned int* generation = words + 1;
-    const unsigned int g = *generation;  // read before arriving: it moves only once all have
+    const unsigned int add = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u;
     __threadfence();
-    if (atomicAdd(words, 1u) == gridDim.x - 1) {
-      atomicExch(words, 0u);
-      __threadfence();
-      atomicAdd(words + 1, 1u);
-    } else {
-      while (*generation == g) {
-      }
+    const unsigned int old = atomicAdd(word, add);
+    while (((old ^ *static_cast<volatile unsigned int*>(word)) & 0x80000000u) == 0) {
     }
     __threadfence();
   }
@@ -543,7 +538,7 @@ __device__ __forceinline__ void unpack(const W& w, float (&out)[V]) {
 // split t / tiles of the rows (U·blockDim.y rows: thread row y takes rows
 // y, y + blockDim.y, ...), and block b holds tasks b, b + gridDim.x, ...,
 // at most K. Launch: block (tx, ty) as reduce_cl; grid (G), G resident at
-// once and G·K ≥ tasks; barrier: the stream's grid-barrier words.
+// once and G·K ≥ tasks; barrier: the stream's grid-barrier word.
 template <typename T, int V, int K>
 __device__ __forceinline__ void persist_cl(const gobn_params& p) {
   constexpr int U = unroll<V>::U;

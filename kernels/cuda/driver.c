@@ -33,11 +33,14 @@ static struct {
                                               unsigned int, unsigned int, unsigned int, unsigned int,
                                               gobn_cu_stream, void**);
   gobn_cu_result (*mem_alloc)(gobn_ptr*, size_t);
+  gobn_cu_result (*mem_free)(gobn_ptr);
   gobn_cu_result (*memset_d32_async)(gobn_ptr, unsigned int, size_t, gobn_cu_stream);
   gobn_cu_result (*device_get_attribute)(int*, int, int);
   gobn_cu_result (*occupancy_max_active_blocks)(int*, gobn_cu_function, int, size_t);
   gobn_cu_result (*stream_create)(gobn_cu_stream*, unsigned int);
   gobn_cu_result (*stream_synchronize)(gobn_cu_stream);
+  gobn_cu_result (*stream_is_capturing)(gobn_cu_stream, int*);
+  gobn_cu_result (*stream_get_id)(gobn_cu_stream, unsigned long long*);  // CUDA 12.0 on; may be NULL
   gobn_cu_result (*pointer_get_attribute)(void*, int, uint64_t);
   gobn_cu_result (*get_error_name)(gobn_cu_result, const char**);
   gobn_cu_result (*get_error_string)(gobn_cu_result, const char**);
@@ -72,11 +75,13 @@ int gobn_cuda_open(char* err, int err_len) {
       {"cuLaunchKernel", (void**)&cu.launch_kernel},
       {"cuLaunchCooperativeKernel", (void**)&cu.launch_cooperative_kernel},
       {"cuMemAlloc", (void**)&cu.mem_alloc},
+      {"cuMemFree", (void**)&cu.mem_free},
       {"cuMemsetD32Async", (void**)&cu.memset_d32_async},
       {"cuDeviceGetAttribute", (void**)&cu.device_get_attribute},
       {"cuOccupancyMaxActiveBlocksPerMultiprocessor", (void**)&cu.occupancy_max_active_blocks},
       {"cuStreamCreate", (void**)&cu.stream_create},
       {"cuStreamSynchronize", (void**)&cu.stream_synchronize},
+      {"cuStreamIsCapturing", (void**)&cu.stream_is_capturing},
       {"cuPointerGetAttribute", (void**)&cu.pointer_get_attribute},
       {"cuGetErrorName", (void**)&cu.get_error_name},
       {"cuGetErrorString", (void**)&cu.get_error_string},
@@ -88,6 +93,8 @@ int gobn_cuda_open(char* err, int err_len) {
       return -1;
     }
   }
+  // Optional: drivers before CUDA 12.0 have none.
+  if (get("cuStreamGetId", (void**)&cu.stream_get_id, 12000, 0) != 0) cu.stream_get_id = NULL;
   return cu.init(0);
 }
 
@@ -130,8 +137,26 @@ int gobn_cuda_alloc_zeroed(const gobn_device* d, size_t words, gobn_ptr* p) {
   int r = cu.ctx_push_current(d->ctx);
   if (r != 0) return r;
   r = cu.mem_alloc(p, words * 4);
-  if (r == 0) r = cu.memset_d32_async(*p, 0, words, d->stream);
-  if (r == 0) r = cu.stream_synchronize(d->stream);
+  if (r == 0) {
+    r = cu.memset_d32_async(*p, 0, words, d->stream);
+    if (r == 0) r = cu.stream_synchronize(d->stream);
+    if (r != 0) {
+      cu.mem_free(*p);
+      *p = 0;
+    }
+  }
+  gobn_cu_context popped;
+  cu.ctx_pop_current(&popped);
+  return r;
+}
+
+int gobn_cuda_stream_state(const gobn_device* d, uintptr_t stream, unsigned long long* id, int* capturing) {
+  if (cu.stream_get_id == NULL) return -1;
+  int r = cu.ctx_push_current(d->ctx);
+  if (r != 0) return r;
+  gobn_cu_stream s = stream == 0 ? d->stream : (gobn_cu_stream)stream;
+  r = cu.stream_get_id(s, id);
+  if (r == 0) r = cu.stream_is_capturing(s, capturing);
   gobn_cu_context popped;
   cu.ctx_pop_current(&popped);
   return r;

@@ -3,12 +3,14 @@
 package cuda_test
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"flag"
 	"os"
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -110,13 +112,23 @@ func TestGPU(t *testing.T) {
 		if cuda.Persistent() {
 			ok = ok && persist > 0 && cuda.Fallbacks() == 0
 			rep.LaunchCheck["persistent"], rep.LaunchCheck["fallbacks"] = persist, cuda.Fallbacks()
+			// every grid barrier left its word's count as it found it (zero)
+			words := cuda.BarrierWords()
+			var left []uint32
+			for _, w := range words {
+				var b [4]byte
+				require.NoError(t, dev.Read(b[:], uintptr(w)))
+				left = append(left, binary.LittleEndian.Uint32(b[:]))
+			}
+			ok = ok && len(words) > 0 && !slices.ContainsFunc(left, func(v uint32) bool { return v&0x7fffffff != 0 })
+			rep.LaunchCheck["barrier_words"] = left
 		}
 		rep.LaunchCheck["ok"] = ok
 		rep.OK = rep.OK && ok
 		t.Logf("launches: %d kernels; _v1: %d, _v4/_v8: %d, persistent: %d, fallbacks: %d",
 			len(rep.Launches), v1, wide, persist, cuda.Fallbacks())
 		if !ok {
-			t.Errorf("want launches of _v1 and of _v4/_v8 kernels (and, persistent, of it with no fallback)")
+			t.Errorf("want launches of _v1 and of _v4/_v8 kernels (and, persistent, of it with no fallback and its barrier words left with a zero count)")
 		}
 	}
 	logReport(t, rep, *show)

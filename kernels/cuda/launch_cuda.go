@@ -58,7 +58,7 @@ type device struct {
 	facts     gpuFacts
 	barriers  struct {
 		sync.Mutex
-		byStream map[Stream]Ptr
+		byStream map[uint64]Ptr // by the stream's unique ID
 	}
 }
 
@@ -66,28 +66,47 @@ type device struct {
 // different stream in each thread.
 const streamPerThread Stream = 0x2
 
-// barrierFor returns the persistent kernel's grid-barrier words for
-// launches on stream (0: gobn's own), allocated and zeroed on its first
-// use and kept for the life of the process. The kernel leaves them as it
-// found them, and launches on one stream never run at once, so they need
-// no zeroing before a launch (grid_barrier in batchnorm.cu).
+// barrierFor returns the persistent kernel's grid-barrier word for a launch
+// on stream (0: gobn's own), allocated and zeroed on the stream's first
+// use and kept for the life of the process. Every barrier leaves the
+// word's count as it found it, and launches on one stream never run at
+// once, so it needs no zeroing before a launch (grid_barrier in
+// batchnorm.cu). Streams are told apart by their unique IDs, not their
+// handles, which a new stream may reuse while a destroyed one's work still
+// runs. Where a stream cannot have a word of its own (the driver cannot
+// tell streams apart, CU_STREAM_PER_THREAD, a stream being captured into a
+// graph that may run anywhere, no memory left), the error wraps
+// errNoCooperative: the call runs the three launches, counted.
 func (d *device) barrierFor(stream Stream) (Ptr, error) {
-	if stream == streamPerThread { // its handle does not tell the stream
-		return 0, fmt.Errorf("%w: the persistent kernel needs a stream other than CU_STREAM_PER_THREAD", errNoCooperative)
+	refuse := func(why string) error {
+		return fmt.Errorf("%w: %s", errNoCooperative, why)
+	}
+	if stream == streamPerThread {
+		return 0, refuse("CU_STREAM_PER_THREAD names a different stream in each thread")
+	}
+	var id C.ulonglong
+	var capturing C.int
+	switch r := C.gobn_cuda_stream_state(&d.d, C.uintptr_t(stream), &id, &capturing); {
+	case r == -1:
+		return 0, refuse("the driver has no cuStreamGetId (CUDA 12.0) to tell streams apart")
+	case r != 0:
+		return 0, refuse("the stream's ID: " + cudaError(r).Error())
+	case capturing != 0:
+		return 0, refuse("the stream is being captured into a graph")
 	}
 	d.barriers.Lock()
 	defer d.barriers.Unlock()
-	if p, ok := d.barriers.byStream[stream]; ok {
+	if p, ok := d.barriers.byStream[uint64(id)]; ok {
 		return p, nil
 	}
 	var p C.gobn_ptr
 	if r := C.gobn_cuda_alloc_zeroed(&d.d, barrierWords, &p); r != 0 {
-		return 0, fmt.Errorf("gobn: CUDA on device %d: allocating the grid-barrier words: %w", int(d.d.ordinal), cudaError(r))
+		return 0, refuse("allocating the grid-barrier word: " + cudaError(r).Error())
 	}
 	if d.barriers.byStream == nil {
-		d.barriers.byStream = make(map[Stream]Ptr)
+		d.barriers.byStream = make(map[uint64]Ptr)
 	}
-	d.barriers.byStream[stream] = Ptr(p)
+	d.barriers.byStream[uint64(id)] = Ptr(p)
 	return Ptr(p), nil
 }
 

@@ -26,8 +26,8 @@ typedef struct {
   // and the apply pass's coefficients, float [3][C] (A, B, mean of dy).
   gobn_ptr partial;
   gobn_ptr coef;
-  // The persistent kernel's two grid-barrier words (grid_barrier), the
-  // stream's: zeroed once, when allocated, and left zero by every launch.
+  // The persistent kernel's grid-barrier word (grid_barrier), the
+  // stream's: zeroed once, when allocated, never before a launch.
   gobn_ptr barrier;
   // Per-channel outputs, C elements each, in the finalize kernel's order.
   gobn_ptr out[5];

@@ -39,7 +39,7 @@ func trainingArgs(d kernels.Dims, t DType, align Ptr) FusedGradArgs {
 // launch whose grid the device holds at once, whose blocks hold every task
 // (K each), and whose tasks, walked as persist_cl walks them, cover each
 // element exactly once; the workspace holds the partial sums and the
-// coefficients (the barrier words are the stream's). A case it does not take
+// coefficients (the barrier word is the stream's). A case it does not take
 // must be too large for the grid.
 func TestPersistentPlans(t *testing.T) {
 	f := h100(true)
@@ -110,7 +110,7 @@ func TestPersistentPlans(t *testing.T) {
 		three, err := args.plan(h100(false))
 		require.NoError(t, err, name)
 		require.Equal(t, max(w.total, three.workspace), args.workspaceOn(f), "%s: room for the three launches too", name)
-		require.Zero(t, l.params.barrier, "%s: the barrier words are the stream's, not the workspace's", name)
+		require.Zero(t, l.params.barrier, "%s: the barrier word is the stream's, not the workspace's", name)
 		require.GreaterOrEqual(t, w.coef-w.partial, splits*2*tc.d.C*8, name)
 		require.GreaterOrEqual(t, w.total-w.coef, 3*tc.d.C*4, name)
 	}

@@ -24,7 +24,7 @@ type launch struct {
 	block  [3]uint32
 	params params
 	// cooperative: a cooperative launch (the grid resident at once), whose
-	// grid-barrier words (params.barrier) are the stream's, set by execute.
+	// grid-barrier word (params.barrier) is the stream's, set by execute.
 	cooperative bool
 }
 
@@ -188,9 +188,9 @@ type workspace struct {
 	partial, coef, total int64
 }
 
-// barrierWords is the persistent kernel's grid-barrier words (uint32):
-// arrivals and generation (grid_barrier in batchnorm.cu).
-const barrierWords = 2
+// barrierWords is the persistent kernel's grid-barrier words (uint32,
+// grid_barrier in batchnorm.cu).
+const barrierWords = 1
 
 // workspaceLayout places the partial sums (double [splits][2][C]) and the
 // coefficients (float [3][C]).

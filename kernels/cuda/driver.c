@@ -154,9 +154,8 @@ int gobn_cuda_stream_state(const gobn_device* d, uintptr_t stream, unsigned long
   if (cu.stream_get_id == NULL) return -1;
   int r = cu.ctx_push_current(d->ctx);
   if (r != 0) return r;
-  gobn_cu_stream s = stream == 0 ? d->stream : (gobn_cu_stream)stream;
-  r = cu.stream_get_id(s, id);
-  if (r == 0) r = cu.stream_is_capturing(s, capturing);
+  r = cu.stream_get_id((gobn_cu_stream)stream, id);
+  if (r == 0) r = cu.stream_is_capturing((gobn_cu_stream)stream, capturing);
   gobn_cu_context popped;
   cu.ctx_pop_current(&popped);
   return r;

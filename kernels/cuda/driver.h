@@ -61,9 +61,10 @@ int gobn_cuda_function(const gobn_device* d, const char* name, int threads, gobn
 // zeroes them (on gobn's stream, waited for) before it returns.
 int gobn_cuda_alloc_zeroed(const gobn_device* d, size_t words, gobn_ptr* p);
 
-// gobn_cuda_stream_state sets *id to the unique ID of stream (0: gobn's
-// own) and *capturing to whether it is being captured into a graph. It
-// returns -1 where the driver has no cuStreamGetId (before CUDA 12.0).
+// gobn_cuda_stream_state sets *id to the unique ID of stream (a CUstream of
+// the device's primary context) and *capturing to whether it is being
+// captured into a graph. It returns -1 where the driver has no
+// cuStreamGetId (before CUDA 12.0).
 int gobn_cuda_stream_state(const gobn_device* d, uintptr_t stream, unsigned long long* id, int* capturing);
 
 // gobn_cuda_run makes the device's primary context current (unless it is),

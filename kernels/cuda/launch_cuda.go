@@ -58,8 +58,14 @@ type device struct {
 	facts     gpuFacts
 	barriers  struct {
 		sync.Mutex
-		byStream map[uint64]Ptr // by the stream's unique ID
+		byStream map[streamKey]Ptr
 	}
+}
+
+// streamKey tells a stream: gobn's own, or a caller's by its unique ID.
+type streamKey struct {
+	own bool
+	id  uint64
 }
 
 // streamPerThread is CU_STREAM_PER_THREAD (cuda.h): one handle for a
@@ -81,22 +87,26 @@ func (d *device) barrierFor(stream Stream) (Ptr, error) {
 	refuse := func(why string) error {
 		return fmt.Errorf("%w: %s", errNoCooperative, why)
 	}
+	key := streamKey{own: true} // gobn's own stream: never captured or destroyed
 	if stream == streamPerThread {
 		return 0, refuse("CU_STREAM_PER_THREAD names a different stream in each thread")
 	}
-	var id C.ulonglong
-	var capturing C.int
-	switch r := C.gobn_cuda_stream_state(&d.d, C.uintptr_t(stream), &id, &capturing); {
-	case r == -1:
-		return 0, refuse("the driver has no cuStreamGetId (CUDA 12.0) to tell streams apart")
-	case r != 0:
-		return 0, refuse("the stream's ID: " + cudaError(r).Error())
-	case capturing != 0:
-		return 0, refuse("the stream is being captured into a graph")
+	if stream != 0 {
+		var id C.ulonglong
+		var capturing C.int
+		switch r := C.gobn_cuda_stream_state(&d.d, C.uintptr_t(stream), &id, &capturing); {
+		case r == -1:
+			return 0, refuse("the driver has no cuStreamGetId (CUDA 12.0) to tell streams apart")
+		case r != 0:
+			return 0, refuse("the stream's ID: " + cudaError(r).Error())
+		case capturing != 0:
+			return 0, refuse("the stream is being captured into a graph")
+		}
+		key = streamKey{id: uint64(id)}
 	}
 	d.barriers.Lock()
 	defer d.barriers.Unlock()
-	if p, ok := d.barriers.byStream[uint64(id)]; ok {
+	if p, ok := d.barriers.byStream[key]; ok {
 		return p, nil
 	}
 	var p C.gobn_ptr
@@ -104,9 +114,9 @@ func (d *device) barrierFor(stream Stream) (Ptr, error) {
 		return 0, refuse("allocating the grid-barrier word: " + cudaError(r).Error())
 	}
 	if d.barriers.byStream == nil {
-		d.barriers.byStream = make(map[uint64]Ptr)
+		d.barriers.byStream = make(map[streamKey]Ptr)
 	}
-	d.barriers.byStream[uint64(id)] = Ptr(p)
+	d.barriers.byStream[key] = Ptr(p)
 	return Ptr(p), nil
 }
 

@@ -46,8 +46,10 @@ type Stream uintptr
 // before returning. With a Stream, the call only enqueues its kernels on that
 // stream, as a CUDA library does; the caller orders and waits. (The
 // persistent kernel, switched on by Persistent, keeps a word of device memory
-// for each stream it runs on; a stream's first such call allocates and
-// zeroes it, and waits for that.)
+// for each stream it runs on, for the life of the process: a stream's first
+// such call allocates and zeroes it on gobn's own stream and waits for that.
+// On CU_STREAM_PER_THREAD, a stream being captured into a graph, or with a
+// driver before CUDA 12.0, it runs the three ordinary launches instead.)
 //
 // Workspace is device memory of at least the args' WorkspaceBytes, on the
 // same device, not touched by anything else until the call's kernels finish.

@@ -82,7 +82,9 @@ const streamPerThread Stream = 0x2
 // runs. Where a stream cannot have a word of its own (the driver cannot
 // tell streams apart, CU_STREAM_PER_THREAD, a stream being captured into a
 // graph that may run anywhere, no memory left), the error wraps
-// errNoCooperative: the call runs the three launches, counted.
+// errNoCooperative: the call runs the three launches, counted. A word is
+// never freed: a caller that makes a stream for each call leaves one word
+// of device memory for each.
 func (d *device) barrierFor(stream Stream) (Ptr, error) {
 	refuse := func(why string) error {
 		return fmt.Errorf("%w: %s", errNoCooperative, why)
@@ -98,7 +100,7 @@ func (d *device) barrierFor(stream Stream) (Ptr, error) {
 		case r == -1:
 			return 0, refuse("the driver has no cuStreamGetId (CUDA 12.0) to tell streams apart")
 		case r != 0:
-			return 0, refuse("the stream's ID: " + cudaError(r).Error())
+			return 0, fmt.Errorf("gobn: CUDA on device %d: the stream's ID: %w", int(d.d.ordinal), cudaError(r))
 		case capturing != 0:
 			return 0, refuse("the stream is being captured into a graph")
 		}

@@ -525,14 +525,16 @@ def main(argv=None):
                       flush=True)
     ok = report(rows, args)
     print(f"({time.perf_counter() - t0:.0f} s)")
+    # the record names files, not this machine's paths
     if args.json:
+        named = {k: os.path.basename(v) if k in ("json", "merge_into") and v else v for k, v in vars(args).items()}
         with open(args.json, "w") as f:
-            json.dump({"args": vars(args), "results": rows}, f, indent=1)
+            json.dump({"args": named, "results": rows}, f, indent=1)
     if args.merge_into:
         with open(args.merge_into) as f:
             record = json.load(f)
-        command = " ".join(["bench_models.py"] + [a for a in sys.argv[1:] if a != args.merge_into
-                                                  and a != "--merge-into"])
+        command = " ".join(["bench_models.py"] + [os.path.basename(a) if os.path.isabs(a) else a
+                                                  for a in sys.argv[1:] if a not in (args.merge_into, "--merge-into")])
         record.setdefault("models", []).extend(dict(r, command=command, ok=not problems(r)) for r in rows)
         with open(args.merge_into, "w") as f:
             json.dump(record, f, indent=1, default=str)

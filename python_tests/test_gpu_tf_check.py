@@ -20,7 +20,7 @@ def test_gpu_tf_check_passes_on_the_cpu(tmp_path, use_async):
     out = tmp_path / "gpu_tf.json"
     script = os.path.join(REPO_ROOT, "scripts", "gpu_tf_check.py")
     r = subprocess.run([sys.executable, script, "--device", "CPU:0", "--quick", "--json", str(out)]
-                       + ["--async"] * use_async, capture_output=True, text=True, timeout=600)
+                       + (["--async"] if use_async else []), capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-6000:]
     record = json.loads(out.read_text())
     assert record["tensorflow"] and record["command"].startswith("gpu_tf_check.py")

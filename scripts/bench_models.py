@@ -56,6 +56,8 @@ import sys
 import tempfile
 import time
 
+from machine import portable
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = ("stock", "stock'", "gobn")
 MODELS = {"resnet50": "ResNet50", "mobilenetv2": "MobileNetV2"}
@@ -502,7 +504,8 @@ def gradient_bound(r):
 
 
 def main(argv=None):
-    args = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
     if args.worker:
         return worker(*args.worker)
     models, routes = args.models.split(","), args.routes.split(",")
@@ -525,16 +528,18 @@ def main(argv=None):
                       flush=True)
     ok = report(rows, args)
     print(f"({time.perf_counter() - t0:.0f} s)")
-    # the record names files, not this machine's paths
+    # the records name no path of this machine
     if args.json:
-        named = {k: os.path.basename(v) if k in ("json", "merge_into") and v else v for k, v in vars(args).items()}
+        named = {k: portable(os.path.abspath(v)) if k in ("json", "merge_into") and v else v
+                 for k, v in vars(args).items()}
         with open(args.json, "w") as f:
             json.dump({"args": named, "results": rows}, f, indent=1)
     if args.merge_into:
         with open(args.merge_into) as f:
             record = json.load(f)
-        command = " ".join(["bench_models.py"] + [os.path.basename(a) if os.path.isabs(a) else a
-                                                  for a in sys.argv[1:] if a not in (args.merge_into, "--merge-into")])
+        shown = [a for i, a in enumerate(argv) if a != "--merge-into" and not a.startswith("--merge-into=")
+                 and not (i > 0 and argv[i - 1] == "--merge-into")]
+        command = " ".join(["bench_models.py"] + [portable(a) for a in shown])
         record.setdefault("models", []).extend(dict(r, command=command, ok=not problems(r)) for r in rows)
         with open(args.merge_into, "w") as f:
             json.dump(record, f, indent=1, default=str)

@@ -25,7 +25,8 @@ placement off, so an op without a kernel there fails instead of moving):
             tolerance (after the others but async: enable() lasts for the
             process)
   async     every call of the run went through gobn's asynchronous kernel
-            under --async, none without it, and every done callback ran
+            under --async (some finishing after their compute callback
+            returned), none without it, and every done callback ran
 
 It prints a line per check and writes --json (bench/gpu_tf.json's device,
 tensorflow, command, registry, parity, errors, threads, enable and async);
@@ -52,6 +53,8 @@ import sys
 import threading
 import time
 import zlib
+
+from machine import portable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -443,12 +446,13 @@ def check_enable(checks, tf, np, gobn_package, op, device):
 
 def check_async(checks, gobn_package, use_async):
     """With --async every gobn call of the run went through the asynchronous
-    kernel and finished (its done callback ran: none kept); without it, none
-    did."""
+    kernel and finished (its done callback ran: none kept), some of them
+    after their compute callback had returned; without it, none did."""
     seen = gobn_package._async_calls()
     ran = sum(n for devs in gobn_package.kernel_calls().values() for n in devs.values())
     want = ran if use_async else 0
-    checks.add("async", ran > 0 and seen["calls"] == want and seen["callbacks_kept"] == 0,
+    late = seen["done_after_return"] > 0 if use_async else seen["done_after_return"] == 0
+    checks.add("async", ran > 0 and seen["calls"] == want and late and seen["callbacks_kept"] == 0,
                async_calls=seen["calls"], kernel_calls=ran, done_after_return=seen["done_after_return"],
                callbacks_kept=seen["callbacks_kept"])
 
@@ -489,15 +493,6 @@ def time_sync(checks, tf, np, lib, op, device, chain=20):
                        function_us={c: round(v, 1) for c, v in us.items()},
                        eager_us={c: round(t * 1e6, 1) for c, t in zip(fns, eager)},
                        stock_over_gobn=round(us["stock"] / us["gobn"], 3), noise=round(us["stock'"] / us["stock"], 3))
-
-
-def portable(arg):
-    """arg as the record shows it: a path inside the checkout relative to it,
-    any other path by its name alone (no machine's paths in bench/)."""
-    if os.path.isabs(arg):
-        rel = os.path.relpath(arg, ROOT)
-        return rel if not rel.startswith("..") else os.path.basename(arg)
-    return arg
 
 
 def driver_version():

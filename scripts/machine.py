@@ -40,3 +40,19 @@ def onednn_takes_16_bit():
     DT_HALF only on platforms with AVX-512. Falling back to the default
     Eigen-based implementation")."""
     return bool(cpu_flags() & {"avx512f", "avx_ne_convert"})
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def portable(arg):
+    """arg as a record shows it: a path inside the checkout relative to it,
+    any other absolute path by its name alone (no machine's paths in bench/);
+    an option's value given as --name=path likewise."""
+    if arg.startswith("--") and "=" in arg:
+        name, value = arg.split("=", 1)
+        return f"{name}={portable(value)}"
+    if os.path.isabs(arg):
+        rel = os.path.relpath(arg, ROOT)
+        return rel if not rel.startswith("..") else os.path.basename(arg)
+    return arg

@@ -15,8 +15,8 @@ func FusedGrad(a FusedGradArgs, pl Placement) error {
 	}
 	err = execute(p, pl, a.anchor())
 	if errors.Is(err, errNoCooperative) {
-		// The device refused the persistent kernel's launch (nothing ran):
-		// the three launches, counted as a fallback.
+		// The persistent kernel could not run (nothing ran): the three
+		// launches, counted as a fallback.
 		fallbacks.Add(1)
 		f.persistent = false
 		if p, err = a.plan(f); err != nil {
@@ -27,8 +27,10 @@ func FusedGrad(a FusedGradArgs, pl Placement) error {
 	return err
 }
 
-// errNoCooperative: the device refused a cooperative launch.
-var errNoCooperative = errors.New("gobn: the device refused the cooperative launch")
+// errNoCooperative: the persistent kernel's cooperative launch cannot be
+// made: the device refused it, or the stream cannot have a grid-barrier
+// word of its own (barrierKey, barrierFor).
+var errNoCooperative = errors.New("gobn: the persistent kernel cannot be launched")
 
 // anchor is the address that tells the call's device.
 func (a FusedGradArgs) anchor() Ptr { return anchor(a.XBackprop, a.ScaleBackprop) }

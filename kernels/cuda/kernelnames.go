@@ -84,8 +84,9 @@ func Launches() map[string]uint64 {
 }
 
 // fallbacks counts the training calls that fit the persistent kernel, with
-// it switched on, that ran the three-launch path because the device cannot
-// launch it cooperatively.
+// it switched on, that ran the three-launch path because it could not be
+// launched: a device without cooperative launches, or one that refused the
+// launch, or a stream without a grid-barrier word of its own (barrierKey).
 var fallbacks atomic.Uint64
 
 // Fallbacks returns that count since the process started.

@@ -62,49 +62,25 @@ type device struct {
 	}
 }
 
-// streamKey tells a stream: gobn's own, or a caller's by its unique ID.
-type streamKey struct {
-	own bool
-	id  uint64
-}
-
-// streamPerThread is CU_STREAM_PER_THREAD (cuda.h): one handle for a
-// different stream in each thread.
-const streamPerThread Stream = 0x2
-
 // barrierFor returns the persistent kernel's grid-barrier word for a launch
-// on stream (0: gobn's own), allocated and zeroed on the stream's first
-// use and kept for the life of the process. Every barrier leaves the
-// word's count as it found it, and launches on one stream never run at
-// once, so it needs no zeroing before a launch (grid_barrier in
-// batchnorm.cu). Streams are told apart by their unique IDs, not their
-// handles, which a new stream may reuse while a destroyed one's work still
-// runs. Where a stream cannot have a word of its own (the driver cannot
-// tell streams apart, CU_STREAM_PER_THREAD, a stream being captured into a
-// graph that may run anywhere, no memory left), the error wraps
-// errNoCooperative: the call runs the three launches, counted. A word is
-// never freed: a caller that makes a stream for each call leaves one word
-// of device memory for each.
+// on stream (barrierKey says whose), allocated and zeroed on the stream's
+// first use and kept for the life of the process: a caller that makes a
+// stream for each call leaves one word of device memory for each.
 func (d *device) barrierFor(stream Stream) (Ptr, error) {
-	refuse := func(why string) error {
-		return fmt.Errorf("%w: %s", errNoCooperative, why)
-	}
-	key := streamKey{own: true} // gobn's own stream: never captured or destroyed
-	if stream == streamPerThread {
-		return 0, refuse("CU_STREAM_PER_THREAD names a different stream in each thread")
-	}
-	if stream != 0 {
+	key, err := barrierKey(stream, func() (streamState, error) {
 		var id C.ulonglong
 		var capturing C.int
-		switch r := C.gobn_cuda_stream_state(&d.d, C.uintptr_t(stream), &id, &capturing); {
-		case r == -1:
-			return 0, refuse("the driver has no cuStreamGetId (CUDA 12.0) to tell streams apart")
-		case r != 0:
-			return 0, fmt.Errorf("gobn: CUDA on device %d: the stream's ID: %w", int(d.d.ordinal), cudaError(r))
-		case capturing != 0:
-			return 0, refuse("the stream is being captured into a graph")
+		switch r := C.gobn_cuda_stream_state(&d.d, C.uintptr_t(stream), &id, &capturing); r {
+		case 0:
+			return streamState{id: uint64(id), known: true, capturing: capturing != 0}, nil
+		case -1:
+			return streamState{}, nil
+		default:
+			return streamState{}, fmt.Errorf("gobn: CUDA on device %d: querying the stream: %w", int(d.d.ordinal), cudaError(r))
 		}
-		key = streamKey{id: uint64(id)}
+	})
+	if err != nil {
+		return 0, err
 	}
 	d.barriers.Lock()
 	defer d.barriers.Unlock()
@@ -113,7 +89,7 @@ func (d *device) barrierFor(stream Stream) (Ptr, error) {
 	}
 	var p C.gobn_ptr
 	if r := C.gobn_cuda_alloc_zeroed(&d.d, barrierWords, &p); r != 0 {
-		return 0, refuse("allocating the grid-barrier word: " + cudaError(r).Error())
+		return 0, fmt.Errorf("%w: allocating the grid-barrier word: %w", errNoCooperative, cudaError(r))
 	}
 	if d.barriers.byStream == nil {
 		d.barriers.byStream = make(map[streamKey]Ptr)

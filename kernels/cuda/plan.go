@@ -188,10 +188,6 @@ type workspace struct {
 	partial, coef, total int64
 }
 
-// barrierWords is the persistent kernel's grid-barrier words (uint32,
-// grid_barrier in batchnorm.cu).
-const barrierWords = 1
-
 // workspaceLayout places the partial sums (double [splits][2][C]) and the
 // coefficients (float [3][C]).
 func workspaceLayout(splits, C int64) workspace {

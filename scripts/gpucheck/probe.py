@@ -75,7 +75,8 @@ def grid_barrier_source():
     here = os.path.dirname(os.path.abspath(__file__))
     for path in (os.path.join(here, "batchnorm.cu"), os.path.join(here, "..", "..", "kernels", "cuda", "batchnorm.cu")):
         if os.path.exists(path):
-            text = open(path).read()
+            with open(path) as f:
+                text = f.read()
             start = text.index("__device__ __forceinline__ void grid_barrier(")
             return text[start:text.index("\n}\n", start) + 2]
     raise SystemExit("probe.py: batchnorm.cu not found beside it or in kernels/cuda")
@@ -119,12 +120,12 @@ def main():
     out["empty_us"] = device_us(lambda: empty(grid, block, ()), args.reps)
     out["empty_cooperative_us"] = device_us(
         lambda: coop_empty(grid, block, ()), args.reps)
-    out["barrier_cooperative_us"] = device_us(lambda: barrier(grid, block, (word,)), args.reps)
-    out["two_barriers_cooperative_us"] = device_us(lambda: two_barriers(grid, block, (word,)), args.reps)
+    out["kept_word_barrier_us"] = device_us(lambda: barrier(grid, block, (word,)), args.reps)
+    out["kept_word_two_barriers_us"] = device_us(lambda: two_barriers(grid, block, (word,)), args.reps)
     # 3·reps barriers on a word zeroed once: each flips the top bit and leaves the low bits zero
     if int(word[0]) != (0x80000000 if 3 * args.reps % 2 else 0):
         raise SystemExit(f"{3 * args.reps} barriers left the word at {int(word[0]):#x}")
-    # as gobn did before its barrier kept its word: a memset ahead of each launch
+    # what a memset of the word ahead of each launch would add
     out["memset_and_barrier_us"] = device_us(lambda: (word.fill(0), barrier(grid, block, (word,))), args.reps)
 
     sink = cp.zeros(1, dtype=cp.uint32)

@@ -3,6 +3,9 @@ what TensorFlow's oneDNN takes on its CPU (bench.py and the tests ask)."""
 import os
 import platform
 
+# the checkout, whose paths records show relative to it (portable)
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 
 def cpu_model():
     """The CPU's model name from /proc/cpuinfo, or platform's guess."""
@@ -40,9 +43,6 @@ def onednn_takes_16_bit():
     DT_HALF only on platforms with AVX-512. Falling back to the default
     Eigen-based implementation")."""
     return bool(cpu_flags() & {"avx512f", "avx_ne_convert"})
-
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def portable(arg):

@@ -553,14 +553,16 @@ __device__ __forceinline__ void persist_cl(const gobn_params& p) {
   const int tid = threadIdx.y * blockDim.x + threadIdx.x;
   W dyw[K][U], xw[K][U];
 
-  // 1. Load the tasks' rows and leave each task's partial sums.
+  // 1. Load every task's rows, then leave each task's partial sums. All K
+  // tasks' loads are issued before the first sum: each task's block_partials
+  // synchronizes the block, and loads after it would wait for it, so that
+  // the block would pay one memory round trip per task instead of one.
 #pragma unroll
   for (int k = 0; k < K; k++) {
     const long long t = blockIdx.x + static_cast<long long>(k) * gridDim.x;
-    if (t >= p.tasks) break;  // the same for every thread of the block
     const long long c0 = ((t % p.tiles) * blockDim.x + threadIdx.x) * V;
     const long long r0 = (t / p.tiles) * span + threadIdx.y;
-    const bool active = c0 < C;
+    const bool active = t < p.tasks && c0 < C;
 #pragma unroll
     for (int u = 0; u < U; u++) {
       const long long r = r0 + u * blockDim.y;
@@ -572,6 +574,14 @@ __device__ __forceinline__ void persist_cl(const gobn_params& p) {
         xw[k][u] = W();
       }
     }
+  }
+#pragma unroll
+  for (int k = 0; k < K; k++) {
+    const long long t = blockIdx.x + static_cast<long long>(k) * gridDim.x;
+    if (t >= p.tasks) break;  // the same for every thread of the block
+    const long long c0 = ((t % p.tiles) * blockDim.x + threadIdx.x) * V;
+    const long long r0 = (t / p.tiles) * span + threadIdx.y;
+    const bool active = c0 < C;
     float mu[V], gdy[V], gdx[V];
 #pragma unroll
     for (int v = 0; v < V; v++) {

@@ -1,8 +1,10 @@
 // Element types and vector access for gobn's CUDA kernels.
 //
 // half and bfloat16 are carried as their 16 bits (f16, bf16) and converted
-// with PTX's cvt (half) or bit arithmetic (bfloat16), so the kernels need no
-// CUDA header and convert alike on every architecture. Arithmetic is float.
+// with PTX (cvt for half; for bfloat16 to float, a mov of its bits into the
+// float's high half) or bit arithmetic (float to bfloat16), so the kernels
+// need no CUDA header and convert alike on every architecture. Arithmetic
+// is float.
 #ifndef GOBN_KERNELS_CUDA_ELEMENTS_CUH_
 #define GOBN_KERNELS_CUDA_ELEMENTS_CUH_
 
@@ -21,8 +23,12 @@ __device__ __forceinline__ float to_float(f16 v) {
   return f;
 }
 
+// As PTX rather than a shift, which is the same bits: with the shift, ptxas
+// spilled in the bfloat16 persistent kernels that issue all their loads first.
 __device__ __forceinline__ float to_float(bf16 v) {
-  return __uint_as_float(static_cast<unsigned int>(v.bits) << 16);
+  float f;
+  asm("mov.b32 %0, {0, %1};" : "=f"(f) : "h"(v.bits));
+  return f;
 }
 
 template <typename T>

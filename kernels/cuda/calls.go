@@ -40,14 +40,21 @@ func (a FusedGradArgs) anchor() Ptr { return anchor(a.XBackprop, a.ScaleBackprop
 // asks the driver nothing more.
 func (a FusedGradArgs) facts() gpuFacts {
 	if !a.Training || !Persistent() {
-		return gpuFacts{}
+		return switches()
 	}
-	return factsOf(a.anchor())
+	f := factsOf(a.anchor())
+	f.deep = Deep()
+	return f
 }
+
+// switches returns the facts a plan needs of no device: which kernels are
+// switched on (the persistent kernel's switch matters only with the
+// device's facts, FusedGradArgs.facts).
+func switches() gpuFacts { return gpuFacts{deep: Deep()} }
 
 // GlobalNormalizationGrad runs BatchNormWithGlobalNormalizationGrad.
 func GlobalNormalizationGrad(a GlobalNormalizationArgs, pl Placement) error {
-	p, err := a.plan()
+	p, err := a.plan(switches())
 	if err != nil {
 		return err
 	}
@@ -56,7 +63,7 @@ func GlobalNormalizationGrad(a GlobalNormalizationArgs, pl Placement) error {
 
 // GradReduce runs BatchNormGradReduce's sums.
 func GradReduce(a GradReduceArgs, pl Placement) error {
-	p, err := a.plan()
+	p, err := a.plan(switches())
 	if err != nil {
 		return err
 	}
@@ -65,7 +72,7 @@ func GradReduce(a GradReduceArgs, pl Placement) error {
 
 // GradApply runs BatchNormGradApply.
 func GradApply(a GradApplyArgs, pl Placement) error {
-	p, err := a.plan()
+	p, err := a.plan(switches())
 	if err != nil {
 		return err
 	}

@@ -412,7 +412,7 @@ func runOn(t *target, oc *opCase, g group, guardBytes int) (p *placed, kernelsRu
 	return p, kernelsRun, ms, nil
 }
 
-var vectorWidthRE = regexp.MustCompile(`_c[lf]_.*_v(\d+)(_k\d+)?$`)
+var vectorWidthRE = regexp.MustCompile(`_c[lf]_.*_v(\d+)(_[ku]\d+)?$`)
 
 // vectorWidth returns V of a layout kernel's name
 // (gobn_<job>_<cl|cf>_<type>_v<V>[_k<K>]), 0 for other kernels.

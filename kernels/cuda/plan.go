@@ -36,6 +36,8 @@ type gpuFacts struct {
 	cooperative bool
 	// persistent: the persistent kernel is switched on (Persistent).
 	persistent bool
+	// deep: the deep channels-last kernels are switched on (Deep).
+	deep bool
 	// resident is, by kernelID, how many blocks of threads threads one
 	// multiprocessor holds at once (0 where unknown).
 	resident []int64
@@ -163,13 +165,38 @@ func layoutGeometry(d kernels.Dims, t DType, target int64, ptrs ...Ptr) geometry
 }
 
 // name returns the layout kernel of job for g and t, e.g.
-// "gobn_reduce_cl_f32_v4".
-func (g geometry) name(job string, t DType) string {
+// "gobn_reduce_cl_f32_v4", or its deep form where deep is set and g has
+// one (deepName).
+func (g geometry) name(job string, t DType, deep bool) string {
+	if deep && g.channelsLast && deepRows(t, g.v) > 0 {
+		return deepName(job, t, g.v)
+	}
 	layout := "cf"
 	if g.channelsLast {
 		layout = "cl"
 	}
 	return fmt.Sprintf("gobn_%s_%s_%s_v%d", job, layout, typeName(t), g.v)
+}
+
+// deepWidths are the vector widths with deep channels-last kernels: the
+// 16-bit types' vector paths.
+var deepWidths = []int64{4, 8}
+
+// deepRows returns U, the rows a thread of a deep channels-last kernel
+// loads per unrolled step (batchnorm.cu's deep<T, V>): 64 bytes of x and of
+// dy, as the float kernels load, where the default 16-bit kernels load 32;
+// 0 where t and v have no deep kernel.
+func deepRows(t DType, v int64) int64 {
+	if t.Size() != 2 || (v != 4 && v != 8) {
+		return 0
+	}
+	return 64 / (v * t.Size())
+}
+
+// deepName returns the deep channels-last kernel of job, e.g.
+// "gobn_reduce_cl_f16_v8_u4".
+func deepName(job string, t DType, v int64) string {
+	return fmt.Sprintf("gobn_%s_cl_%s_v%d_u%d", job, typeName(t), v, deepRows(t, v))
 }
 
 func typeName(t DType) string {
@@ -211,7 +238,7 @@ func finalizeLaunch(k kernelID, C int64, p params) launch {
 // writes x_backprop. A tensor with no elements runs finalize alone, its sums
 // being zero. base holds the call's tensors and scalars; ptrs are the
 // activation tensors' addresses, whose alignment sets the vector width.
-func reducePlan(d kernels.Dims, t DType, job string, finalize kernelID, withApply bool, base params, ptrs ...Ptr) plan {
+func reducePlan(d kernels.Dims, t DType, job string, finalize kernelID, withApply bool, f gpuFacts, base params, ptrs ...Ptr) plan {
 	C := d.C
 	if d.Len() == 0 {
 		w := workspaceLayout(0, C)
@@ -222,11 +249,11 @@ func reducePlan(d kernels.Dims, t DType, job string, finalize kernelID, withAppl
 	w := workspaceLayout(g.splits, C)
 	base.partial, base.coef, base.splits = Ptr(w.partial), Ptr(w.coef), int32(g.splits)
 	p := plan{workspace: w.total, launches: []launch{
-		{kernel: kernelByName(g.name(job, t)), grid: g.grid, block: g.block, params: base},
+		{kernel: kernelByName(g.name(job, t, f.deep)), grid: g.grid, block: g.block, params: base},
 		finalizeLaunch(finalize, C, base),
 	}}
 	if withApply {
-		p.launches = append(p.launches, launch{kernel: kernelByName(g.name("apply", t)), grid: g.grid, block: g.block, params: base})
+		p.launches = append(p.launches, launch{kernel: kernelByName(g.name("apply", t, f.deep)), grid: g.grid, block: g.block, params: base})
 	}
 	return p
 }
@@ -297,15 +324,15 @@ func (a FusedGradArgs) plan(f gpuFacts) (plan, error) {
 				fallback = true
 			}
 		}
-		p := reducePlan(d, a.DType, "reduce", kFinalizeTrain, true, base, ptrs...)
+		p := reducePlan(d, a.DType, "reduce", kFinalizeTrain, true, f, base, ptrs...)
 		p.fallback = fallback
 		return p, nil
 	}
 	// Inference: x_backprop does not depend on the sums; the sweep writes it.
-	return reducePlan(d, a.DType, "sweep", kFinalizeInfer, false, base, a.YBackprop, a.X, a.XBackprop), nil
+	return reducePlan(d, a.DType, "sweep", kFinalizeInfer, false, f, base, a.YBackprop, a.X, a.XBackprop), nil
 }
 
-func (a GlobalNormalizationArgs) plan() (plan, error) {
+func (a GlobalNormalizationArgs) plan(f gpuFacts) (plan, error) {
 	if err := checkDims(a.Dims, a.DType); err != nil {
 		return plan{}, err
 	}
@@ -333,10 +360,10 @@ func (a GlobalNormalizationArgs) plan() (plan, error) {
 		n:   d.N, c: d.C, s: d.S, count: d.PerChannel(),
 		epsilon: a.VarianceEpsilon, scaleAfterNormalization: sa,
 	}
-	return reducePlan(d, a.DType, "global", finalize, false, base, a.Backprop, a.T, a.DX), nil
+	return reducePlan(d, a.DType, "global", finalize, false, f, base, a.Backprop, a.T, a.DX), nil
 }
 
-func (a GradReduceArgs) plan() (plan, error) {
+func (a GradReduceArgs) plan(f gpuFacts) (plan, error) {
 	if err := checkDims(a.Dims, a.DType); err != nil || a.Dims.C == 0 {
 		return plan{}, err // no channels: nothing to launch
 	}
@@ -346,10 +373,10 @@ func (a GradReduceArgs) plan() (plan, error) {
 		out: [5]Ptr{a.SumDy, a.SumDyXmu},
 		n:   d.N, c: d.C, s: d.S, count: d.PerChannel(),
 	}
-	return reducePlan(d, a.DType, "reduce", kFinalizeReduce, false, base, a.YBackprop, a.X), nil
+	return reducePlan(d, a.DType, "reduce", kFinalizeReduce, false, f, base, a.YBackprop, a.X), nil
 }
 
-func (a GradApplyArgs) plan() (plan, error) {
+func (a GradApplyArgs) plan(f gpuFacts) (plan, error) {
 	if err := checkDims(a.Dims, a.DType); err != nil {
 		return plan{}, err
 	}
@@ -370,7 +397,7 @@ func (a GradApplyArgs) plan() (plan, error) {
 	}
 	return plan{workspace: w.total, launches: []launch{
 		finalizeLaunch(kFinalizeApply, C, base),
-		{kernel: kernelByName(g.name("apply", a.DType)), grid: g.grid, block: g.block, params: base},
+		{kernel: kernelByName(g.name("apply", a.DType, f.deep)), grid: g.grid, block: g.block, params: base},
 	}}, nil
 }
 
@@ -408,13 +435,16 @@ func (a FusedGradArgs) workspaceOn(f gpuFacts) int64 {
 }
 
 // WorkspaceBytes is as FusedGradArgs.WorkspaceBytes.
-func (a GlobalNormalizationArgs) WorkspaceBytes() int64 { p, _ := a.plan(); return p.workspace }
+func (a GlobalNormalizationArgs) WorkspaceBytes() int64 {
+	p, _ := a.plan(switches())
+	return p.workspace
+}
 
 // WorkspaceBytes is as FusedGradArgs.WorkspaceBytes.
-func (a GradReduceArgs) WorkspaceBytes() int64 { p, _ := a.plan(); return p.workspace }
+func (a GradReduceArgs) WorkspaceBytes() int64 { p, _ := a.plan(switches()); return p.workspace }
 
 // WorkspaceBytes is as FusedGradArgs.WorkspaceBytes.
-func (a GradApplyArgs) WorkspaceBytes() int64 { p, _ := a.plan(); return p.workspace }
+func (a GradApplyArgs) WorkspaceBytes() int64 { p, _ := a.plan(switches()); return p.workspace }
 
 // bind places the plan's workspace arrays at ws.
 func (p *plan) bind(ws Ptr) {

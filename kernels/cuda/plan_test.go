@@ -29,6 +29,14 @@ func TestKernelNamesMatchSource(t *testing.T) {
 	for _, m := range regexp.MustCompile(`(?m)^GOBN_GLOBAL_KERNELS\((\w+), (\w+), (\d)\)`).FindAllSubmatch(src, -1) {
 		want[fmt.Sprintf("gobn_global_cl_%s_v%s", m[2], m[3])] = true
 	}
+	for _, m := range regexp.MustCompile(`(?m)^GOBN_DEEP_KERNELS\((\w+), (\w+), (\d), (\d)\)`).FindAllSubmatch(src, -1) {
+		for _, job := range []string{"reduce", "sweep", "apply"} {
+			want[fmt.Sprintf("gobn_%s_cl_%s_v%s_u%s", job, m[2], m[3], m[4])] = true
+		}
+	}
+	for _, m := range regexp.MustCompile(`(?m)^GOBN_DEEP_GLOBAL_KERNELS\((\w+), (\w+), (\d), (\d)\)`).FindAllSubmatch(src, -1) {
+		want[fmt.Sprintf("gobn_global_cl_%s_v%s_u%s", m[2], m[3], m[4])] = true
+	}
 	for _, m := range regexp.MustCompile(`(?m)^GOBN_PERSIST_KERNEL\((\w+), (\w+), (\d), (\d)\)`).FindAllSubmatch(src, -1) {
 		want[fmt.Sprintf("gobn_persist_cl_%s_v%s_k%s", m[2], m[3], m[4])] = true
 	}
@@ -151,19 +159,80 @@ func TestPlansPerOp(t *testing.T) {
 	p, err := FusedGradArgs{Dims: d, DType: Float16, Training: false, YBackprop: a, X: a, XBackprop: a}.plan(h100(true))
 	require.NoError(t, err)
 	require.Equal(t, []string{"gobn_sweep_cl_f16_v8", "gobn_finalize_infer"}, names(p))
-	p, err = GlobalNormalizationArgs{Dims: d, DType: Float32, Backprop: a, T: a, DX: a}.plan()
+	p, err = GlobalNormalizationArgs{Dims: d, DType: Float32, Backprop: a, T: a, DX: a}.plan(gpuFacts{})
 	require.NoError(t, err)
 	require.Equal(t, []string{"gobn_global_cl_f32_v4", "gobn_finalize_global_f32"}, names(p))
-	p, err = GradReduceArgs{Dims: kernels.Dims{N: 8, C: 64, S: 49, Layout: kernels.ChannelsFirst}, DType: BFloat16, YBackprop: a, X: a}.plan()
+	p, err = GradReduceArgs{Dims: kernels.Dims{N: 8, C: 64, S: 49, Layout: kernels.ChannelsFirst}, DType: BFloat16, YBackprop: a, X: a}.plan(gpuFacts{})
 	require.NoError(t, err)
 	require.Equal(t, []string{"gobn_reduce_cf_bf16_v1", "gobn_finalize_reduce"}, names(p))
-	p, err = GradApplyArgs{Dims: d, DType: Float32, YBackprop: a, X: a, XBackprop: a, Count: 8 * 56 * 56}.plan()
+	p, err = GradApplyArgs{Dims: d, DType: Float32, YBackprop: a, X: a, XBackprop: a, Count: 8 * 56 * 56}.plan(gpuFacts{})
 	require.NoError(t, err)
 	require.Equal(t, []string{"gobn_finalize_apply", "gobn_apply_cl_f32_v4"}, names(p))
-	_, err = GradApplyArgs{Dims: d, DType: Float32, YBackprop: a, X: a, XBackprop: a}.plan()
+	_, err = GradApplyArgs{Dims: d, DType: Float32, YBackprop: a, X: a, XBackprop: a}.plan(gpuFacts{})
 	require.ErrorContains(t, err, "positive count")
-	_, err = GlobalNormalizationArgs{Dims: d, DType: BFloat16}.plan()
+	_, err = GlobalNormalizationArgs{Dims: d, DType: BFloat16}.plan(gpuFacts{})
 	require.Error(t, err)
+}
+
+// TestDeepPlans checks what the deep switch changes: the layout kernels of
+// 16-bit channels-last tensors with 4- or 8-wide vectors become their deep
+// forms (U = deepRows: 8 and 4 rows, 64 bytes of x and of dy a step), with
+// the same grid, block, parameters and workspace; every other plan, and
+// every finalize launch, stays as it is.
+func TestDeepPlans(t *testing.T) {
+	require.Equal(t, int64(4), deepRows(Float16, 8))
+	require.Equal(t, int64(8), deepRows(BFloat16, 4))
+	require.Zero(t, deepRows(Float32, 4))
+	require.Zero(t, deepRows(Float16, 2))
+	deepened := 0
+	for _, tc := range planCases() {
+		base := Ptr(1 << 32)
+		if tc.align == 1 {
+			base += Ptr(tc.t.Size())
+		}
+		for _, training := range []bool{true, false} {
+			name := fmt.Sprintf("%+v/%s/align%d/training=%v", tc.d, tc.t, tc.align, training)
+			args := FusedGradArgs{Dims: tc.d, DType: tc.t, Training: training, YBackprop: base, X: base + 1<<30, XBackprop: base + 2<<30}
+			off, err := args.plan(gpuFacts{})
+			require.NoError(t, err, name)
+			on, err := args.plan(gpuFacts{deep: true})
+			require.NoError(t, err, name)
+			require.Equal(t, off.workspace, on.workspace, name)
+			require.Len(t, on.launches, len(off.launches), name)
+			if tc.d.Len() == 0 {
+				require.Equal(t, off, on, name) // finalize alone, or nothing
+				continue
+			}
+			g := layoutGeometry(tc.d, tc.t, targetBlocks, args.YBackprop, args.X, args.XBackprop)
+			for i := range on.launches {
+				a, b := off.launches[i], on.launches[i]
+				require.Equal(t, a.grid, b.grid, name)
+				require.Equal(t, a.block, b.block, name)
+				require.Equal(t, a.params, b.params, name)
+				nameOff, nameOn := kernelNames[a.kernel], kernelNames[b.kernel]
+				if a.kernel < numFinalize || !g.channelsLast || deepRows(tc.t, g.v) == 0 {
+					require.Equal(t, nameOff, nameOn, name)
+					continue
+				}
+				require.Equal(t, fmt.Sprintf("%s_u%d", nameOff, 64/(g.v*2)), nameOn, name)
+				deepened++
+			}
+		}
+	}
+	require.Positive(t, deepened, "no plan took a deep kernel")
+
+	d := kernels.Dims{N: 8, C: 64, S: 56 * 56, Layout: kernels.ChannelsLast}
+	const a = Ptr(1 << 32)
+	deep := gpuFacts{deep: true}
+	p, err := GlobalNormalizationArgs{Dims: d, DType: Float16, Backprop: a, T: a, DX: a}.plan(deep)
+	require.NoError(t, err)
+	require.Equal(t, "gobn_global_cl_f16_v8_u4", kernelNames[p.launches[0].kernel])
+	p, err = GradReduceArgs{Dims: d, DType: BFloat16, YBackprop: a, X: a}.plan(deep)
+	require.NoError(t, err)
+	require.Equal(t, "gobn_reduce_cl_bf16_v8_u4", kernelNames[p.launches[0].kernel])
+	p, err = GradApplyArgs{Dims: d, DType: Float16, YBackprop: a, X: a, XBackprop: a + 8, Count: 8 * 56 * 56}.plan(deep)
+	require.NoError(t, err)
+	require.Equal(t, "gobn_apply_cl_f16_v4_u8", kernelNames[p.launches[1].kernel])
 }
 
 // TestWithoutDriver checks that a call on a machine without a GPU driver

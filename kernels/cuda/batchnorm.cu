@@ -41,8 +41,8 @@
 // chooses V (16-byte loads where alignment allows, else narrower, down to
 // scalars), the block and the grid; the kernels take any of them.
 //
-// Accuracy: a thread sums up to 16 elements per step in float and adds each
-// step's sums to double accumulators; blocks and the finalize kernel add in
+// Accuracy: a thread sums at most 16 elements of a channel per step in float
+// and adds each step's sums to double accumulators; blocks and the finalize kernel add in
 // double, so the sums are as good as the CPU path's float64 ones up to the
 // rounding of short float runs. Offsets are 64-bit: tensors over 2^31
 // elements work.
@@ -751,14 +751,16 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks) gobn_finalize
   GOBN_KERNEL(gobn_apply_cf_##tn##_v##V, (apply_cf<T, V>(p)))
 
 // The deep channels-last kernels: gobn_<job>_cl_<f16|bf16>_v<V>_u<U>.
-#define GOBN_DEEP_KERNELS(T, tn, V, R)                                                      \
-  static_assert(R == deep<T, V>::U, "U of the deep kernels " #tn " v" #V);                   \
-  GOBN_KERNEL(gobn_reduce_cl_##tn##_v##V##_u##R, (reduce_cl<T, float, V, kSums, R>(p)))    \
-  GOBN_KERNEL(gobn_sweep_cl_##tn##_v##V##_u##R, (reduce_cl<T, float, V, kSweep, R>(p)))    \
-  GOBN_KERNEL(gobn_apply_cl_##tn##_v##V##_u##R, (apply_cl<T, V, R>(p)))
+// (DU: deep<T, V>::U, written out for the names; a parameter named U would
+// replace deep's member U.)
+#define GOBN_DEEP_KERNELS(T, tn, V, DU)                                                      \
+  static_assert(DU == deep<T, V>::U, "U of the deep kernels " #tn " v" #V);                   \
+  GOBN_KERNEL(gobn_reduce_cl_##tn##_v##V##_u##DU, (reduce_cl<T, float, V, kSums, DU>(p)))    \
+  GOBN_KERNEL(gobn_sweep_cl_##tn##_v##V##_u##DU, (reduce_cl<T, float, V, kSweep, DU>(p)))    \
+  GOBN_KERNEL(gobn_apply_cl_##tn##_v##V##_u##DU, (apply_cl<T, V, DU>(p)))
 
-#define GOBN_DEEP_GLOBAL_KERNELS(T, tn, V, R) \
-  GOBN_KERNEL(gobn_global_cl_##tn##_v##V##_u##R, (reduce_cl<T, T, V, kGlobal, R>(p)))
+#define GOBN_DEEP_GLOBAL_KERNELS(T, tn, V, DU) \
+  GOBN_KERNEL(gobn_global_cl_##tn##_v##V##_u##DU, (reduce_cl<T, T, V, kGlobal, DU>(p)))
 
 #define GOBN_GLOBAL_KERNELS(T, tn, V) \
   GOBN_KERNEL(gobn_global_cl_##tn##_v##V, (reduce_cl<T, T, V, kGlobal>(p)))

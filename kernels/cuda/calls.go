@@ -40,21 +40,19 @@ func (a FusedGradArgs) anchor() Ptr { return anchor(a.XBackprop, a.ScaleBackprop
 // asks the driver nothing more.
 func (a FusedGradArgs) facts() gpuFacts {
 	if !a.Training || !Persistent() {
-		return switches()
+		return switchFacts()
 	}
-	f := factsOf(a.anchor())
-	f.deep = Deep()
-	return f
+	return factsOf(a.anchor())
 }
 
-// switches returns the facts a plan needs of no device: which kernels are
-// switched on (the persistent kernel's switch matters only with the
-// device's facts, FusedGradArgs.facts).
-func switches() gpuFacts { return gpuFacts{deep: Deep()} }
+// switchFacts returns the facts of the switches that need no device's
+// facts: the deep kernels'. (The persistent kernel's needs them: factsOf
+// sets both.)
+func switchFacts() gpuFacts { return gpuFacts{deep: Deep()} }
 
 // GlobalNormalizationGrad runs BatchNormWithGlobalNormalizationGrad.
 func GlobalNormalizationGrad(a GlobalNormalizationArgs, pl Placement) error {
-	p, err := a.plan(switches())
+	p, err := a.plan(switchFacts())
 	if err != nil {
 		return err
 	}
@@ -63,7 +61,7 @@ func GlobalNormalizationGrad(a GlobalNormalizationArgs, pl Placement) error {
 
 // GradReduce runs BatchNormGradReduce's sums.
 func GradReduce(a GradReduceArgs, pl Placement) error {
-	p, err := a.plan(switches())
+	p, err := a.plan(switchFacts())
 	if err != nil {
 		return err
 	}
@@ -72,7 +70,7 @@ func GradReduce(a GradReduceArgs, pl Placement) error {
 
 // GradApply runs BatchNormGradApply.
 func GradApply(a GradApplyArgs, pl Placement) error {
-	p, err := a.plan(switches())
+	p, err := a.plan(switchFacts())
 	if err != nil {
 		return err
 	}

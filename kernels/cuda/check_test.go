@@ -415,7 +415,7 @@ func runOn(t *target, oc *opCase, g group, guardBytes int) (p *placed, kernelsRu
 var vectorWidthRE = regexp.MustCompile(`_c[lf]_.*_v(\d+)(_[ku]\d+)?$`)
 
 // vectorWidth returns V of a layout kernel's name
-// (gobn_<job>_<cl|cf>_<type>_v<V>[_k<K>]), 0 for other kernels.
+// (gobn_<job>_<cl|cf>_<type>_v<V>[_k<K>|_u<U>]), 0 for other kernels.
 func vectorWidth(kernel string) int {
 	m := vectorWidthRE.FindStringSubmatch(kernel)
 	if m == nil {

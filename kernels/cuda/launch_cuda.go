@@ -147,9 +147,9 @@ func deviceAt(anchor Ptr) (*device, error) {
 	return deviceFor(int(ordinal))
 }
 
-// factsOf returns the facts of the device that holds address anchor, or
-// none (which plans the three-launch path) when it cannot be told; the call
-// then fails in execute, saying why.
+// factsOf returns the facts of the device that holds address anchor, with
+// the switches, or none (which plans the three-launch path) when it cannot
+// be told; the call then fails in execute, saying why.
 func factsOf(anchor Ptr) gpuFacts {
 	if anchor == 0 {
 		return gpuFacts{}
@@ -160,6 +160,7 @@ func factsOf(anchor Ptr) gpuFacts {
 	}
 	f := d.facts
 	f.persistent = Persistent()
+	f.deep = Deep()
 	return f
 }
 

@@ -436,15 +436,15 @@ func (a FusedGradArgs) workspaceOn(f gpuFacts) int64 {
 
 // WorkspaceBytes is as FusedGradArgs.WorkspaceBytes.
 func (a GlobalNormalizationArgs) WorkspaceBytes() int64 {
-	p, _ := a.plan(switches())
+	p, _ := a.plan(switchFacts())
 	return p.workspace
 }
 
 // WorkspaceBytes is as FusedGradArgs.WorkspaceBytes.
-func (a GradReduceArgs) WorkspaceBytes() int64 { p, _ := a.plan(switches()); return p.workspace }
+func (a GradReduceArgs) WorkspaceBytes() int64 { p, _ := a.plan(switchFacts()); return p.workspace }
 
 // WorkspaceBytes is as FusedGradArgs.WorkspaceBytes.
-func (a GradApplyArgs) WorkspaceBytes() int64 { p, _ := a.plan(switches()); return p.workspace }
+func (a GradApplyArgs) WorkspaceBytes() int64 { p, _ := a.plan(switchFacts()); return p.workspace }
 
 // bind places the plan's workspace arrays at ws.
 func (p *plan) bind(ws Ptr) {

@@ -148,13 +148,7 @@ func periodOf(d kernels.Dims) int64 {
 // TestPlansPerOp checks the launch sequence of each op.
 func TestPlansPerOp(t *testing.T) {
 	d := kernels.Dims{N: 8, C: 64, S: 56 * 56, Layout: kernels.ChannelsLast}
-	names := func(p plan) []string {
-		var n []string
-		for _, l := range p.launches {
-			n = append(n, kernelNames[l.kernel])
-		}
-		return n
-	}
+	names := launchNames
 	const a = Ptr(1 << 32)
 	p, err := FusedGradArgs{Dims: d, DType: Float16, Training: false, YBackprop: a, X: a, XBackprop: a}.plan(h100(true))
 	require.NoError(t, err)
@@ -221,18 +215,56 @@ func TestDeepPlans(t *testing.T) {
 	}
 	require.Positive(t, deepened, "no plan took a deep kernel")
 
+	// The GPU check's 5×15×17×12 (small and sanitizer groups) gives a thread
+	// of the deep v4 kernels more than U rows: their unrolled loop runs.
+	g := layoutGeometry(kernels.Dims{N: 5, C: 12, S: 15 * 17, Layout: kernels.ChannelsLast}, Float16, targetBlocks, 1<<32)
+	require.Equal(t, int64(4), g.v)
+	require.Greater(t, 5*15*17/(g.splits*int64(g.block[1])), deepRows(Float16, 4))
+
+	// The other ops: the same plans, but for the layout kernel's name.
 	d := kernels.Dims{N: 8, C: 64, S: 56 * 56, Layout: kernels.ChannelsLast}
 	const a = Ptr(1 << 32)
-	deep := gpuFacts{deep: true}
-	p, err := GlobalNormalizationArgs{Dims: d, DType: Float16, Backprop: a, T: a, DX: a}.plan(deep)
+	for _, tc := range []struct {
+		plan   func(gpuFacts) (plan, error)
+		layout int // the index of the layout kernel's launch
+		want   string
+	}{
+		{GlobalNormalizationArgs{Dims: d, DType: Float16, Backprop: a, T: a, DX: a}.plan, 0, "gobn_global_cl_f16_v8_u4"},
+		{GradReduceArgs{Dims: d, DType: BFloat16, YBackprop: a, X: a}.plan, 0, "gobn_reduce_cl_bf16_v8_u4"},
+		{GradApplyArgs{Dims: d, DType: Float16, YBackprop: a, X: a, XBackprop: a + 8, Count: 8 * 56 * 56}.plan, 1,
+			"gobn_apply_cl_f16_v4_u8"},
+	} {
+		off, err := tc.plan(gpuFacts{})
+		require.NoError(t, err, tc.want)
+		on, err := tc.plan(gpuFacts{deep: true})
+		require.NoError(t, err, tc.want)
+		require.Equal(t, tc.want, kernelNames[on.launches[tc.layout].kernel])
+		on.launches[tc.layout].kernel = off.launches[tc.layout].kernel
+		require.Equal(t, off, on, tc.want)
+	}
+
+	// With the persistent kernel on too, a tensor it holds still takes it,
+	// and the three launches it falls back to are the deep ones.
+	f := h100(true)
+	f.deep = true
+	held := kernels.Dims{N: 32, C: 512, S: 7 * 7, Layout: kernels.ChannelsLast}
+	p, err := trainingArgs(held, Float16, 256).plan(f)
 	require.NoError(t, err)
-	require.Equal(t, "gobn_global_cl_f16_v8_u4", kernelNames[p.launches[0].kernel])
-	p, err = GradReduceArgs{Dims: d, DType: BFloat16, YBackprop: a, X: a}.plan(deep)
+	require.Equal(t, []string{"gobn_persist_cl_f16_v8_k4"}, launchNames(p))
+	f.cooperative = false
+	p, err = trainingArgs(held, Float16, 256).plan(f)
 	require.NoError(t, err)
-	require.Equal(t, "gobn_reduce_cl_bf16_v8_u4", kernelNames[p.launches[0].kernel])
-	p, err = GradApplyArgs{Dims: d, DType: Float16, YBackprop: a, X: a, XBackprop: a + 8, Count: 8 * 56 * 56}.plan(deep)
-	require.NoError(t, err)
-	require.Equal(t, "gobn_apply_cl_f16_v4_u8", kernelNames[p.launches[1].kernel])
+	require.True(t, p.fallback)
+	require.Equal(t, []string{"gobn_reduce_cl_f16_v8_u4", "gobn_finalize_train", "gobn_apply_cl_f16_v8_u4"}, launchNames(p))
+}
+
+// launchNames returns the kernels of p's launches, in order.
+func launchNames(p plan) []string {
+	var n []string
+	for _, l := range p.launches {
+		n = append(n, kernelNames[l.kernel])
+	}
+	return n
 }
 
 // TestWithoutDriver checks that a call on a machine without a GPU driver

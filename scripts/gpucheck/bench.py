@@ -167,11 +167,23 @@ class Config:
         return out
 
     def agreement(self, impls):
-        """gobn's outputs against native's and cuDNN's on set 0: max |diff| / max |peer|."""
-        impls["gobn"](0)
+        """gobn's outputs against native's and cuDNN's on set 0, and its
+        variants' (gobn_p, gobn_d) against gobn's: max |diff| / max |peer|."""
         s = self.sets[0]
-        mine = (s["dx"].float(), s["dscale"], s["doffset"])
         res = {}
+        mine = None
+        for v in ("gobn_p", "gobn_d", "gobn"):  # gobn last: its outputs stay in the set
+            if v not in impls:
+                continue
+            impls[v](0)
+            out = tuple(t.float().clone() for t in (s["dx"], s["dscale"], s["doffset"]))  # the next call overwrites
+            if v != "gobn":
+                res[v] = out
+                continue
+            mine = out
+        for v in ("gobn_p", "gobn_d"):
+            if v in res:
+                res[v] = [float((a - b).abs().max() / b.abs().max().clamp_min(1e-30)) for a, b in zip(res[v], mine)]
         for peer in ("native", "cudnn"):
             if peer not in impls:
                 continue

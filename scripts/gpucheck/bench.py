@@ -168,28 +168,22 @@ class Config:
 
     def agreement(self, impls):
         """gobn's outputs against native's and cuDNN's on set 0, and its
-        variants' (gobn_p, gobn_d) against gobn's: max |diff| / max |peer|."""
+        variants' (gobn_p, gobn_d) against gobn's: max |diff| / max |theirs|."""
         s = self.sets[0]
-        res = {}
-        mine = None
-        for v in ("gobn_p", "gobn_d", "gobn"):  # gobn last: its outputs stay in the set
-            if v not in impls:
-                continue
-            impls[v](0)
-            out = tuple(t.float().clone() for t in (s["dx"], s["dscale"], s["doffset"]))  # the next call overwrites
-            if v != "gobn":
-                res[v] = out
-                continue
-            mine = out
-        for v in ("gobn_p", "gobn_d"):
-            if v in res:
-                res[v] = [float((a - b).abs().max() / b.abs().max().clamp_min(1e-30)) for a, b in zip(res[v], mine)]
+
+        def outputs(f):  # f's dx, dscale and doffset, copied: the next call overwrites them
+            f(0)
+            return [t.float().clone() for t in (s["dx"], s["dscale"], s["doffset"])]
+
+        def rel(ours, theirs):
+            return [float((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-30))
+                    for a, b in zip(ours, theirs)]
+
+        mine = outputs(impls["gobn"])
+        res = {v: rel(outputs(impls[v]), mine) for v in ("gobn_p", "gobn_d") if v in impls}
         for peer in ("native", "cudnn"):
-            if peer not in impls:
-                continue
-            theirs = impls[peer](0)
-            res[peer] = [float((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-30))
-                         for a, b in zip(mine, theirs)]
+            if peer in impls:
+                res[peer] = rel(mine, impls[peer](0))
         return res
 
 

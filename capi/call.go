@@ -11,6 +11,7 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/gobn/gobn/kernels/cuda"
 	"github.com/gobn/gobn/opdef"
 )
 
@@ -140,4 +141,20 @@ func (c *call) temp(bytes int64) (uintptr, error) {
 		return 0, statusError(c.status)
 	}
 	return uintptr(c.hold(d).data), nil
+}
+
+// stream returns TensorFlow's compute stream for the call's op (stream.c):
+// GPU kernels only.
+func (c *call) stream() (cuda.Stream, error) {
+	var s C.uintptr_t
+	switch code := C.gobn_tf_stream(c.ctx, &s); code {
+	case C.GOBN_STREAM_OK:
+		return cuda.Stream(s), nil
+	case C.GOBN_STREAM_NO_SYMBOL:
+		return 0, fmt.Errorf("%w: this TensorFlow's framework library does not export OpKernelContext::eigen_device<Eigen::GpuDevice>", errNoStream)
+	case C.GOBN_STREAM_NO_DEVICE:
+		return 0, fmt.Errorf("%w: the op's context has no GPU device", errNoStream)
+	default:
+		return 0, fmt.Errorf("%w: the op's GPU device has no stream (code %d)", errNoStream, int(code))
+	}
 }

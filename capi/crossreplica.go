@@ -7,7 +7,7 @@ import (
 
 // gradReduce runs BatchNormGradReduce: the sums of one replica and its count,
 // R = N·S, as an int64 scalar.
-func (k *kernel) gradReduce(in []tensor, allocate allocator, temp tempAllocator) error {
+func (k *kernel) gradReduce(in []tensor, allocate allocator, dev gpuCall) error {
 	g, err := opdef.CheckGradReduce(k.dataFormat, opdef.GradReduceInputs{
 		YBackprop: in[0].dims, X: in[1].dims, Mean: in[2].dims,
 	})
@@ -24,11 +24,11 @@ func (k *kernel) gradReduce(in []tensor, allocate allocator, temp tempAllocator)
 		}
 	}
 	view[int64](out[2])[0] = g.N * g.S // count: host memory on every device
-	return k.run(kernels.Dims{N: g.N, C: g.C, S: g.S, Layout: layout(g)}, in, out[:], 0, temp)
+	return k.run(kernels.Dims{N: g.N, C: g.C, S: g.S, Layout: layout(g)}, in, out[:], 0, dev)
 }
 
 // gradApply runs BatchNormGradApply: x_backprop from the global sums.
-func (k *kernel) gradApply(in []tensor, allocate allocator, temp tempAllocator) error {
+func (k *kernel) gradApply(in []tensor, allocate allocator, dev gpuCall) error {
 	g, err := opdef.CheckGradApply(k.dataFormat, opdef.GradApplyInputs{
 		YBackprop: in[0].dims, X: in[1].dims, Scale: in[2].dims, Mean: in[3].dims, Variance: in[4].dims,
 		SumDy: in[5].dims, SumDyXmu: in[6].dims, Count: in[7].dims,
@@ -44,5 +44,5 @@ func (k *kernel) gradApply(in []tensor, allocate allocator, temp tempAllocator) 
 	if out[0], err = allocate(0, k.dtype, in[1].dims, dyOrX); err != nil {
 		return err
 	}
-	return k.run(kernels.Dims{N: g.N, C: g.C, S: g.S, Layout: layout(g)}, in, out[:], count, temp)
+	return k.run(kernels.Dims{N: g.N, C: g.C, S: g.S, Layout: layout(g)}, in, out[:], count, dev)
 }

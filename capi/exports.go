@@ -101,6 +101,33 @@ func gobnAsyncCalls() (s *C.char) {
 		"callbacks_kept": uint64(C.gobn_kept_callbacks())})
 }
 
+// gobnStreamStats returns, as JSON, how GPU calls have run since the
+// library was loaded (stream.go): {"enabled", "resolved", "on_stream",
+// "fallbacks", "first_fallback", "synchronized_calls", "enqueued_calls"}.
+//
+//export gobnStreamStats
+func gobnStreamStats() (s *C.char) {
+	defer func() {
+		if recover() != nil {
+			s = nil
+		}
+	}()
+	return jsonString(tfStream.stats())
+}
+
+// gobnSetTFStream switches the use of TensorFlow's stream for the GPU calls
+// that follow on (1) or off (0: the synchronizing rule, not counted as a
+// fallback), and returns the previous setting: for benchmarks that time
+// both in one process.
+//
+//export gobnSetTFStream
+func gobnSetTFStream(on C.int) C.int {
+	if tfStream.on.Swap(on != 0) {
+		return 1
+	}
+	return 0
+}
+
 // gobnEnable registers gobn's kernels under the stock ops' names with a
 // priority above stock's (register.c's gobn_enable), once. It returns the
 // number of kernels registered, or -1 with the reason in *msg (a string the

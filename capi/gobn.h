@@ -115,6 +115,18 @@ TF_Code gobn_allocate_temp(TF_OpKernelContext* ctx, int64_t bytes, gobn_tensor* 
 // gobn_delete_tensors deletes the n tensors of ts, skipping NULLs.
 void gobn_delete_tensors(TF_Tensor* const* ts, int n);
 
+// gobn_tf_stream sets *stream to TensorFlow's compute stream (a CUstream)
+// for the running GPU kernel ctx, through the framework library's
+// eigen_device<Eigen::GpuDevice>() (stream.c), or to 0. It returns one of
+// the codes below. Call it for GPU kernels only.
+enum {
+  GOBN_STREAM_OK = 0,
+  GOBN_STREAM_NO_SYMBOL = 1,  // this TensorFlow does not export the function
+  GOBN_STREAM_NO_DEVICE = 2,  // the context has no GPU device
+  GOBN_STREAM_NO_STREAM = 3,  // the device has no stream
+};
+int gobn_tf_stream(TF_OpKernelContext* ctx, uintptr_t* stream);
+
 // The first registration failure, or "" when all went well.
 const char* gobn_registration_error(void);
 

@@ -7,9 +7,8 @@ import (
 )
 
 // gpu runs the CUDA kernels of package kernels/cuda. TensorFlow hands a GPU
-// kernel device memory (but for opdef.Op.HostMemory), and there is no C API
-// for its stream: each call synchronizes the device's primary context, runs
-// on gobn's own stream and waits for it (cuda.Placement with no Stream).
+// kernel device memory (but for opdef.Op.HostMemory); the kernels run on
+// TensorFlow's stream for the op where it can be found (stream.go).
 type gpu struct{}
 
 // gpuTypes are the CUDA element types of T; which an op has GPU kernels
@@ -26,20 +25,33 @@ func ptr(t tensor) cuda.Ptr {
 	return cuda.Ptr(uintptr(t.data))
 }
 
-// launch allocates the workspace the call needs and runs it.
-func launch[A interface{ WorkspaceBytes() int64 }](a A, run func(A, cuda.Placement) error, temp tempAllocator) error {
-	bytes := a.WorkspaceBytes()
-	if bytes == 0 {
-		return run(a, cuda.Placement{})
+// launch allocates the workspace the call needs and runs it on the call's
+// stream (streamRule).
+func launch[A interface{ WorkspaceBytes() int64 }](a A, run func(A, cuda.Placement) error, g gpuCall) error {
+	var pl cuda.Placement
+	if bytes := a.WorkspaceBytes(); bytes > 0 {
+		ws, err := g.temp(bytes)
+		if err != nil {
+			return err
+		}
+		pl.Workspace, pl.WorkspaceBytes = cuda.Ptr(ws), bytes
 	}
-	ws, err := temp(bytes)
-	if err != nil {
-		return err
-	}
-	return run(a, cuda.Placement{Workspace: cuda.Ptr(ws), WorkspaceBytes: bytes})
+	return tfStream.run(g.stream, func(s cuda.Stream) error {
+		pl.Stream, pl.CheckStream = s, s != 0
+		return run(a, pl)
+	})
 }
 
-func (gpu) run(k *kernel, d kernels.Dims, in, out []tensor, count int64, temp tempAllocator) error {
+// gpuCall is what a GPU kernel needs of its TensorFlow call beyond the
+// tensors: scratch memory on the device, held until the call ends, and the
+// stream TensorFlow runs the op on (call.go). A CPU kernel needs neither
+// (nil).
+type gpuCall interface {
+	temp(bytes int64) (uintptr, error)
+	stream() (cuda.Stream, error)
+}
+
+func (gpu) run(k *kernel, d kernels.Dims, in, out []tensor, count int64, g gpuCall) error {
 	t, ok := gpuTypes[k.dtype]
 	if !ok {
 		return internalError("capi: no CUDA type for T=" + k.dtype.String())
@@ -52,7 +64,7 @@ func (gpu) run(k *kernel, d kernels.Dims, in, out []tensor, count int64, temp te
 			Scale: ptr(in[2]), ReserveSpace1: ptr(in[3]), ReserveSpace2: ptr(in[4]),
 			Epsilon:   k.epsilon,
 			XBackprop: ptr(out[0]), ScaleBackprop: ptr(out[1]), OffsetBackprop: ptr(out[2]),
-		}, cuda.FusedGrad, temp)
+		}, cuda.FusedGrad, g)
 	case opdef.GlobalNormalizationGrad:
 		return launch(cuda.GlobalNormalizationArgs{
 			Dims: d, DType: t,
@@ -60,20 +72,20 @@ func (gpu) run(k *kernel, d kernels.Dims, in, out []tensor, count int64, temp te
 			VarianceEpsilon:         k.epsilon,
 			ScaleAfterNormalization: k.scaleAfterNormalization,
 			DX:                      ptr(out[0]), DM: ptr(out[1]), DV: ptr(out[2]), DB: ptr(out[3]), DG: ptr(out[4]),
-		}, cuda.GlobalNormalizationGrad, temp)
+		}, cuda.GlobalNormalizationGrad, g)
 	case opdef.GradReduce:
 		return launch(cuda.GradReduceArgs{
 			Dims: d, DType: t,
 			YBackprop: ptr(in[0]), X: ptr(in[1]), Mean: ptr(in[2]),
 			SumDy: ptr(out[0]), SumDyXmu: ptr(out[1]),
-		}, cuda.GradReduce, temp)
+		}, cuda.GradReduce, g)
 	case opdef.GradApply:
 		return launch(cuda.GradApplyArgs{
 			Dims: d, DType: t,
 			YBackprop: ptr(in[0]), X: ptr(in[1]), Scale: ptr(in[2]), Mean: ptr(in[3]), Variance: ptr(in[4]),
 			SumDy: ptr(in[5]), SumDyXmu: ptr(in[6]), Count: count, Epsilon: k.epsilon,
 			XBackprop: ptr(out[0]),
-		}, cuda.GradApply, temp)
+		}, cuda.GradApply, g)
 	}
 	return internalError("capi: no CUDA kernel for " + k.op.Name)
 }

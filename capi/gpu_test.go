@@ -28,6 +28,17 @@ func gpuInputs(op opdef.Op, dtype opdef.DType) []tensor {
 	return in
 }
 
+// fakeGPUCall is a TensorFlow call as a GPU kernel sees it, with no device:
+// its workspace a made-up address, and no stream (the synchronizing rule).
+type fakeGPUCall struct{ temps []int64 }
+
+func (f *fakeGPUCall) temp(bytes int64) (uintptr, error) {
+	f.temps = append(f.temps, bytes)
+	return 1 << 40, nil
+}
+
+func (f *fakeGPUCall) stream() (cuda.Stream, error) { return 0, errNoStream }
+
 // TestGPUKernelsWithoutDriver runs every GPU kernel binding on a machine
 // without a GPU driver: each call must end in a clear error naming the
 // driver library, never a crash.
@@ -39,14 +50,10 @@ func TestGPUKernelsWithoutDriver(t *testing.T) {
 		require.NotEmpty(t, op.GPUKernels, op.Name)
 		for _, b := range op.GPUKernels {
 			k := &kernel{op: op, onGPU: true, dtype: b["T"], dataFormat: opdef.NHWC, isTraining: true, epsilon: 1e-3}
-			var temps []int64
-			temp := func(bytes int64) (uintptr, error) {
-				temps = append(temps, bytes)
-				return 1 << 40, nil
-			}
-			err := k.compute(gpuInputs(op, b["T"]), newRecordingAllocator().allocate, temp)
+			dev := &fakeGPUCall{}
+			err := k.compute(gpuInputs(op, b["T"]), newRecordingAllocator().allocate, dev)
 			require.ErrorContains(t, err, "libcuda.so.1", "%s T=%s", op.Name, b["T"])
-			require.NotEmpty(t, temps, "%s T=%s: the workspace is allocated before the driver is needed", op.Name, b["T"])
+			require.NotEmpty(t, dev.temps, "%s T=%s: the workspace is allocated before the driver is needed", op.Name, b["T"])
 		}
 	}
 }
@@ -63,7 +70,7 @@ func TestGPURejectsBadInputLikeCPU(t *testing.T) {
 		var msgs []string
 		for _, onGPU := range []bool{false, true} {
 			k := &kernel{op: op, onGPU: onGPU, dtype: opdef.Float, dataFormat: opdef.NHWC, isTraining: true, epsilon: 1e-3}
-			err := k.compute(in, newRecordingAllocator().allocate, func(int64) (uintptr, error) { return 1 << 40, nil })
+			err := k.compute(in, newRecordingAllocator().allocate, &fakeGPUCall{})
 			var argErr *opdef.ArgumentError
 			require.ErrorAs(t, err, &argErr, "%s on GPU=%v", op.Name, onGPU)
 			msgs = append(msgs, err.Error())

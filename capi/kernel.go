@@ -128,25 +128,25 @@ func (k *kernel) call(c *call) error {
 	if total != len(k.op.Inputs) { // TensorFlow checks the op's signature first
 		return internalError(fmt.Sprintf("%s: got %d inputs, want %d", k.op.Name, total, len(k.op.Inputs)))
 	}
-	return k.compute(inputs, c.allocate, c.temp)
+	return k.compute(inputs, c.allocate, c)
 }
 
 // compute validates the inputs with stock's rules, allocates the outputs and
-// runs the kernel. temp allocates a GPU kernel's workspace; a CPU kernel
+// runs the kernel. g is the call as a GPU kernel needs it; a CPU kernel
 // takes none (nil).
-func (k *kernel) compute(inputs []tensor, allocate allocator, temp tempAllocator) error {
+func (k *kernel) compute(inputs []tensor, allocate allocator, dev gpuCall) error {
 	if err := k.checkDTypes(inputs); err != nil {
 		return err
 	}
 	switch k.op.Kind {
 	case opdef.GradReduce:
-		return k.gradReduce(inputs, allocate, temp)
+		return k.gradReduce(inputs, allocate, dev)
 	case opdef.GradApply:
-		return k.gradApply(inputs, allocate, temp)
+		return k.gradApply(inputs, allocate, dev)
 	case opdef.GlobalNormalizationGrad:
-		return k.globalNormalizationGrad(inputs, allocate, temp)
+		return k.globalNormalizationGrad(inputs, allocate, dev)
 	}
-	return k.fusedGrad(inputs, allocate, temp)
+	return k.fusedGrad(inputs, allocate, dev)
 }
 
 // checkDTypes confirms what TensorFlow's type constraints already promise:
@@ -170,9 +170,9 @@ func (k *kernel) checkDTypes(inputs []tensor) error {
 // run runs the kernel on its device, once compute has validated the inputs
 // and allocated the outputs: d is x's geometry, count the element count of
 // BatchNormGradApply (R of BatchNormGradReduce is written by compute).
-func (k *kernel) run(d kernels.Dims, in, out []tensor, count int64, temp tempAllocator) error {
+func (k *kernel) run(d kernels.Dims, in, out []tensor, count int64, dev gpuCall) error {
 	if k.onGPU {
-		return gpu{}.run(k, d, in, out, count, temp)
+		return gpu{}.run(k, d, in, out, count, dev)
 	}
 	return cpu{}.run(k, d, in, out, count)
 }
@@ -184,7 +184,7 @@ func deviceName(onGPU bool) string {
 	return "CPU"
 }
 
-func (k *kernel) fusedGrad(in []tensor, allocate allocator, temp tempAllocator) error {
+func (k *kernel) fusedGrad(in []tensor, allocate allocator, dev gpuCall) error {
 	g, err := opdef.CheckFusedGrad(k.dataFormat, opdef.FusedGradInputs{
 		YBackprop: in[0].dims, X: in[1].dims, Scale: in[2].dims,
 		ReserveSpace1: in[3].dims, ReserveSpace2: in[4].dims,
@@ -206,10 +206,10 @@ func (k *kernel) fusedGrad(in []tensor, allocate allocator, temp tempAllocator) 
 			return err
 		}
 	}
-	return k.run(kernels.Dims{N: g.N, C: g.C, S: g.S, Layout: layout(g)}, in, out, 0, temp)
+	return k.run(kernels.Dims{N: g.N, C: g.C, S: g.S, Layout: layout(g)}, in, out, 0, dev)
 }
 
-func (k *kernel) globalNormalizationGrad(in []tensor, allocate allocator, temp tempAllocator) error {
+func (k *kernel) globalNormalizationGrad(in []tensor, allocate allocator, dev gpuCall) error {
 	g, err := opdef.CheckGlobalNormalizationGrad(opdef.GlobalNormalizationGradInputs{
 		T: in[0].dims, M: in[1].dims, V: in[2].dims, Gamma: in[3].dims, Backprop: in[4].dims,
 	})
@@ -227,12 +227,8 @@ func (k *kernel) globalNormalizationGrad(in []tensor, allocate allocator, temp t
 			return err
 		}
 	}
-	return k.run(kernels.Dims{N: g.N, C: g.C, S: g.S, Layout: kernels.ChannelsLast}, in, out, 0, temp)
+	return k.run(kernels.Dims{N: g.N, C: g.C, S: g.S, Layout: kernels.ChannelsLast}, in, out, 0, dev)
 }
-
-// tempAllocator allocates bytes of scratch memory on the running kernel's
-// device, freed when the call ends, and returns its address.
-type tempAllocator func(bytes int64) (uintptr, error)
 
 func layout(g opdef.Geometry) kernels.Layout {
 	if g.ChannelsLast {

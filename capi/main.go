@@ -11,9 +11,11 @@
 // kernel's done callback: GOBN_ASYNC=1); exports.go the exports for the Python package (kernel
 // calls, split statistics, enable). The other files that see C are call.go
 // (a kernel run's pooled call: its inputs, the outputs and temp memory it
-// allocates, and their release), attrs.go (a kernel's attrs at
-// construction), shapes.go (shape inference), status.go (TF_Status and
-// errors) and, with the cuda tag, cuda.go. In plain Go, kernel.go (and
+// allocates, the stream it runs on, and their release), attrs.go (a kernel's
+// attrs at construction), shapes.go (shape inference), status.go (TF_Status
+// and errors) and, with the cuda tag, cuda.go; stream.c finds TensorFlow's
+// compute stream for a GPU kernel, and stream.go decides, in plain Go,
+// whether a GPU call runs on it. In plain Go, kernel.go (and
 // crossreplica.go, for the synchronized batch-norm ops) validates inputs and
 // allocates outputs, and hands them to the device type's dispatch: cpu.go
 // (package kernels) or gpu.go (package kernels/cuda), one dtype switch each,

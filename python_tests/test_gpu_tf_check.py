@@ -12,7 +12,7 @@ import gobn as gobn_package
 import pytest
 from support import REPO_ROOT
 
-SECTIONS = ("registry", "parity", "errors", "threads", "enable", "async")
+SECTIONS = ("registry", "parity", "errors", "threads", "tf_stream", "enable", "async")
 
 
 @pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
@@ -35,6 +35,9 @@ def test_gpu_tf_check_passes_on_the_cpu(tmp_path, use_async):
             assert any(op == name and r == run for op, _, r in ran), (name, run)
     assert record["enable"][0]["calls_on_device"] == 1
     assert record["threads"][0]["calls_on_device"] == record["threads"][0]["threads"] * record["threads"][0]["calls_each"]
+    # on the CPU no call looked for a GPU stream; the record has the stream's counts
+    assert record["stream"]["on_stream"] == record["stream"]["fallbacks"] == 0
+    assert record["stream"]["per_call"] == []  # no --timing
     # every call of the run went through the asynchronous kernel with --async, none without it
     row = record["async"][0]
     assert row["kernel_calls"] > 0 and row["callbacks_kept"] == 0

@@ -1,6 +1,6 @@
 """make compat: gobn's wheel in a fresh environment of each supported TensorFlow.
 
-    python scripts/compat.py [--only 2.14.1 ...] [--out bench/compat.json]
+    python scripts/compat.py [--only 2.14.1 ...] [--exports-only] [--out bench/compat.json]
 
 For each release of gobn._supported.TENSORFLOW_RELEASES: a new virtual
 environment in build/compat/, tensorflow-cpu of that release, pytest as
@@ -9,9 +9,16 @@ requirements.txt pins it, the newest tf-keras of the same minor version
 and gobn's wheel from dist/; then python_tests/test_smoke.py runs there,
 alone (--noconftest: the wheel's gobn, TensorFlow's default configuration).
 The results, with the versions pip installed, go to bench/compat.json.
+
+It also reads, for each release, the framework library of TensorFlow's GPU
+wheel (`tensorflow`, which has the CUDA kernels) and checks that it exports
+what gobn's GPU path looks up by name at run time (GPU_EXPORTS): only that
+member of the wheel is downloaded, by HTTP range requests. --exports-only
+runs just that check and keeps the rest of bench/compat.json.
 """
 
 import argparse
+import io
 import json
 import os
 import platform
@@ -19,8 +26,11 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
+import urllib.request
 import xml.etree.ElementTree as ET
+import zipfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "python", "gobn"))
@@ -114,12 +124,114 @@ def check(release, wheel):
     return row
 
 
+# What gobn looks up by name in TensorFlow's GPU build (never linked, so a
+# release without one still loads gobn and falls back): the symbols of
+# libtensorflow_framework.so.2, by what they are for.
+GPU_EXPORTS = {
+    # capi/stream.c: TensorFlow's compute stream for a GPU kernel
+    "stream": "_ZNK10tensorflow15OpKernelContext12eigen_deviceIN5Eigen9GpuDeviceEEERKT_v",
+}
+FRAMEWORK = "tensorflow/libtensorflow_framework.so.2"
+SIMPLE_INDEX = "https://pypi.org/simple/{}/"
+
+
+class RemoteFile(io.RawIOBase):
+    """A file on an HTTP server, read by range requests in blocks: enough of
+    a file for zipfile to read one member of a wheel without the rest."""
+
+    BLOCK = 8 << 20
+
+    def __init__(self, url):
+        self.url, self.pos, self.cache = url, 0, (0, b"")
+        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=60) as r:
+            self.size = int(r.headers["Content-Length"])
+
+    def seekable(self):
+        return True
+
+    def readable(self):
+        return True
+
+    def tell(self):
+        return self.pos
+
+    def seek(self, offset, whence=io.SEEK_SET):
+        self.pos = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence] + offset
+        return self.pos
+
+    def read(self, n=-1):
+        end = self.size if n is None or n < 0 else min(self.size, self.pos + n)
+        out = bytearray()
+        while self.pos < end:
+            start, data = self.cache
+            if not start <= self.pos < start + len(data):
+                last = min(self.size, self.pos + max(self.BLOCK, end - self.pos)) - 1
+                req = urllib.request.Request(self.url, headers={"Range": f"bytes={self.pos}-{last}"})
+                with urllib.request.urlopen(req, timeout=300) as r:
+                    self.cache = start, data = self.pos, r.read()
+            take = data[self.pos - start:end - start]
+            out += take
+            self.pos += len(take)
+        return bytes(out)
+
+
+def gpu_wheel_url(release):
+    """The address of a Linux x86-64 wheel of TensorFlow's GPU build of release."""
+    with urllib.request.urlopen(SIMPLE_INDEX.format("tensorflow"), timeout=60) as r:
+        page = r.read().decode()
+    links = re.findall(rf'href="([^"#]*/tensorflow-{re.escape(release)}-cp3\d+-cp3\d+-manylinux[^"#]*x86_64\.whl)', page)
+    if not links:
+        raise RuntimeError(f"no Linux x86-64 wheel of tensorflow {release} on the index")
+    return links[0]
+
+
+def gpu_exports(release):
+    """Which of GPU_EXPORTS the framework library of release's GPU wheel
+    defines (nm -D --defined-only)."""
+    url = gpu_wheel_url(release)
+    row = {"tensorflow_release": release, "wheel": url.rsplit("/", 1)[1]}
+    with zipfile.ZipFile(RemoteFile(url)) as wheel, tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "framework.so")
+        with wheel.open(FRAMEWORK) as src, open(path, "wb") as dst:
+            shutil.copyfileobj(src, dst, 8 << 20)
+        nm = subprocess.run(["nm", "-D", "--defined-only", path], capture_output=True, text=True, check=True)
+    defined = {line.split()[-1] for line in nm.stdout.splitlines() if line.strip()}
+    row["exports"] = {what: symbol in defined for what, symbol in GPU_EXPORTS.items()}
+    row["ok"] = all(row["exports"].values())
+    return row
+
+
+def check_exports(releases):
+    rows = []
+    for release in releases:
+        try:
+            row = gpu_exports(release)
+        except Exception as e:  # noqa: BLE001 (a release whose wheel cannot be read fails its row)
+            row = {"tensorflow_release": release, "ok": False, "error": repr(e)[:300]}
+        rows.append(row)
+        print(f"tensorflow {release} (GPU wheel) exports: {row.get('exports', row.get('error'))}", flush=True)
+    return rows
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", nargs="+", metavar="RELEASE", help="check these releases only")
+    parser.add_argument("--exports-only", action="store_true",
+                        help="only check the GPU wheels' exports (GPU_EXPORTS), keeping the rest of --out")
     parser.add_argument("--out", default=os.path.join(REPO, "bench", "compat.json"))
     args = parser.parse_args()
     releases = args.only or list(_supported.TENSORFLOW_RELEASES)
+    exports = check_exports(releases)
+    if args.exports_only:
+        report = {}
+        if os.path.exists(args.out):
+            with open(args.out) as f:
+                report = json.load(f)
+        report["gpu_wheel_exports"] = exports
+        with open(args.out, "w") as f:
+            json.dump(report, f, indent=1)
+            f.write("\n")
+        return 0 if all(row["ok"] for row in exports) else 1
     wheel = the_wheel()
     os.makedirs(WORK, exist_ok=True)
     rows = []
@@ -138,12 +250,13 @@ def main():
         "python": platform.python_version(),
         "supported": _supported.supported_range(),
         "results": rows,
+        "gpu_wheel_exports": exports,
     }
     with open(args.out, "w") as f:
         json.dump(report, f, indent=1)
         f.write("\n")
     print(f"wrote {os.path.relpath(args.out, REPO)}")
-    return 0 if all(row["ok"] for row in rows) else 1
+    return 0 if all(row["ok"] for row in rows + exports) else 1
 
 
 if __name__ == "__main__":

@@ -24,6 +24,9 @@ placement off, so an op without a kernel there fails instead of moving):
             runs gobn's kernel and equals stock's own result within the
             tolerance (after the others but async: enable() lasts for the
             process)
+  tf_stream on a GPU, every gobn call so far ran on TensorFlow's own stream:
+            the stream was found, no call fell back to the synchronizing
+            rule, and none synchronized the device (docs/gpu.md)
   async     every call of the run went through gobn's asynchronous kernel
             under --async (some finishing after their compute callback
             returned), none without it, and every done callback ran
@@ -34,8 +37,9 @@ the exit status is 0 only if every check passed; an unexpected error fails
 its case (or its section) and the run goes on.
 
 --timing also times gobn's FusedBatchNormGradV3 against stock's inside
-TensorFlow, per call in a tf.function of dependent calls and eagerly (the
-sync rows: what the synchronization rule costs a call). Training steps are
+TensorFlow, per call in a tf.function of dependent calls and eagerly, with
+gobn on TensorFlow's stream and, beside it, by the synchronizing rule (the
+stream record: bench/gpu_tf.json's "stream"). Training steps are
 bench_models.py --device gpu's (make gpu-tf-check runs both).
 
 --async runs every check with GOBN_ASYNC=1 (gobn's kernels registered as
@@ -444,6 +448,18 @@ def check_enable(checks, tf, np, gobn_package, op, device):
     checks.add("enable", ran == 1 and norm <= 1, op=op.stock, calls_on_device=ran, norm_vs_stock=round(norm, 4))
 
 
+def check_stream(checks, gobn_package, device):
+    """On a GPU, every gobn call so far ran on TensorFlow's stream: found,
+    none fell back, none synchronized the device. (On the CPU no GPU call
+    ran: nothing to check but that.)"""
+    seen = gobn_package._stream_stats()
+    if device_type(device) != "GPU":
+        checks.add("tf_stream", seen["on_stream"] == 0 and seen["enqueued_calls"] == 0, **seen)
+        return
+    checks.add("tf_stream", seen["resolved"] and seen["fallbacks"] == 0 and seen["synchronized_calls"] == 0
+               and seen["enqueued_calls"] > 0, **seen)
+
+
 def check_async(checks, gobn_package, use_async):
     """With --async every gobn call of the run went through the asynchronous
     kernel and finished (its done callback ran: none kept), some of them
@@ -460,16 +476,17 @@ def check_async(checks, gobn_package, use_async):
 SYNC_SHAPES = [[8, 8, 8, 32], [32, 7, 7, 512], [32, 14, 14, 256], [32, 56, 56, 64]]
 
 
-def time_sync(checks, tf, np, lib, op, device, chain=20):
+def time_stream(checks, tf, np, lib, gobn_package, op, device, chain=20):
     """What a call costs inside TensorFlow: gobn's kernel against stock's, per
     call, in a tf.function of chain dependent calls (each call's x_backprop is
     the next one's y_backprop) and eagerly; stock' is stock again, the noise.
-    gobn drains TensorFlow's stream before it launches and waits for its own
-    after (docs/gpu.md), stock's kernel queues on the stream and returns."""
+    gobn runs on TensorFlow's stream, as stock's kernel does; gobn_sync is
+    gobn by the synchronizing rule (drain the device before, wait after), the
+    fallback, timed beside it."""
     from timing import time_interleaved
 
     stock, gobn = getattr(tf.raw_ops, op.stock), getattr(lib, op.wrapper)
-    fns = {"stock": stock, "stock'": stock, "gobn": gobn}
+    fns = {"stock": stock, "stock'": stock, "gobn": gobn, "gobn_sync": gobn}
     rng = np.random.default_rng(5)
 
     def chained(fn):
@@ -481,18 +498,31 @@ def time_sync(checks, tf, np, lib, op, device, chain=20):
             return kw["y_backprop"]
         return f
 
+    def timed(name, run):
+        if name != "gobn_sync":
+            return run
+
+        def synchronizing():
+            gobn_package._set_tf_stream(False)
+            try:
+                run()
+            finally:
+                gobn_package._set_tf_stream(True)
+        return synchronizing
+
     for shape in SYNC_SHAPES:
         with tf.device(device):
             inputs = fused_call_inputs(tf, rng, shape)
-            graphs = [chained(fn) for fn in fns.values()]
-            in_graph = time_interleaved([lambda g=g: g(inputs).numpy() for g in graphs], reps=7)
-            eager = time_interleaved([lambda fn=fn: fn(**inputs, epsilon=EPSILON)[0].numpy()
-                                      for fn in fns.values()], reps=7)
+            graphs = {name: chained(fn) for name, fn in fns.items()}
+            in_graph = time_interleaved([timed(n, lambda g=g: g(inputs).numpy()) for n, g in graphs.items()], reps=7)
+            eager = time_interleaved([timed(n, lambda fn=fn: fn(**inputs, epsilon=EPSILON)[0].numpy())
+                                      for n, fn in fns.items()], reps=7)
         us = dict(zip(fns, (t / chain * 1e6 for t in in_graph)))
-        checks.measure("sync", op=op.stock, shape=shape, dtype="float", data_format="NHWC", chain=chain,
+        checks.measure("stream", op=op.stock, shape=shape, dtype="float", data_format="NHWC", chain=chain,
+                       stock_us=round(us["stock"], 1), gobn_us=round(us["gobn"], 1),
+                       noise=round(us["stock'"] / us["stock"], 3),
                        function_us={c: round(v, 1) for c, v in us.items()},
-                       eager_us={c: round(t * 1e6, 1) for c, t in zip(fns, eager)},
-                       stock_over_gobn=round(us["stock"] / us["gobn"], 3), noise=round(us["stock'"] / us["stock"], 3))
+                       eager_us={c: round(t * 1e6, 1) for c, t in zip(fns, eager)})
 
 
 def driver_version():
@@ -534,8 +564,9 @@ def main(argv=None):
                  BY_KIND["GradApply"][0], device, args, op=BY_KIND["GradReduce"][0].name)
     checks.guard("errors", check_errors, checks, tf, np, lib, calls, newest, device)
     checks.guard("threads", check_threads, checks, tf, np, lib, calls, newest, device)
+    checks.guard("tf_stream", check_stream, checks, gobn_package, device)
     if args.timing:
-        checks.guard("sync", time_sync, checks, tf, np, lib, newest, device)
+        checks.guard("stream", time_stream, checks, tf, np, lib, gobn_package, newest, device)
     checks.guard("enable", check_enable, checks, tf, np, gobn_package, newest, device)
     checks.guard("async", check_async, checks, gobn_package, args.use_async)
 
@@ -549,8 +580,10 @@ def main(argv=None):
         gpu = dict(name=details.get("device_name", args.device), compute_capability=details.get("compute_capability"),
                    driver=driver_version() if dev == "GPU" else None)
         command = " ".join([os.path.basename(sys.argv[0])] + [portable(a) for a in sys.argv[1:]])
+        stream = dict(gobn_package._stream_stats(), per_call=checks.measured.pop("stream", []))
         record = dict(device=gpu, tensorflow=tf.__version__, cuda=build.get("cuda_version"),
-                      cudnn=build.get("cudnn_version"), command=command, **checks.sections, **checks.measured)
+                      cudnn=build.get("cudnn_version"), command=command, **checks.sections, **checks.measured,
+                      stream=stream)
         with open(args.json, "w") as f:
             json.dump(record, f, indent=1, default=str)
             f.write("\n")

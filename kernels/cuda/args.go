@@ -51,10 +51,19 @@ type Stream uintptr
 // On CU_STREAM_PER_THREAD, a stream being captured into a graph, or with a
 // driver before CUDA 12.0, it runs the three ordinary launches instead.)
 //
+// CheckStream has the call check Stream before it enqueues anything on it,
+// once per stream (the stream is remembered): the stream must belong to the
+// primary context of the device that holds the tensors, and have the flags
+// a stream is created with (streamVerdict). A stream that fails is refused
+// with an error that wraps ErrStreamRefused, and nothing has run. It is for
+// a stream gobn was not handed by an API that promises one: TensorFlow's,
+// found through its framework library (capi).
+//
 // Workspace is device memory of at least the args' WorkspaceBytes, on the
 // same device, not touched by anything else until the call's kernels finish.
 type Placement struct {
 	Stream         Stream
+	CheckStream    bool
 	Workspace      Ptr
 	WorkspaceBytes int64
 }

@@ -41,6 +41,8 @@ static struct {
   gobn_cu_result (*stream_synchronize)(gobn_cu_stream);
   gobn_cu_result (*stream_is_capturing)(gobn_cu_stream, int*);
   gobn_cu_result (*stream_get_id)(gobn_cu_stream, unsigned long long*);  // CUDA 12.0 on; may be NULL
+  gobn_cu_result (*stream_get_ctx)(gobn_cu_stream, gobn_cu_context*);
+  gobn_cu_result (*stream_get_flags)(gobn_cu_stream, unsigned int*);
   gobn_cu_result (*pointer_get_attribute)(void*, int, uint64_t);
   gobn_cu_result (*get_error_name)(gobn_cu_result, const char**);
   gobn_cu_result (*get_error_string)(gobn_cu_result, const char**);
@@ -82,6 +84,8 @@ int gobn_cuda_open(char* err, int err_len) {
       {"cuStreamCreate", (void**)&cu.stream_create},
       {"cuStreamSynchronize", (void**)&cu.stream_synchronize},
       {"cuStreamIsCapturing", (void**)&cu.stream_is_capturing},
+      {"cuStreamGetCtx", (void**)&cu.stream_get_ctx},
+      {"cuStreamGetFlags", (void**)&cu.stream_get_flags},
       {"cuPointerGetAttribute", (void**)&cu.pointer_get_attribute},
       {"cuGetErrorName", (void**)&cu.get_error_name},
       {"cuGetErrorString", (void**)&cu.get_error_string},
@@ -159,6 +163,14 @@ int gobn_cuda_stream_state(const gobn_device* d, uintptr_t stream, unsigned long
   gobn_cu_context popped;
   cu.ctx_pop_current(&popped);
   return r;
+}
+
+int gobn_cuda_stream_check(const gobn_device* d, uintptr_t stream, unsigned int* flags) {
+  gobn_cu_context ctx = NULL;
+  int r = cu.stream_get_ctx((gobn_cu_stream)stream, &ctx);
+  if (r == 0) r = cu.stream_get_flags((gobn_cu_stream)stream, flags);
+  if (r != 0) return r;
+  return ctx == d->ctx ? 0 : -2;
 }
 
 int gobn_cuda_run(const gobn_device* d, uintptr_t caller_stream, const gobn_launch* launches, int n, int* failed) {

@@ -67,6 +67,12 @@ int gobn_cuda_alloc_zeroed(const gobn_device* d, size_t words, gobn_ptr* p);
 // cuStreamGetId (before CUDA 12.0).
 int gobn_cuda_stream_state(const gobn_device* d, uintptr_t stream, unsigned long long* id, int* capturing);
 
+// gobn_cuda_stream_check sets *flags to the creation flags of stream (a
+// CUstream), and returns 0 when the stream belongs to the device's primary
+// context, -2 when it belongs to another context, or the CUDA error of the
+// query.
+int gobn_cuda_stream_check(const gobn_device* d, uintptr_t stream, unsigned int* flags);
+
 // gobn_cuda_run makes the device's primary context current (unless it is),
 // and launches the n launches in order. With caller_stream 0 it first
 // synchronizes the context (TensorFlow's streams are non-blocking, so this

@@ -73,7 +73,8 @@ func TestGPU(t *testing.T) {
 	gpu := &target{name: "gpu", mem: dev, invStd: true, stream: stream, launches: cuda.Launches,
 		workspaceBytes: func(c *call) int64 { return gpuOpOf(c).workspaceBytes },
 		run: func(c *call) error {
-			pl := cuda.Placement{Stream: cuda.Stream(c.stream), Workspace: cuda.Ptr(c.workspace), WorkspaceBytes: c.workspaceBytes}
+			// checked as TensorFlow's stream is: a non-blocking stream of the primary context passes
+			pl := cuda.Placement{Stream: cuda.Stream(c.stream), CheckStream: true, Workspace: cuda.Ptr(c.workspace), WorkspaceBytes: c.workspaceBytes}
 			if err := gpuOpOf(c).run(pl); err != nil {
 				return err
 			}

@@ -60,6 +60,22 @@ type device struct {
 		sync.Mutex
 		byStream map[streamKey]Ptr
 	}
+	checked sync.Map // the streams that passed checkStream: Stream → struct{}
+}
+
+// checkStream checks stream for a Placement with CheckStream, once per
+// stream: TensorFlow keeps its streams for the life of the device.
+func (d *device) checkStream(stream Stream) error {
+	if _, ok := d.checked.Load(stream); ok {
+		return nil
+	}
+	var flags C.uint
+	r := C.gobn_cuda_stream_check(&d.d, C.uintptr_t(stream), &flags)
+	if err := streamVerdict(int(d.d.ordinal), int(r), uint(flags), func(r int) error { return cudaError(C.int(r)) }); err != nil {
+		return err
+	}
+	d.checked.Store(stream, struct{}{})
+	return nil
 }
 
 // barrierFor returns the persistent kernel's grid-barrier word for a launch
@@ -178,6 +194,11 @@ func execute(p plan, pl Placement, anchor Ptr) error {
 		return err
 	}
 	ordinal := d.d.ordinal
+	if pl.Stream != 0 && pl.CheckStream {
+		if err := d.checkStream(pl.Stream); err != nil {
+			return err
+		}
+	}
 	ls := make([]C.gobn_launch, len(p.launches))
 	for i, l := range p.launches {
 		if l.cooperative {
@@ -199,6 +220,11 @@ func execute(p plan, pl Placement, anchor Ptr) error {
 	r := C.gobn_cuda_run(&d.d, C.uintptr_t(pl.Stream), &ls[0], C.int(len(ls)), &failed)
 	for _, l := range p.launches[:launched(int(failed), r, len(ls))] {
 		launches[l.kernel].Add(1)
+	}
+	if pl.Stream == 0 {
+		synchronized.Add(1)
+	} else {
+		enqueued.Add(1)
 	}
 	if r != 0 {
 		what := "synchronizing the device before the launches"

@@ -114,6 +114,26 @@ def _async_calls():
     return _library_json("gobnAsyncCalls", "its asynchronous calls")
 
 
+def _stream_stats():
+    """How gobn's GPU calls have run since the library was loaded: on
+    TensorFlow's stream ("on_stream") or by the synchronizing rule
+    ("fallbacks", with "first_fallback" saying why), and the device-level
+    counts ("synchronized_calls", "enqueued_calls") (capi's
+    gobnStreamStats), for the GPU check and the benchmarks."""
+    return _library_json("gobnStreamStats", "how its GPU calls ran")
+
+
+def _set_tf_stream(on):
+    """Runs the GPU calls that follow on TensorFlow's stream (True, the
+    default) or by the synchronizing rule (False); returns the previous
+    setting. For benchmarks that time both in one process."""
+    import ctypes
+
+    fn = _library.loaded().gobnSetTFStream
+    fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_int]
+    return bool(fn(1 if on else 0))
+
+
 def _library_json(export, what):
     """The JSON an export of the library returns (a C string it allocates)."""
     import ctypes

@@ -187,12 +187,15 @@ def worker(route, name, config, options):
             losses = [float(step()) for _ in range(max(int(arg), 1))]
             answer(first_loss=losses[0], loss_after_warmup=losses[-1], gobn_calls=calls() - before)
         elif command == "time":
-            before, before_async, times = calls(), async_calls(), []
+            before, before_async, before_stream, times = calls(), async_calls(), gobn._stream_stats(), []
             for _ in range(int(arg)):
                 t0 = time.perf_counter()
                 step().numpy()
                 times.append(time.perf_counter() - t0)
-            answer(times=times, gobn_calls=calls() - before, async_calls=async_calls() - before_async)
+            stream = gobn._stream_stats()
+            answer(times=times, gobn_calls=calls() - before, async_calls=async_calls() - before_async,
+                   stream_fallbacks=stream["fallbacks"] - before_stream["fallbacks"],
+                   synchronized_calls=stream["synchronized_calls"] - before_stream["synchronized_calls"])
         elif command == "profile":
             answer(op_ms=profile_ops(step, int(arg)))
         elif command == "threads":
@@ -334,6 +337,7 @@ def measure(args, route, name, onednn):
         for w in workers.values():
             w.ask("time 1")  # one more step, not counted
         times, calls, async_calls = {c: [] for c in timed}, {c: 0 for c in timed}, {c: 0 for c in timed}
+        fallbacks, synchronized = {c: 0 for c in timed}, {c: 0 for c in timed}
         n = len(timed)
         for r in range(args.rounds):
             for c in timed[r % n:] + timed[:r % n]:
@@ -341,6 +345,8 @@ def measure(args, route, name, onednn):
                 times[c] += out["times"]
                 calls[c] += out["gobn_calls"]
                 async_calls[c] += out["async_calls"]
+                fallbacks[c] += out["stream_fallbacks"]
+                synchronized[c] += out["synchronized_calls"]
         op_ms = {c: {} for c in ("stock", "gobn")}
         for r in range(args.profile_rounds):
             for c in ("stock", "gobn") if r % 2 == 0 else ("gobn", "stock"):
@@ -378,6 +384,7 @@ def measure(args, route, name, onednn):
         "loss_rel_diff_gobn_float64": rel(last["gobn"], last["float64"]),
         "gobn_calls_in_warmup": warm["gobn"]["gobn_calls"], "gobn_calls_timed": calls,
         "async_calls_timed": async_calls,
+        "stream_fallbacks_timed": fallbacks, "synchronized_calls_timed": synchronized,
         "timed_steps": len(times["gobn"]),
         "op_ms_per_step": op_ms if args.profile_rounds else None,
         "threads_per_step": threads if args.thread_steps else None,
@@ -410,6 +417,10 @@ def problems(r):
     if any(timed_async[c] < want if c == "gobn_async" else timed_async[c] != 0 for c in timed_async):
         out.append(f"asynchronous kernels ran {timed_async} times in the timed steps; want at least {want} for "
                    "gobn_async's and none for the others'")
+    if r["device"] == "gpu":  # gobn's GPU calls run on TensorFlow's stream: none synchronizes the device
+        for what in ("stream_fallbacks_timed", "synchronized_calls_timed"):
+            if any(r.get(what, {}).values()):
+                out.append(f"{what}: {r[what]}; want none")
     for c in ("gobn", "gobn_async"):
         diff = r.get(f"first_loss_rel_diff_{c}")
         if diff is not None and diff > first_loss_bound(r):

@@ -21,6 +21,9 @@ only there), from beside this package (where the wheel installs it), or from
 
 Importing gobn also registers second-order gradients for the ``Gobn>`` ops
 (see ``gobn._gradients``), so double backprop through them works.
+
+SavedModels of gobn's layers and of ``gobn.fused_batch_norm`` hold stock ops
+only: they load, serve and convert to TFLite without gobn (see gobn._saving).
 """
 
 import collections
@@ -34,6 +37,7 @@ _supported.check_tensorflow(tf.__version__)
 from gobn import _gradients  # noqa: E402,F401  (registers the Gobn> gradients)
 from gobn import _library  # noqa: E402
 from gobn import _opdefs_gen as _opdefs  # noqa: E402
+from gobn import _saving  # noqa: E402
 
 __all__ = ["FusedBatchNormOutput", "SyncBatchNormOutput", "enable", "fused_batch_norm", "kernel_calls", "keras",
            "library_path", "load_library", "ops", "sync_batch_norm"]
@@ -275,6 +279,10 @@ def _fused_batch_norm(x, scale, offset, mean, variance, epsilon, data_format, is
             # As stock's _FusedBatchNormV3Grad: the reserve spaces in
             # training, the population statistics in inference.
             saved_mean, saved_variance = (out.reserve_space_1, out.reserve_space_2) if is_training else (mean, variance)
+            if _saving.saving():  # traced for a SavedModel: stock's op, which loads without gobn
+                dx, dscale, doffset = _saving.stock_fused_grad(
+                    dy, x, scale, saved_mean, saved_variance, out.reserve_space_3, epsilon, data_format, is_training)
+                return dx, dscale, doffset, None, None
             dx, dscale, doffset, _, _ = grad_op(
                 y_backprop=dy, x=x, scale=scale, reserve_space_1=saved_mean, reserve_space_2=saved_variance,
                 reserve_space_3=out.reserve_space_3, epsilon=epsilon, data_format=data_format,

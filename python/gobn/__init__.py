@@ -10,7 +10,9 @@
   every replica of a ``tf.distribute`` strategy, whose gradient runs on
   ``Gobn>BatchNormGradReduce``, an all-reduce and ``Gobn>BatchNormGradApply``;
 - ``gobn.keras.BatchNormalization`` and ``gobn.keras.SyncBatchNormalization``:
-  Keras layers whose backward pass runs on gobn;
+  Keras layers whose backward pass runs on gobn (registered with Keras by
+  ``import gobn``, so ``.keras`` files holding them load), ``gobn.keras.convert``
+  and ``gobn.keras.to_stock``;
 - ``gobn.enable()``: gobn's kernels for stock TensorFlow's own gradient ops,
   so that unmodified models run them; ``gobn.kernel_calls()`` counts what ran.
 
@@ -27,6 +29,7 @@ only: they load, serve and convert to TFLite without gobn (see gobn._saving).
 """
 
 import collections
+import importlib.util
 
 import tensorflow as tf
 
@@ -77,8 +80,6 @@ def __getattr__(name):
     if name == "ops":
         return load_library()
     if name == "keras":
-        import importlib
-
         return importlib.import_module("gobn.keras")
     raise AttributeError(f"module 'gobn' has no attribute {name!r}")
 
@@ -382,3 +383,11 @@ def sync_batch_norm(x, scale, offset, epsilon=0.001, data_format="NHWC", replica
             return (y, mean, variance), grad
 
         return SyncBatchNormOutput(*forward(x, scale, offset))
+
+
+# Keras finds a layer of a .keras file by the name its class registered
+# (gobn>BatchNormalization): importing gobn.keras here lets `import gobn` alone
+# load files that hold gobn's layers. Keras comes with TensorFlow's wheel;
+# without it, gobn.keras is the one thing missing.
+if importlib.util.find_spec("keras") is not None:
+    from gobn import keras  # noqa: E402

@@ -229,3 +229,34 @@ def test_convert_refuses_tf_keras():
         gobn.keras.convert(model)
     with pytest.raises(TypeError, match="Keras 3"):
         gobn.keras.convert(object())
+
+
+def test_to_stock_copies_and_convert_gives_gobn_back():
+    keras.utils.set_random_seed(0)
+    original = randomized(functional())
+    converted = gobn.keras.convert(original)
+    stock = gobn.keras.to_stock(converted)
+    assert stock is not converted
+    assert all(type(layer) is STOCK and layer.supports_jit for layer in batch_norms(stock))
+    assert [g.get_config() for g in batch_norms(stock)] == [s.get_config() for s in batch_norms(original)]
+    assert any(layer.synchronized for layer in batch_norms(stock)), "SyncBatchNormalization stays synchronized"
+    assert all(isinstance(layer, gobn.keras.BatchNormalization) for layer in batch_norms(converted)), \
+        "to_stock copies by default"
+    assert_weights_close(stock, converted, rtol=0, atol=0)
+    x, _ = data()
+    np.testing.assert_allclose(stock(x, training=False), converted(x, training=False), rtol=1e-5, atol=1e-5)
+    back = gobn.keras.convert(stock)
+    assert [type(layer) for layer in batch_norms(back)] == [type(layer) for layer in batch_norms(converted)]
+
+
+def test_to_stock_in_place():
+    keras.utils.set_random_seed(0)
+    model = gobn.keras.convert(randomized(Subclassed()), in_place=True)
+    weights = [id(w) for w in model.weights]
+    assert gobn.keras.to_stock(model, in_place=True) is model
+    assert [type(layer) for layer in batch_norms(model)] == [STOCK] * 4
+    assert [id(w) for w in model.weights] == weights, "in place: the same variables"
+    with pytest.raises(TypeError, match="in_place=True"):
+        gobn.keras.to_stock(model)
+    with pytest.raises(TypeError, match="Keras 3"):
+        gobn.keras.to_stock(object())

@@ -12,6 +12,7 @@ processes, with oneDNN off and on.
   against stock's or the float64 reference, gradients included, and
   ``gobn.keras.convert``;
 - ``tf.vectorized_map`` over gobn's ops without the while-loop fallback;
+- SavedModels of gobn.fused_batch_norm and the Keras layer: stock ops only;
 - ``gobn.enable()``: stock's gradient ops on gobn's kernels;
 - a tf_keras model trained after ``enable()``, where tf_keras is installed.
 """
@@ -210,6 +211,69 @@ def test_vectorized_map_without_fallback():
     for i in range(3):
         for g, w in zip(got, per_example(args["y_backprop"][i], args["x"][i])):
             assert_close(g[i], w, tf.float32, f"example {i}")
+
+
+# ---------------------------------------------------------------------------
+# SavedModels
+
+
+def saved_op_types(folder):
+    """The op types of a SavedModel: its graph's and those of every function in its library."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    saved = saved_model_pb2.SavedModel()
+    with open(os.path.join(folder, "saved_model.pb"), "rb") as f:
+        saved.ParseFromString(f.read())
+    graph = saved.meta_graphs[0].graph_def
+    return {n.op for n in graph.node} | {n.op for fn in graph.library.function for n in fn.node_def}
+
+
+class _Norm(tf.Module):
+    def __init__(self, batch_norm):
+        super().__init__()
+        self.scale = tf.Variable([0.5, 1.0, 2.0])
+        self.batch_norm = batch_norm
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4, 5, 3], tf.float32)])
+    def train(self, x):
+        return self.batch_norm(x, self.scale, tf.zeros([3]), epsilon=EPSILON)[0]
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4, 5, 3], tf.float32)])
+    def step(self, x):
+        with tf.GradientTape() as tape:
+            y = self.train(x)
+        return tape.gradient(y, self.scale, output_gradients=x)
+
+
+def test_saved_models_hold_stock_ops_only(tmp_path):
+    """tf.saved_model.save of gobn.fused_batch_norm (its gradient traced before, and a step that
+    computes one itself) and of gobn's Keras layer: no Gobn> op, so stock TensorFlow loads them;
+    the module keeps stock's gradient op, which gives stock's values."""
+    import keras
+
+    rng = np.random.default_rng(9)
+    x, dy = (tf.constant(rng.normal(1.0, 2.0, (2, 4, 5, 3)), tf.float32) for _ in range(2))
+    module, stock = _Norm(gobn.fused_batch_norm), _Norm(tf.compat.v1.nn.fused_batch_norm)
+    assert_close(module.step(x), stock.step(x), tf.float32, "step on gobn")
+    tf.saved_model.save(module, str(tmp_path / "module"))
+    model = keras.Sequential([keras.Input((4, 5, 3)), gobn.keras.BatchNormalization(),
+                              keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(2)])
+    model(x, training=False)
+    tf.saved_model.save(model, str(tmp_path / "keras"))
+    for name in ("module", "keras"):
+        types = saved_op_types(str(tmp_path / name))
+        assert "FusedBatchNormV3" in types and not any(t.startswith("Gobn>") for t in types), (name, types)
+    assert "FusedBatchNormGradV3" in saved_op_types(str(tmp_path / "module")), "the gradient is saved"
+    loaded = tf.saved_model.load(str(tmp_path / "module"))
+    assert_close(loaded.step(x), stock.step(x), tf.float32, "loaded step")
+    results = []
+    for m in (loaded, stock):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = m.train(x)
+        results.append(tape.gradient(y, [x, m.scale], output_gradients=dy))
+    for name, g, w in zip(("x", "scale"), *results):
+        assert_close(g, w, tf.float32, f"loaded gradient {name}")
 
 
 # ---------------------------------------------------------------------------

@@ -10,7 +10,9 @@
   every replica of a ``tf.distribute`` strategy, whose gradient runs on
   ``Gobn>BatchNormGradReduce``, an all-reduce and ``Gobn>BatchNormGradApply``;
 - ``gobn.keras.BatchNormalization`` and ``gobn.keras.SyncBatchNormalization``:
-  Keras layers whose backward pass runs on gobn;
+  Keras layers whose backward pass runs on gobn (registered with Keras by
+  ``import gobn``, so ``.keras`` files holding them load), ``gobn.keras.convert``
+  and ``gobn.keras.to_stock``;
 - ``gobn.enable()``: gobn's kernels for stock TensorFlow's own gradient ops,
   so that unmodified models run them; ``gobn.kernel_calls()`` counts what ran.
 
@@ -21,9 +23,13 @@ only there), from beside this package (where the wheel installs it), or from
 
 Importing gobn also registers second-order gradients for the ``Gobn>`` ops
 (see ``gobn._gradients``), so double backprop through them works.
+
+SavedModels of gobn's layers and of ``gobn.fused_batch_norm`` hold stock ops
+only: they load, serve and convert to TFLite without gobn (see gobn._saving).
 """
 
 import collections
+import importlib.util
 
 import tensorflow as tf
 
@@ -34,6 +40,7 @@ _supported.check_tensorflow(tf.__version__)
 from gobn import _gradients  # noqa: E402,F401  (registers the Gobn> gradients)
 from gobn import _library  # noqa: E402
 from gobn import _opdefs_gen as _opdefs  # noqa: E402
+from gobn import _saving  # noqa: E402
 
 __all__ = ["FusedBatchNormOutput", "SyncBatchNormOutput", "enable", "fused_batch_norm", "kernel_calls", "keras",
            "library_path", "load_library", "ops", "sync_batch_norm"]
@@ -73,8 +80,6 @@ def __getattr__(name):
     if name == "ops":
         return load_library()
     if name == "keras":
-        import importlib
-
         return importlib.import_module("gobn.keras")
     raise AttributeError(f"module 'gobn' has no attribute {name!r}")
 
@@ -295,6 +300,10 @@ def _fused_batch_norm(x, scale, offset, mean, variance, epsilon, data_format, is
             # As stock's _FusedBatchNormV3Grad: the reserve spaces in
             # training, the population statistics in inference.
             saved_mean, saved_variance = (out.reserve_space_1, out.reserve_space_2) if is_training else (mean, variance)
+            if _saving.saving():  # traced for a SavedModel: stock's op, which loads without gobn
+                dx, dscale, doffset = _saving.stock_fused_grad(
+                    dy, x, scale, saved_mean, saved_variance, out.reserve_space_3, epsilon, data_format, is_training)
+                return dx, dscale, doffset, None, None
             dx, dscale, doffset, _, _ = grad_op(
                 y_backprop=dy, x=x, scale=scale, reserve_space_1=saved_mean, reserve_space_2=saved_variance,
                 reserve_space_3=out.reserve_space_3, epsilon=epsilon, data_format=data_format,
@@ -394,3 +403,11 @@ def sync_batch_norm(x, scale, offset, epsilon=0.001, data_format="NHWC", replica
             return (y, mean, variance), grad
 
         return SyncBatchNormOutput(*forward(x, scale, offset))
+
+
+# Keras finds a layer of a .keras file by the name its class registered
+# (gobn>BatchNormalization): importing gobn.keras here lets `import gobn` alone
+# load files that hold gobn's layers. Keras comes with TensorFlow's wheel;
+# without it, gobn.keras is the one thing missing.
+if importlib.util.find_spec("keras") is not None:
+    from gobn import keras  # noqa: E402

@@ -17,6 +17,8 @@ the ``Gobn>`` op in place of the stock gradient op, fed the same tensors.
   rejects NCHW inference; gobn's kernels take every layout as it is.
 - Under XLA (``jit_compile``) the stock function runs: XLA compiles stock's
   gradient op, and has no kernel for gobn's.
+- Traced for a SavedModel (gobn._saving) the stock function runs too, so
+  that a saved training step loads where gobn is not installed.
 
 TensorFlow has no public way to replace a gradient function for the whole
 process (``tf.RegisterGradient`` refuses a name twice), so ``install`` sets
@@ -31,7 +33,7 @@ import threading
 from tensorflow.python.framework import ops
 from tensorflow.python.ops import control_flow_util
 
-from gobn import _library
+from gobn import _library, _saving
 from gobn._opdefs_gen import BY_STOCK_NAME
 
 _lock = threading.Lock()
@@ -50,7 +52,7 @@ def _fused_grad(gradient_op):
     """The gradient of a FusedBatchNorm* forward op on gobn's gradient_op."""
 
     def grad(op, *grad):
-        if _in_xla(op):
+        if _in_xla(op) or _saving.saving():
             return _stock[op.type]["type"](op, *grad)
         is_training = op.get_attr("is_training")
         args = dict(y_backprop=grad[0], x=op.inputs[0], scale=op.inputs[1], epsilon=op.get_attr("epsilon"),
@@ -68,7 +70,7 @@ def _fused_grad(gradient_op):
 
 
 def _global_norm_grad(op, grad):
-    if _in_xla(op):
+    if _in_xla(op) or _saving.saving():
         return _stock[op.type]["type"](op, grad)
     return tuple(_library.load().gobn_batch_norm_with_global_normalization_grad(
         t=op.inputs[0], m=op.inputs[1], v=op.inputs[2], gamma=op.inputs[4], backprop=grad,

@@ -21,7 +21,11 @@ cover: a ``mask``, ``renorm=True``, or float64 inputs.
 
 ``convert(model)`` gives an existing Keras 3 model gobn's layers in place of
 every ``keras.layers.BatchNormalization``, weights, moving statistics and
-config kept.
+config kept; ``to_stock(model)`` gives the stock layers back, for ``.keras``
+files that Keras loads without gobn. ``import gobn`` imports this module, so
+the layers are registered with Keras (as ``gobn>BatchNormalization`` and
+``gobn>SyncBatchNormalization``) wherever gobn is imported. SavedModels of
+the layers hold stock ops only (gobn._saving).
 """
 
 import keras
@@ -29,7 +33,7 @@ import tensorflow as tf
 
 import gobn
 
-__all__ = ["BatchNormalization", "SyncBatchNormalization", "convert"]
+__all__ = ["BatchNormalization", "SyncBatchNormalization", "convert", "to_stock"]
 
 
 def _fused_view(x, axis):
@@ -244,13 +248,64 @@ def convert(model, in_place=False):
                 "model, whose BatchNormalization runs stock's fused op: call gobn.enable() before it runs "
                 "and its gradients run on gobn unconverted.")
         raise TypeError(f"gobn.keras.convert takes a Keras 3 model or layer, not {type(model).__qualname__}")
-    cloneable = isinstance(model, keras.Sequential) or keras.src.models.functional.Functional in type(model).__mro__
+    return _copied_or_in_place(model, in_place, _convert_in_place, "convert")
+
+
+def _copied_or_in_place(model, in_place, change, caller):
+    """change(model) for in_place, else change of a copy with model's weights."""
     if in_place:
-        return _convert_in_place(model)
+        return change(model)
+    cloneable = isinstance(model, keras.Sequential) or keras.src.models.functional.Functional in type(model).__mro__
     if not cloneable:
         raise TypeError(
-            f"gobn.keras.convert: Keras cannot copy {type(model).__qualname__} (only Sequential and functional "
-            "models clone); pass in_place=True to convert it in place")
+            f"gobn.keras.{caller}: Keras cannot copy {type(model).__qualname__} (only Sequential and functional "
+            f"models clone); pass in_place=True to {caller} it in place")
     clone = keras.models.clone_model(model, recursive=True)
     clone.set_weights(model.get_weights())
-    return _convert_in_place(clone)
+    return change(clone)
+
+
+def _to_stock_in_place(model):
+    layers = model._flatten_layers(include_self=True, recursive=True)
+    changed = 0
+    for layer in layers:
+        if isinstance(layer, BatchNormalization):
+            # gobn's classes add no state but what _gobn_init sets: the
+            # layer keeps its variables, config, build state and name.
+            layer.__class__ = keras.layers.BatchNormalization
+            layer.supports_jit = True  # the stock layer's
+            changed += 1
+    if changed:
+        for attr in ("train_function", "test_function", "predict_function"):
+            if getattr(model, attr, None) is not None:
+                setattr(model, attr, None)
+    return model
+
+
+def to_stock(model, in_place=False):
+    """Returns the model with keras.layers.BatchNormalization for each of gobn's layers.
+
+    The inverse of ``convert``: each ``gobn.keras.BatchNormalization`` and
+    ``SyncBatchNormalization`` (at any depth) becomes the stock layer, with
+    the same config (a synchronized layer keeps ``synchronized=True``),
+    weights and moving statistics, and the same results to float32 rounding
+    (the stock layer computes them with Keras' own ops). A ``.keras`` file of
+    the result holds only stock classes, so Keras loads it where gobn is not
+    installed; ``convert`` of it gives gobn's layers back. ``in_place`` is as
+    for ``convert``: False (default) returns a copy (Sequential and
+    functional models), True changes the model itself.
+
+    SavedModels need no such step: ``model.export`` and
+    ``tf.saved_model.save`` of gobn's layers write stock ops only.
+
+    Args:
+      model: a Keras 3 model or layer.
+      in_place: False (default) for a copy (TypeError for a model Keras
+        cannot copy), True to change model itself.
+
+    Returns:
+      The model with stock layers.
+    """
+    if not _is_keras3(model):
+        raise TypeError(f"gobn.keras.to_stock takes a Keras 3 model or layer, not {type(model).__qualname__}")
+    return _copied_or_in_place(model, in_place, _to_stock_in_place, "to_stock")

@@ -9,7 +9,8 @@ import (
 // gpu runs the CUDA kernels of package kernels/cuda. TensorFlow hands a GPU
 // kernel device memory (but for opdef.Op.HostMemory), and there is no C API
 // for its stream: each call synchronizes the device's primary context, runs
-// on gobn's own stream and waits for it (cuda.Placement with no Stream).
+// on gobn's own stream and waits for it (cuda.Placement with no Stream). An
+// XLA call has XLA's stream (kernel.stream): it only enqueues on it.
 type gpu struct{}
 
 // gpuTypes are the CUDA element types of T; which an op has GPU kernels
@@ -26,17 +27,18 @@ func ptr(t tensor) cuda.Ptr {
 	return cuda.Ptr(uintptr(t.data))
 }
 
-// launch allocates the workspace the call needs and runs it.
-func launch[A interface{ WorkspaceBytes() int64 }](a A, run func(A, cuda.Placement) error, temp tempAllocator) error {
-	bytes := a.WorkspaceBytes()
-	if bytes == 0 {
-		return run(a, cuda.Placement{})
+// launch allocates the workspace the call needs and runs it, on stream
+// when the caller has one (an XLA call's, xla.go).
+func launch[A interface{ WorkspaceBytes() int64 }](a A, run func(A, cuda.Placement) error, stream uintptr, temp tempAllocator) error {
+	pl := cuda.Placement{Stream: cuda.Stream(stream)}
+	if bytes := a.WorkspaceBytes(); bytes > 0 {
+		ws, err := temp(bytes)
+		if err != nil {
+			return err
+		}
+		pl.Workspace, pl.WorkspaceBytes = cuda.Ptr(ws), bytes
 	}
-	ws, err := temp(bytes)
-	if err != nil {
-		return err
-	}
-	return run(a, cuda.Placement{Workspace: cuda.Ptr(ws), WorkspaceBytes: bytes})
+	return run(a, pl)
 }
 
 func (gpu) run(k *kernel, d kernels.Dims, in, out []tensor, count int64, temp tempAllocator) error {
@@ -52,7 +54,7 @@ func (gpu) run(k *kernel, d kernels.Dims, in, out []tensor, count int64, temp te
 			Scale: ptr(in[2]), ReserveSpace1: ptr(in[3]), ReserveSpace2: ptr(in[4]),
 			Epsilon:   k.epsilon,
 			XBackprop: ptr(out[0]), ScaleBackprop: ptr(out[1]), OffsetBackprop: ptr(out[2]),
-		}, cuda.FusedGrad, temp)
+		}, cuda.FusedGrad, k.stream, temp)
 	case opdef.GlobalNormalizationGrad:
 		return launch(cuda.GlobalNormalizationArgs{
 			Dims: d, DType: t,
@@ -60,20 +62,20 @@ func (gpu) run(k *kernel, d kernels.Dims, in, out []tensor, count int64, temp te
 			VarianceEpsilon:         k.epsilon,
 			ScaleAfterNormalization: k.scaleAfterNormalization,
 			DX:                      ptr(out[0]), DM: ptr(out[1]), DV: ptr(out[2]), DB: ptr(out[3]), DG: ptr(out[4]),
-		}, cuda.GlobalNormalizationGrad, temp)
+		}, cuda.GlobalNormalizationGrad, k.stream, temp)
 	case opdef.GradReduce:
 		return launch(cuda.GradReduceArgs{
 			Dims: d, DType: t,
 			YBackprop: ptr(in[0]), X: ptr(in[1]), Mean: ptr(in[2]),
 			SumDy: ptr(out[0]), SumDyXmu: ptr(out[1]),
-		}, cuda.GradReduce, temp)
+		}, cuda.GradReduce, k.stream, temp)
 	case opdef.GradApply:
 		return launch(cuda.GradApplyArgs{
 			Dims: d, DType: t,
 			YBackprop: ptr(in[0]), X: ptr(in[1]), Scale: ptr(in[2]), Mean: ptr(in[3]), Variance: ptr(in[4]),
 			SumDy: ptr(in[5]), SumDyXmu: ptr(in[6]), Count: count, Epsilon: k.epsilon,
 			XBackprop: ptr(out[0]),
-		}, cuda.GradApply, temp)
+		}, cuda.GradApply, k.stream, temp)
 	}
 	return internalError("capi: no CUDA kernel for " + k.op.Name)
 }

@@ -12,7 +12,7 @@
 #   make fuzz        each Go fuzz target, FUZZ_SCALE (default 20) times make test's budget
 #   make pytest      the Python tests (python_tests) against build/libgobn.so and the wheel
 #   make wheel       dist/gobn-<version>-py3-none-manylinux_<glibc>_<arch>.whl: the package with libgobn.so
-#   make compat      the wheel's smoke tests in a fresh environment of each supported TensorFlow (bench/compat.json)
+#   make compat      the wheel's smoke and XLA tests in a fresh environment of each supported TensorFlow (bench/compat.json)
 #   make generate    regenerate capi/registry_gen.c, ops/ops_gen.go and python/gobn/_opdefs_gen.py from opdef
 #   make env         print the exports a Go (tfgo) program needs: eval "$(make -s env)"
 #   make golden      stock TensorFlow golden files into build/golden, then check gobn on them
@@ -153,7 +153,8 @@ wheel: $(LIB)
 
 # The wheel beside each supported TensorFlow release (python/gobn/_supported.py),
 # each in a fresh environment under build/compat: its smoke tests
-# (python_tests/test_smoke.py) there, results in bench/compat.json.
+# (python_tests/test_smoke.py) and its XLA tests (python_tests/test_xla.py)
+# there, results in bench/compat.json.
 # COMPAT_ARGS passes options, e.g. make compat COMPAT_ARGS="--only 2.14.1".
 COMPAT_ARGS ?=
 compat: wheel

@@ -206,8 +206,11 @@ uintptr_t gobn_xla_stream(void* ctx, gobn_xla_error** err) {
   return (uintptr_t)a.stream;
 }
 
+// XLA takes alignments up to 16 bytes (kMaxAlignment in xla/ffi/ffi_api.cc),
+// enough for the workspace's doubles and vector loads; TensorFlow's allocator
+// gives 256 anyway.
 void* gobn_xla_allocate(void* ctx, size_t bytes, gobn_xla_error** err) {
-  gobn_xla_allocate_args a = {GOBN_XLA_STRUCT_SIZE(gobn_xla_allocate_args, data), NULL, ctx, bytes, 256, NULL};
+  gobn_xla_allocate_args a = {GOBN_XLA_STRUCT_SIZE(gobn_xla_allocate_args, data), NULL, ctx, bytes, 16, NULL};
   *err = call_api(GOBN_XLA_DEVICE_MEMORY_ALLOCATE, &a);
   return a.data;
 }

@@ -246,9 +246,9 @@ void gobn_xla_error_discard(gobn_xla_error* err);
 // none), with the failure in *err (the caller returns it to XLA).
 uintptr_t gobn_xla_stream(void* ctx, gobn_xla_error** err);
 
-// gobn_xla_allocate allocates bytes of device memory for the call (256-byte
-// aligned), and gobn_xla_free frees it: XLA's allocator, ordered on the
-// call's stream as XLA's own scratch memory is.
+// gobn_xla_allocate allocates bytes of device memory for the call (at least
+// 16-byte aligned), and gobn_xla_free frees it: XLA's allocator, ordered on
+// the call's stream as XLA's own scratch memory is.
 void* gobn_xla_allocate(void* ctx, size_t bytes, gobn_xla_error** err);
 gobn_xla_error* gobn_xla_free(void* ctx, void* data, size_t bytes);
 

@@ -45,8 +45,8 @@ type xlaFrame struct {
 }
 
 func (x xlaFrame) buffer(list *C.gobn_xla_buffers, i int) (tensor, error) {
-	if i >= int(list.size) || unsafe.Slice(list.types, list.size)[i] != 1 { // 1: a buffer
-		return tensor{}, internalError(fmt.Sprintf("gobn: XLA call with %d args and results, not the op's", list.size))
+	if unsafe.Slice(list.types, list.size)[i] != 1 { // 1: a buffer, XLA's only kind so far
+		return tensor{}, &tfError{code: C.TF_INVALID_ARGUMENT, msg: fmt.Sprintf("gobn: XLA arg %d is no buffer", i)}
 	}
 	b := (*C.gobn_xla_buffer)(unsafe.Slice(list.values, list.size)[i])
 	dtype, ok := xlaDTypes[b.dtype]
@@ -145,8 +145,14 @@ func xlaCall(frame *C.gobn_xla_frame, op int, onGPU bool) error {
 	}
 	k := &kernel{op: spec, onGPU: onGPU, calls: &xlaCalls[op][device]}
 	k.calls.Add(1)
+	operands, results := spec.XLAInputs(), spec.XLAOutputs()
+	if int(frame.args.size) != len(operands) || int(frame.rets.size) != len(results) {
+		return &tfError{code: C.TF_INVALID_ARGUMENT, msg: fmt.Sprintf(
+			"gobn: the XLA call of %s takes %d operands and returns %d results, got %d and %d",
+			spec.Name, len(operands), len(results), frame.args.size, frame.rets.size)}
+	}
 	in := make([]tensor, len(spec.Inputs))
-	for j, i := range spec.XLAInputs() {
+	for j, i := range operands {
 		var err error
 		if in[i], err = x.buffer(&frame.args, j); err != nil {
 			return err
@@ -166,7 +172,6 @@ func xlaCall(frame *C.gobn_xla_frame, op int, onGPU bool) error {
 			in[i] = tensor{dtype: opdef.Int64, dims: scalarDims, data: unsafe.Pointer(&count[0]), bytes: 8}
 		}
 	}
-	results := spec.XLAOutputs()
 	allocate := func(i int, dtype opdef.DType, dims []int64, _ inputSet) (tensor, error) {
 		for j, r := range results {
 			if r == i {

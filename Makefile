@@ -12,7 +12,7 @@
 #   make fuzz        each Go fuzz target, FUZZ_SCALE (default 20) times make test's budget
 #   make pytest      the Python tests (python_tests) against build/libgobn.so and the wheel
 #   make wheel       dist/gobn-<version>-py3-none-manylinux_<glibc>_<arch>.whl: the package with libgobn.so
-#   make compat      the wheel's smoke tests in a fresh environment of each supported TensorFlow (bench/compat.json)
+#   make compat      the wheel's smoke and XLA tests in a fresh environment of each supported TensorFlow (bench/compat.json)
 #   make generate    regenerate capi/registry_gen.c, ops/ops_gen.go and python/gobn/_opdefs_gen.py from opdef
 #   make env         print the exports a Go (tfgo) program needs: eval "$(make -s env)"
 #   make golden      stock TensorFlow golden files into build/golden, then check gobn on them
@@ -153,7 +153,8 @@ wheel: $(LIB)
 
 # The wheel beside each supported TensorFlow release (python/gobn/_supported.py),
 # each in a fresh environment under build/compat: its smoke tests
-# (python_tests/test_smoke.py) there, results in bench/compat.json.
+# (python_tests/test_smoke.py) and its XLA tests (python_tests/test_xla.py)
+# there, results in bench/compat.json.
 # COMPAT_ARGS passes options, e.g. make compat COMPAT_ARGS="--only 2.14.1".
 COMPAT_ARGS ?=
 compat: wheel
@@ -260,16 +261,24 @@ gpu-bundle: $(GPU_BUNDLE)/libgobncheck.so $(GPU_BUNDLE)/cuda.test $(GPUCHECK_SCR
 # GPU_TF_MODELS_ARGS to the second (GPU_TF_MODELS_EXTRA adds to them, e.g.
 # --async, --batch-size 128, --precision mixed); GPU_TF_MODELS= skips the
 # steps. Medians of 8 steps varied by up to 19 % (stock against itself);
-# steps take ~40 ms, so 40 cost little beside each process's start.
+# steps take ~40 ms, so 40 cost little beside each process's start. Then
+# the steps compiled by XLA, stock against gobn (bench_models.py
+# --under-xla, into bench/gpu_tf.json's "xla"), for each
+# route:layout:batch:precision of GPU_TF_XLA (GPU_TF_XLA= skips them).
 GPU_TF_PYTHON ?= python3
 GPU_TF_ARGS ?=
 GPU_TF_MODELS ?= tf_keras:channels_first keras3:channels_last tf_keras:channels_last keras3:channels_first
 GPU_TF_MODELS_ARGS ?= --models resnet50 --image 112 --batch-size 32 --warmup 5 --rounds 10 --steps-per-round 4 --no-float64 --xla
 GPU_TF_MODELS_EXTRA ?=
+GPU_TF_XLA ?= keras3:channels_last:32:float32 keras3:channels_last:128:float32 keras3:channels_last:32:mixed keras3:channels_last:128:mixed
+GPU_TF_XLA_ARGS ?= --models resnet50 --image 112 --warmup 5 --rounds 10 --steps-per-round 4 --no-float64 --under-xla
 gpu-tf-check:
 	$(GPU_TF_PYTHON) scripts/gpu_tf_check.py --timing --json bench/gpu_tf.json $(GPU_TF_ARGS)
 	$(foreach m,$(GPU_TF_MODELS),$(GPU_TF_PYTHON) scripts/bench_models.py --device gpu --routes $(word 1,$(subst :, ,$(m))) \
 		--data-format $(word 2,$(subst :, ,$(m))) $(GPU_TF_MODELS_ARGS) $(GPU_TF_MODELS_EXTRA) --merge-into bench/gpu_tf.json &&) true
+	$(foreach m,$(GPU_TF_XLA),$(GPU_TF_PYTHON) scripts/bench_models.py --device gpu --routes $(word 1,$(subst :, ,$(m))) \
+		--data-format $(word 2,$(subst :, ,$(m))) --batch-size $(word 3,$(subst :, ,$(m))) \
+		--precision $(word 4,$(subst :, ,$(m))) $(GPU_TF_XLA_ARGS) --merge-into bench/gpu_tf.json &&) true
 
 # ---------------------------------------------------------------------------
 # Beyond one machine: tf.distribute.MultiWorkerMirroredStrategy on local

@@ -12,10 +12,11 @@ import (
 	"github.com/gobn/gobn/opdef"
 )
 
-// TensorFlow's callbacks: the exported functions the C trampolines of
-// register.c and registry_gen.c call. Each looks up its kernel, calls the Go
-// that does the work (kernel.go, shapes.go) and recovers from panics: a bug
-// in gobn becomes an Internal error, never a crash of the host process.
+// TensorFlow's and XLA's callbacks: the exported functions the C trampolines
+// of register.c, xla.c and registry_gen.c call. Each looks up its kernel,
+// calls the Go that does the work (kernel.go, shapes.go, xla.go) and
+// recovers from panics: a bug in gobn becomes an Internal error, never a
+// crash of the host process.
 
 //export gobnCreate
 func gobnCreate(ctx *C.TF_OpKernelConstruction, op, flags C.int) (handle C.uintptr_t) {
@@ -99,4 +100,18 @@ func gobnShape(ctx *C.TF_ShapeInferenceContext, op C.int, status *C.TF_Status) {
 	if err := inferShapes(opdef.All[op], s); err != nil {
 		setStatus(status, err)
 	}
+}
+
+// gobnXLACall is an XLA FFI handler's execute stage (xla.c's gobn_xla_call
+// answers the rest), for op number op on the platform flags says
+// (GOBN_ON_GPU: CUDA). It returns nil or the error XLA reports.
+//
+//export gobnXLACall
+func gobnXLACall(frame *C.gobn_xla_frame, op, flags C.int) (failure *C.gobn_xla_error) {
+	defer func() {
+		if p := recover(); p != nil {
+			failure = xlaError(internalError(fmt.Sprintf("gobn: panic in XLA handler: %v", p)))
+		}
+	}()
+	return xlaError(xlaCall(frame, int(op), flags&gobnOnGPU != 0))
 }

@@ -39,8 +39,9 @@ func jsonString(v any) *C.char {
 // gobnKernelCalls returns the compute calls of gobn's kernels since the
 // library was loaded, as JSON: {"registered op name": {"CPU": n, "GPU": n}}
 // for every kernel called at least once (the stock names are those of
-// gobnEnable's kernels). It is how a caller can tell that gobn's kernels,
-// not stock's, ran.
+// gobnEnable's kernels), with "XLA_CPU" and "XLA_GPU" for the calls of the
+// op's XLA handlers (xla.go). It is how a caller can tell that gobn's
+// kernels, not stock's or XLA's own, ran.
 //
 //export gobnKernelCalls
 func gobnKernelCalls() (s *C.char) {
@@ -65,8 +66,41 @@ func gobnKernelCalls() (s *C.char) {
 			}
 			calls[name][device] = n
 		}
+		for device, n := range [2]uint64{xlaCalls[i][0].Load(), xlaCalls[i][1].Load()} {
+			if n == 0 {
+				continue
+			}
+			if calls[op.Name] == nil {
+				calls[op.Name] = map[string]uint64{}
+			}
+			calls[op.Name]["XLA_"+deviceName(device == 1)] = n
+		}
 	}
 	return jsonString(calls)
+}
+
+// gobnXLAStatus returns, as JSON, what the library registered with XLA's
+// FFI when it loaded (xla.c): {"api_version": "0.2" or null, "library":
+// the TensorFlow library the API came from, "handlers": {"host": n,
+// "cuda": n}, "reason": why none or not every one was registered, or ""}.
+//
+//export gobnXLAStatus
+func gobnXLAStatus() (s *C.char) {
+	defer func() {
+		if recover() != nil {
+			s = nil
+		}
+	}()
+	var info C.gobn_xla_status_info
+	C.gobn_xla_status(&info)
+	var version any
+	if info.major >= 0 {
+		version = fmt.Sprintf("%d.%d", int(info.major), int(info.minor))
+	}
+	return jsonString(map[string]any{
+		"api_version": version, "library": C.GoString(info.library), "reason": C.GoString(info.reason),
+		"handlers": map[string]int{"host": int(info.host_handlers), "cuda": int(info.cuda_handlers)},
+	})
 }
 
 // gobnSplitStats returns kernels.SplitStats as JSON, {"calls": n,

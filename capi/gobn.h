@@ -20,6 +20,7 @@ typedef struct TF_ShapeInferenceContext TF_ShapeInferenceContext;
 #include "tensorflow/c/ops.h"
 #include "tensorflow/c/tf_status.h"
 #include "tensorflow/c/tf_tensor.h"
+#include "xla.h"
 
 // One dtype binding of a kernel: the TF_DataType of attr T, and of attr U or -1.
 typedef struct {
@@ -48,6 +49,9 @@ typedef struct {
   // there is no such kernel).
   void* (*create[4])(TF_OpKernelConstruction*);
   void (*shape)(TF_ShapeInferenceContext*, TF_Status*);
+  // The op's XLA FFI handlers, by GOBN_ON_GPU: for XLA's host platform, and
+  // its CUDA one (NULL without GPU kernels); see xla.h.
+  gobn_xla_handler* xla[2];
 } gobn_op_spec;
 
 extern const gobn_op_spec gobn_ops[];

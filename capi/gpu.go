@@ -8,7 +8,8 @@ import (
 
 // gpu runs the CUDA kernels of package kernels/cuda. TensorFlow hands a GPU
 // kernel device memory (but for opdef.Op.HostMemory); the kernels run on
-// TensorFlow's stream for the op where it can be found (stream.go).
+// TensorFlow's stream for the op where it can be found (stream.go), or on
+// XLA's for an XLA call (xla.go).
 type gpu struct{}
 
 // gpuTypes are the CUDA element types of T; which an op has GPU kernels
@@ -42,10 +43,10 @@ func launch[A interface{ WorkspaceBytes() int64 }](a A, run func(A, cuda.Placeme
 	})
 }
 
-// gpuCall is what a GPU kernel needs of its TensorFlow call beyond the
-// tensors: scratch memory on the device, held until the call ends, and the
-// stream TensorFlow runs the op on (call.go). A CPU kernel needs neither
-// (nil).
+// gpuCall is what a GPU kernel needs of its call beyond the tensors:
+// scratch memory on the device, held until the call ends, and the stream
+// the call runs on: TensorFlow's for the op (call.go), or XLA's (xla.go). A
+// CPU kernel needs neither (nil).
 type gpuCall interface {
 	temp(bytes int64) (uintptr, error)
 	stream() (cuda.Stream, error)

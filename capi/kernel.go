@@ -72,7 +72,7 @@ var (
 type kernel struct {
 	op                      opdef.Op
 	onGPU                   bool
-	calls                   *atomic.Uint64 // its entry of kernelCalls
+	calls                   *atomic.Uint64 // its entry of kernelCalls (or xlaCalls)
 	dtype                   opdef.DType    // attr T
 	dataFormat              string
 	isTraining              bool
@@ -80,10 +80,28 @@ type kernel struct {
 	scaleAfterNormalization bool
 }
 
+// attrSource reads the attrs of a kernel: TensorFlow's at construction
+// (attrs.go), or an XLA call's (xla.go).
+type attrSource interface {
+	dtype(name string) (opdef.DType, error)
+	float(name string) (float32, error)
+	bool(name string) (bool, error)
+	string(name string) (string, error)
+}
+
 // newKernel reads the attrs op number op declares, for a kernel registered
 // with flags (gobn.h: GOBN_ON_GPU, GOBN_AS_STOCK).
-func newKernel(op, flags int, attrs constructionAttrs) (*kernel, error) {
+func newKernel(op, flags int, attrs attrSource) (*kernel, error) {
 	k := &kernel{op: opdef.All[op], onGPU: flags&gobnOnGPU != 0, calls: &kernelCalls[op][flags]}
+	if err := k.readAttrs(attrs); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+// readAttrs sets the attrs k's op declares from attrs, and confirms that
+// k's device has a kernel for its T.
+func (k *kernel) readAttrs(attrs attrSource) error {
 	var err error
 	for _, a := range k.op.Attrs {
 		switch a.Name {
@@ -99,13 +117,10 @@ func newKernel(op, flags int, attrs constructionAttrs) (*kernel, error) {
 			k.scaleAfterNormalization, err = attrs.bool(a.Name)
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 	}
-	if err := k.bound(); err != nil {
-		return nil, err
-	}
-	return k, nil
+	return k.bound()
 }
 
 // bound confirms what TensorFlow's registrations promise: opdef binds k's

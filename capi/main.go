@@ -9,7 +9,9 @@
 // callback.go holds TensorFlow's callbacks, the exported Go functions the C
 // trampolines call (async.cc, the one C++ file, keeps an asynchronous
 // kernel's done callback: GOBN_ASYNC=1); exports.go the exports for the Python package (kernel
-// calls, split statistics, enable). The other files that see C are call.go
+// calls, split statistics, enable, XLA status); xla.c registers each op's
+// XLA FFI handlers (xla.h: XLA's C API as gobn reads it, checked against
+// XLA's header by xla_layout.c) and xla.go runs their calls. The other files that see C are call.go
 // (a kernel run's pooled call: its inputs, the outputs and temp memory it
 // allocates, the stream it runs on, and their release), attrs.go (a kernel's
 // attrs at construction), shapes.go (shape inference), status.go (TF_Status

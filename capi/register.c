@@ -161,4 +161,5 @@ __attribute__((constructor)) static void gobn_register(void) {
     register_kernels(&gobn_ops[i], 0, status);
   }
   TF_DeleteStatus(status);
+  gobn_xla_register();  // xla.c: where TensorFlow has XLA's FFI
 }

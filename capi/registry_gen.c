@@ -13,6 +13,8 @@ static void* op0_create1(TF_OpKernelConstruction* ctx) { return gobn_create(ctx,
 static void* op0_create2(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 0, 2); }
 static void* op0_create3(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 0, 3); }
 static void op0_shape(TF_ShapeInferenceContext* ctx, TF_Status* status) { gobn_shape(ctx, 0, status); }
+static gobn_xla_error* op0_xla0(gobn_xla_frame* frame) { return gobn_xla_call(frame, 0, 0); }
+static gobn_xla_error* op0_xla1(gobn_xla_frame* frame) { return gobn_xla_call(frame, 0, 1); }
 
 // Gobn>FusedBatchNormGradV2
 static const char* const op1_inputs[] = {"y_backprop: T", "x: T", "scale: float", "reserve_space_1: U", "reserve_space_2: U"};
@@ -25,6 +27,8 @@ static void* op1_create1(TF_OpKernelConstruction* ctx) { return gobn_create(ctx,
 static void* op1_create2(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 1, 2); }
 static void* op1_create3(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 1, 3); }
 static void op1_shape(TF_ShapeInferenceContext* ctx, TF_Status* status) { gobn_shape(ctx, 1, status); }
+static gobn_xla_error* op1_xla0(gobn_xla_frame* frame) { return gobn_xla_call(frame, 1, 0); }
+static gobn_xla_error* op1_xla1(gobn_xla_frame* frame) { return gobn_xla_call(frame, 1, 1); }
 
 // Gobn>FusedBatchNormGradV3
 static const char* const op2_inputs[] = {"y_backprop: T", "x: T", "scale: float", "reserve_space_1: U", "reserve_space_2: U", "reserve_space_3: U"};
@@ -37,6 +41,8 @@ static void* op2_create1(TF_OpKernelConstruction* ctx) { return gobn_create(ctx,
 static void* op2_create2(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 2, 2); }
 static void* op2_create3(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 2, 3); }
 static void op2_shape(TF_ShapeInferenceContext* ctx, TF_Status* status) { gobn_shape(ctx, 2, status); }
+static gobn_xla_error* op2_xla0(gobn_xla_frame* frame) { return gobn_xla_call(frame, 2, 0); }
+static gobn_xla_error* op2_xla1(gobn_xla_frame* frame) { return gobn_xla_call(frame, 2, 1); }
 
 // Gobn>BatchNormWithGlobalNormalizationGrad
 static const char* const op3_inputs[] = {"t: T", "m: T", "v: T", "gamma: T", "backprop: T"};
@@ -49,6 +55,8 @@ static void* op3_create1(TF_OpKernelConstruction* ctx) { return gobn_create(ctx,
 static void* op3_create2(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 3, 2); }
 static void* op3_create3(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 3, 3); }
 static void op3_shape(TF_ShapeInferenceContext* ctx, TF_Status* status) { gobn_shape(ctx, 3, status); }
+static gobn_xla_error* op3_xla0(gobn_xla_frame* frame) { return gobn_xla_call(frame, 3, 0); }
+static gobn_xla_error* op3_xla1(gobn_xla_frame* frame) { return gobn_xla_call(frame, 3, 1); }
 
 // Gobn>BatchNormGradReduce
 static const char* const op4_inputs[] = {"y_backprop: T", "x: T", "mean: U"};
@@ -60,6 +68,8 @@ static const char* const op4_host_memory[] = {"count"};
 static void* op4_create0(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 4, 0); }
 static void* op4_create1(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 4, 1); }
 static void op4_shape(TF_ShapeInferenceContext* ctx, TF_Status* status) { gobn_shape(ctx, 4, status); }
+static gobn_xla_error* op4_xla0(gobn_xla_frame* frame) { return gobn_xla_call(frame, 4, 0); }
+static gobn_xla_error* op4_xla1(gobn_xla_frame* frame) { return gobn_xla_call(frame, 4, 1); }
 
 // Gobn>BatchNormGradApply
 static const char* const op5_inputs[] = {"y_backprop: T", "x: T", "scale: U", "mean: U", "variance: U", "sum_dy: U", "sum_dy_xmu: U", "count: int64"};
@@ -71,14 +81,16 @@ static const char* const op5_host_memory[] = {"count"};
 static void* op5_create0(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 5, 0); }
 static void* op5_create1(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 5, 1); }
 static void op5_shape(TF_ShapeInferenceContext* ctx, TF_Status* status) { gobn_shape(ctx, 5, status); }
+static gobn_xla_error* op5_xla0(gobn_xla_frame* frame) { return gobn_xla_call(frame, 5, 0); }
+static gobn_xla_error* op5_xla1(gobn_xla_frame* frame) { return gobn_xla_call(frame, 5, 1); }
 
 const gobn_op_spec gobn_ops[] = {
-    {"Gobn>FusedBatchNormGrad", "FusedBatchNormGrad", 5, op0_inputs, 5, op0_outputs, 4, op0_attrs, 1, op0_kernels, 1, op0_gpu_kernels, 0, NULL, {op0_create0, op0_create1, op0_create2, op0_create3}, op0_shape},
-    {"Gobn>FusedBatchNormGradV2", "FusedBatchNormGradV2", 5, op1_inputs, 5, op1_outputs, 5, op1_attrs, 3, op1_kernels, 3, op1_gpu_kernels, 0, NULL, {op1_create0, op1_create1, op1_create2, op1_create3}, op1_shape},
-    {"Gobn>FusedBatchNormGradV3", "FusedBatchNormGradV3", 6, op2_inputs, 5, op2_outputs, 5, op2_attrs, 3, op2_kernels, 3, op2_gpu_kernels, 0, NULL, {op2_create0, op2_create1, op2_create2, op2_create3}, op2_shape},
-    {"Gobn>BatchNormWithGlobalNormalizationGrad", "BatchNormWithGlobalNormalizationGrad", 5, op3_inputs, 5, op3_outputs, 3, op3_attrs, 3, op3_kernels, 2, op3_gpu_kernels, 0, NULL, {op3_create0, op3_create1, op3_create2, op3_create3}, op3_shape},
-    {"Gobn>BatchNormGradReduce", NULL, 3, op4_inputs, 3, op4_outputs, 3, op4_attrs, 3, op4_kernels, 3, op4_gpu_kernels, 1, op4_host_memory, {op4_create0, op4_create1, NULL, NULL}, op4_shape},
-    {"Gobn>BatchNormGradApply", NULL, 8, op5_inputs, 1, op5_outputs, 4, op5_attrs, 3, op5_kernels, 3, op5_gpu_kernels, 1, op5_host_memory, {op5_create0, op5_create1, NULL, NULL}, op5_shape},
+    {"Gobn>FusedBatchNormGrad", "FusedBatchNormGrad", 5, op0_inputs, 5, op0_outputs, 4, op0_attrs, 1, op0_kernels, 1, op0_gpu_kernels, 0, NULL, {op0_create0, op0_create1, op0_create2, op0_create3}, op0_shape, {op0_xla0, op0_xla1}},
+    {"Gobn>FusedBatchNormGradV2", "FusedBatchNormGradV2", 5, op1_inputs, 5, op1_outputs, 5, op1_attrs, 3, op1_kernels, 3, op1_gpu_kernels, 0, NULL, {op1_create0, op1_create1, op1_create2, op1_create3}, op1_shape, {op1_xla0, op1_xla1}},
+    {"Gobn>FusedBatchNormGradV3", "FusedBatchNormGradV3", 6, op2_inputs, 5, op2_outputs, 5, op2_attrs, 3, op2_kernels, 3, op2_gpu_kernels, 0, NULL, {op2_create0, op2_create1, op2_create2, op2_create3}, op2_shape, {op2_xla0, op2_xla1}},
+    {"Gobn>BatchNormWithGlobalNormalizationGrad", "BatchNormWithGlobalNormalizationGrad", 5, op3_inputs, 5, op3_outputs, 3, op3_attrs, 3, op3_kernels, 2, op3_gpu_kernels, 0, NULL, {op3_create0, op3_create1, op3_create2, op3_create3}, op3_shape, {op3_xla0, op3_xla1}},
+    {"Gobn>BatchNormGradReduce", NULL, 3, op4_inputs, 3, op4_outputs, 3, op4_attrs, 3, op4_kernels, 3, op4_gpu_kernels, 1, op4_host_memory, {op4_create0, op4_create1, NULL, NULL}, op4_shape, {op4_xla0, op4_xla1}},
+    {"Gobn>BatchNormGradApply", NULL, 8, op5_inputs, 1, op5_outputs, 4, op5_attrs, 3, op5_kernels, 3, op5_gpu_kernels, 1, op5_host_memory, {op5_create0, op5_create1, NULL, NULL}, op5_shape, {op5_xla0, op5_xla1}},
 };
 
 const int gobn_num_ops = 6;

@@ -52,6 +52,22 @@ func statusCode(err error) C.TF_Code {
 	return C.TF_INTERNAL
 }
 
+// xlaError returns err as the error an XLA FFI handler returns: nil for
+// nil, XLA's own error as XLA gave it, else a new one with err's code
+// (TF_Code and XLA's codes are both absl's) and message.
+func xlaError(err error) *C.gobn_xla_error {
+	if err == nil {
+		return nil
+	}
+	var failure xlaFailure
+	if errors.As(err, &failure) {
+		return failure.err
+	}
+	msg := C.CString(err.Error())
+	defer C.free(unsafe.Pointer(msg))
+	return C.gobn_xla_error_new(C.int(statusCode(err)), msg)
+}
+
 // isInternal reports whether err is reported as TensorFlow's Internal: a
 // bug of gobn's, or a broken promise of TensorFlow's.
 func isInternal(err error) bool { return statusCode(err) == C.TF_INTERNAL }

@@ -414,6 +414,39 @@ func (op Op) Attr(name string) (Attr, bool) {
 	return Attr{}, false
 }
 
+// XLAInputs returns the indices of the inputs an XLA custom call of the op
+// takes, in order: all but those the op's GPU kernels keep in host memory
+// (HostMemory), which XLA would hand a handler in device memory on a GPU.
+func (op Op) XLAInputs() []int { return op.xlaArgs(op.Inputs, func(Arg) bool { return true }) }
+
+// XLAOutputs returns the indices of the outputs an XLA custom call of the op
+// returns, in order: all but the placeholders (ShapeRule.Empty) and those in
+// host memory. Each takes the shape of an input the call takes (ShapeRule.Like).
+func (op Op) XLAOutputs() []int {
+	return op.xlaArgs(op.Outputs, func(a Arg) bool { return !a.Shape.Empty })
+}
+
+func (op Op) xlaArgs(args []Arg, keep func(Arg) bool) []int {
+	var out []int
+	for i, a := range args {
+		if keep(a) && !op.InHostMemory(a.Name) {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// InHostMemory reports whether the op's GPU kernels keep the input or
+// output called name in host memory.
+func (op Op) InHostMemory(name string) bool {
+	for _, n := range op.HostMemory {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
+
 // BaseName returns the op's name without the Gobn> namespace, e.g.
 // "FusedBatchNormGradV3" or "BatchNormGradReduce": the stock name for the ops
 // that have a stock twin.

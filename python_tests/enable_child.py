@@ -29,16 +29,17 @@ MEAN, VAR = X.mean((0, 1, 2)), X.var((0, 1, 2))
 SCALE = rng.standard_normal(8).astype(np.float32)
 
 
-def gobn_calls():
-    """Calls of gobn's kernels for batch-norm gradients so far: under stock's names and gobn's own."""
-    return sum(devices.get("CPU", 0) for op, devices in gobn.kernel_calls().items() if "BatchNormGrad" in op)
+def gobn_calls(device="CPU"):
+    """Calls of gobn's kernels for batch-norm gradients so far, on device
+    (XLA_CPU: its XLA handlers): under stock's names and gobn's own."""
+    return sum(devices.get(device, 0) for op, devices in gobn.kernel_calls().items() if "BatchNormGrad" in op)
 
 
 def counted(fn):
-    """(fn's result, the gobn kernel calls it made)."""
-    before = gobn_calls()
+    """(fn's result, the gobn kernel calls it made, the calls of gobn's XLA handlers it made)."""
+    before, before_xla = gobn_calls(), gobn_calls("XLA_CPU")
     out = fn()
-    return out, gobn_calls() - before
+    return out, gobn_calls() - before, gobn_calls("XLA_CPU") - before_xla
 
 
 def as_lists(tensors):
@@ -176,14 +177,14 @@ def main():
         warnings.simplefilter("always")
         report = gobn.enable()
         again = gobn.enable()
-    got, calls = {}, {}
+    got, calls, xla_calls = {}, {}, {}
     for name, fn in CASES.items():
-        got[name], calls[name] = counted(fn)
+        got[name], calls[name], xla_calls[name] = counted(fn)
     print(json.dumps({
         "onednn": bool(_pywrap_util_port.IsMklEnabled()),
         "before": before, "report": report, "same_report": again is report,
         "warnings": [str(w.message) for w in caught],
-        "stock": stock, "got": got, "calls": calls, "step_reference": step_reference(),
+        "stock": stock, "got": got, "calls": calls, "xla_calls": xla_calls, "step_reference": step_reference(),
         "stock_forward": stock_forward, "forward": forward_reserve_spaces(),
         "batch_mean": MEAN.tolist(), "biased_variance": VAR.tolist(),
     }))

@@ -105,12 +105,14 @@ def test_layer_backward_runs_on_gobn():
     assert not types & {"FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3"}
 
 
-def test_layer_keeps_xla_off():
-    """XLA cannot compile gobn's ops: jit_compile="auto" must resolve to False."""
+def test_layer_supports_xla():
+    """gobn's kernels run inside XLA (test_xla.py): the layer keeps Keras'
+    jit_compile ("auto" turns it on where Keras would, on a GPU)."""
     from keras.src.trainers.trainer import model_supports_jit
 
     model = keras.Sequential([keras.Input((4, 4, 2)), gobn.keras.BatchNormalization()])
-    assert not model_supports_jit(model)
+    assert gobn.xla_status()["handlers"]["host"] == len(gobn.OP_NAMES)
+    assert model_supports_jit(model)
 
 
 def test_layer_serializes():

@@ -40,7 +40,12 @@ With --device gpu the steps run on TensorFlow's GPU build (make gpu-tf-check
 runs it so): --data-format, --precision mixed (mixed_float16) and --batch-size
 choose the configuration, --xla adds stock's step compiled by XLA
 (jit_compile=True) as a fifth config, and gobn's kernels must have run every
-batch-norm gradient on the GPU. There stock's own first loss differs from
+batch-norm gradient on the GPU.
+
+--under-xla compiles every config's step with XLA instead: stock against
+gobn both under XLA (gobn's batch-norm gradients are calls of its XLA
+handlers, gobn._xla, counted as XLA_CPU or XLA_GPU); --merge-into records
+those rows under "xla" rather than "models". There stock's own first loss differs from
 process to process (the convolution algorithms autotuning picks, TF32), so
 the first-loss check allows TF32's 1e-3, or four times stock' against stock
 where that is more. --no-top drops the Dense classifier, for a GPU build
@@ -90,6 +95,8 @@ def parse_args(argv=None):
                    help="also time gobn with GOBN_ASYNC=1 (asynchronous kernels), as gobn_async")
     p.add_argument("--xla", action="store_true",
                    help="time stock's step compiled by XLA (jit_compile=True) too, as config stock_xla")
+    p.add_argument("--under-xla", action="store_true",
+                   help="compile every config's step with XLA (jit_compile=True): stock against gobn, both under XLA")
     p.add_argument("--no-float64", dest="float64", action="store_false",
                    help="skip the float64 warm-up (the loss drift's reference)")
     p.add_argument("--no-top", dest="top", action="store_false",
@@ -159,7 +166,7 @@ def worker(route, name, config, options):
         y = tf.constant(rng.normal(0, 1, (o["batch_size"], model.output_shape[-1])), dtype)
         loss_fn = keras.losses.MeanSquaredError()
 
-    @tf.function(jit_compile=config == "stock_xla")
+    @tf.function(jit_compile=config == "stock_xla" or o["under_xla"])
     def step():
         with tf.GradientTape() as tape:
             loss = loss_fn(y, model(x, training=True))
@@ -169,8 +176,9 @@ def worker(route, name, config, options):
 
     device = o["device"].upper()
 
-    def calls():
-        return sum(d.get(device, 0) for op, d in gobn.kernel_calls().items() if "BatchNormGrad" in op)
+    def calls():  # of gobn's kernels, by TensorFlow or inside XLA (its handlers)
+        return sum(d.get(device, 0) + d.get("XLA_" + device, 0) for op, d in gobn.kernel_calls().items()
+                   if "BatchNormGrad" in op)
 
     def async_calls():  # of every gobn op, batch norm's gradients among them
         return gobn._async_calls()["calls"]
@@ -179,7 +187,7 @@ def worker(route, name, config, options):
         print(json.dumps(fields), flush=True)
 
     answer(ready=True, batch_norm_layers=batch_norm_layers, onednn=bool(_pywrap_util_port.IsMklEnabled()),
-           tensorflow=tf.__version__, keras=keras.__version__)
+           tensorflow=tf.__version__, keras=keras.__version__, xla_api_version=gobn.xla_status()["api_version"])
     for line in sys.stdin:
         command, _, arg = line.strip().partition(" ")
         if command == "warmup":
@@ -284,7 +292,7 @@ class Worker:
     def __init__(self, args, route, name, config, onednn):
         options = json.dumps({"image": args.image, "batch_size": args.batch_size, "classes": args.classes,
                               "device": args.device, "data_format": args.data_format, "precision": args.precision,
-                              "top": args.top})
+                              "top": args.top, "under_xla": args.under_xla})
         env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS="1" if onednn else "0")
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         env.pop("GOBN_ASYNC", None)  # read once, when the library loads: only gobn_async's has it
@@ -368,7 +376,8 @@ def measure(args, route, name, onednn):
     row = {
         "route": route, "onednn": info["stock"]["onednn"], "model": MODELS[name],
         "device": args.device, "data_format": args.data_format, "precision": args.precision,
-        "batch_size": args.batch_size, "image": args.image,
+        "batch_size": args.batch_size, "image": args.image, "under_xla": args.under_xla,
+        "xla_api_version": info["gobn"]["xla_api_version"],
         "ratio_stock_xla_over_gobn": median["stock_xla"] / median["gobn"] if args.xla else None,
         "ratio_gobn_over_gobn_async": median["gobn"] / median["gobn_async"] if args.async_kernels else None,
         "tensorflow": info["stock"]["tensorflow"], "keras": info["stock"]["keras"],
@@ -430,7 +439,8 @@ def problems(r):
 
 def report(rows, args):
     steps = args.warmup
-    print(f"training step (forward, backward, SGD) on the {args.device.upper()}, batch {args.batch_size}, "
+    print(f"training step (forward, backward, SGD{', compiled by XLA' if args.under_xla else ''}) on the "
+          f"{args.device.upper()}, batch {args.batch_size}, "
           f"{args.image}x{args.image}x3 {args.data_format}, {args.precision}, {args.classes} classes; median of {args.rounds * args.steps_per_round} steps per config, "
           f"interleaved; warm-up of {steps} steps excluded")
     twin_ms = CONFIGS[1] + " ms"
@@ -519,6 +529,9 @@ def main(argv=None):
     args = parse_args(argv)
     if args.worker:
         return worker(*args.worker)
+    if args.xla and args.under_xla:
+        raise SystemExit("bench_models: --under-xla compiles every config with XLA; --xla adds stock's compiled step "
+                         "to uncompiled ones: choose one")
     models, routes = args.models.split(","), args.routes.split(",")
     for name in models:
         if name not in MODELS:
@@ -551,7 +564,8 @@ def main(argv=None):
         shown = [a for i, a in enumerate(argv) if a != "--merge-into" and not a.startswith("--merge-into=")
                  and not (i > 0 and argv[i - 1] == "--merge-into")]
         command = " ".join(["bench_models.py"] + [portable(a) for a in shown])
-        record.setdefault("models", []).extend(dict(r, command=command, ok=not problems(r)) for r in rows)
+        record.setdefault("xla" if args.under_xla else "models", []).extend(
+            dict(r, command=command, ok=not problems(r)) for r in rows)
         with open(args.merge_into, "w") as f:
             json.dump(record, f, indent=1, default=str)
             f.write("\n")

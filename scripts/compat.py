@@ -6,9 +6,11 @@ For each release of gobn._supported.TENSORFLOW_RELEASES: a new virtual
 environment in build/compat/, tensorflow-cpu of that release, pytest as
 requirements.txt pins it, the newest tf-keras of the same minor version
 (installed without its dependencies, which name the full tensorflow wheel),
-and gobn's wheel from dist/; then python_tests/test_smoke.py runs there,
-alone (--noconftest: the wheel's gobn, TensorFlow's default configuration).
-The results, with the versions pip installed, go to bench/compat.json.
+and gobn's wheel from dist/; then python_tests/test_smoke.py and
+python_tests/test_xla.py (gobn inside XLA-compiled functions, from 2.17 on;
+before, that gobn says it cannot) run there, alone (--noconftest: the
+wheel's gobn, TensorFlow's default configuration). The results, with the
+versions pip installed, go to bench/compat.json.
 
 It also reads, for each release, the framework library of TensorFlow's GPU
 wheel (`tensorflow`, which has the CUDA kernels) and checks that it exports
@@ -36,7 +38,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "python", "gobn"))
 import _supported  # noqa: E402  (imports nothing; gobn itself needs TensorFlow)
 
-SMOKE = os.path.join(REPO, "python_tests", "test_smoke.py")
+TESTS = [os.path.join(REPO, "python_tests", name) for name in ("test_smoke.py", "test_xla.py")]
 WORK = os.path.join(REPO, "build", "compat")
 
 
@@ -110,7 +112,7 @@ def check(release, wheel):
     row["installed"] = installed(python, ("tensorflow", "keras", "tf_keras", "numpy"))
     junit = env_dir + ".xml"
     code = run([python, "-m", "pytest", "-q", "--noconftest", "-p", "no:cacheprovider", "--import-mode=importlib",
-                f"--junitxml={junit}", SMOKE], log, cwd=WORK, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
+                f"--junitxml={junit}", *TESTS], log, cwd=WORK, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"))
     tests = {}
     for case in ET.parse(junit).getroot().iter("testcase"):
         outcome = "passed"

@@ -8,15 +8,21 @@ placement off, so an op without a kernel there fails instead of moving):
   registry  TensorFlow's kernel registry lists a kernel of every gobn op on
             the device for each dtype opdef binds there, and BatchNormGradReduce's
             and BatchNormGradApply's count in host memory
-  parity    every Gobn> op x dtype x data format x mode x shape, eager and
-            inside tf.function, with its tensors on the device: within the
-            float64 reference's tolerance (docs/design.md); the fused ops
-            beside stock's kernel on the device where stock has one; training's reserve
-            spaces come from stock's forward on the device (on a GPU, the
-            inverse standard deviation); gobn's kernel ran on the device
-            (gobn.kernel_calls())
+  parity    every Gobn> op x dtype x data format x mode x shape, eager,
+            inside tf.function and inside an XLA-compiled one (run=xla:
+            jit_compile, gobn's XLA handler for the device's platform), with
+            its tensors on the device: within the float64 reference's
+            tolerance (docs/design.md); the fused ops beside stock's kernel on
+            the device where stock has one (under XLA, stock's op compiled by
+            XLA); training's reserve spaces come from stock's forward on the
+            device (on a GPU, the inverse standard deviation); gobn's kernel
+            ran on the device (gobn.kernel_calls(): XLA_GPU for run=xla)
   errors    bad input gets InvalidArgument, the process goes on, and the next
             call is right and runs on the device
+  xla       gobn registered an XLA handler of every op for the device's
+            platform (gobn.xla_status()), and bad input inside an
+            XLA-compiled function is an XLA error with gobn's message, the
+            process goes on, and the next compiled call is right
   threads   several threads calling gobn at once, beside other work on the
             device: each result equals the one computed alone, bit for bit,
             and every call ran on the device
@@ -45,6 +51,9 @@ bench_models.py --device gpu's (make gpu-tf-check runs both).
 --async runs every check with GOBN_ASYNC=1 (gobn's kernels registered as
 asynchronous TensorFlow kernels); with --timing the sync rows then time the
 asynchronous kernel.
+
+--no-xla leaves out the XLA runs and section (they need TensorFlow 2.17 or
+later: gobn._xla).
 
 --device CPU:0 runs the same checks on the CPU, where reserve_space_2 is the
 variance; python_tests/test_gpu_tf_check.py runs it so with --quick.
@@ -79,6 +88,8 @@ def parse_args(argv=None):
                    help="time gobn's calls against stock's inside TensorFlow (the synchronization rule's cost)")
     p.add_argument("--async", dest="use_async", action="store_true",
                    help="gobn's kernels as asynchronous TensorFlow kernels (GOBN_ASYNC=1)")
+    p.add_argument("--no-xla", dest="xla", action="store_false",
+                   help="no runs inside XLA-compiled functions (jit_compile)")
     p.add_argument("--json", help="write the results here")
     return p.parse_args(argv)
 
@@ -134,8 +145,15 @@ def device_type(device):
     return device.split(":")[0].upper()
 
 
-def calls_on(kernel_calls, name, dev):
-    return kernel_calls().get(name, {}).get(dev, 0)
+def calls_on(kernel_calls, name, dev, mode=None):
+    """The calls of gobn's kernel name on dev so far; of its XLA handler for
+    dev's platform in mode xla."""
+    return kernel_calls().get(name, {}).get("XLA_" + dev if mode == "xla" else dev, 0)
+
+
+def modes(args):
+    """How each parity case runs: eagerly, in a tf.function, and compiled by XLA."""
+    return ("eager", "function") + (("xla",) if args.xla else ())
 
 
 def check_registry(checks, tf, ops, dev):
@@ -197,7 +215,7 @@ def run(fn, inputs, mode, tf):
     if mode == "eager":
         return [t.numpy() for t in fn(**inputs)]
     spec = {k: tf.TensorSpec(v.shape, v.dtype) for k, v in inputs.items()}
-    f = tf.function(lambda kw: fn(**kw), input_signature=[spec])
+    f = tf.function(lambda kw: fn(**kw), input_signature=[spec], jit_compile=mode == "xla")
     return [t.numpy() for t in f(inputs)]
 
 
@@ -238,10 +256,10 @@ def check_fused(checks, tf, np, lib, kernel_calls, ops, device, args):
                 row = dict(op=op.name, dtype=dtype_name, data_format=data_format,
                            mode="training" if is_training else "inference", shape=logical(data_format, shape))
                 checks.guard("parity", fused_case, checks, tf, np, lib, kernel_calls, op, dtype, is_training,
-                             shape, device, row, **row)
+                             shape, device, args, row, **row)
 
 
-def fused_case(checks, tf, np, lib, kernel_calls, op, dtype, is_training, shape, device, row):
+def fused_case(checks, tf, np, lib, kernel_calls, op, dtype, is_training, shape, device, args, row):
     from gobn._testing import fused_grad_reference, tolerance_bound
 
     dev, data_format = device_type(device), row["data_format"]
@@ -252,10 +270,10 @@ def fused_case(checks, tf, np, lib, kernel_calls, op, dtype, is_training, shape,
         want = fused_grad_reference(inputs["y_backprop"], inputs["x"], inputs["scale"], mean, variance, EPSILON,
                                     is_training, data_format)
         stock, gobn = getattr(tf.raw_ops, op.stock), getattr(lib, op.wrapper)
-        for mode in ("eager", "function"):
-            before = calls_on(kernel_calls, op.name, dev)
+        for mode in modes(args):
+            before = calls_on(kernel_calls, op.name, dev, mode)
             got = run(lambda **kw: gobn(**kw, **attrs)[:3], inputs, mode, tf)
-            ran = calls_on(kernel_calls, op.name, dev) - before
+            ran = calls_on(kernel_calls, op.name, dev, mode) - before
             stock_error = None
             try:
                 ref = run(lambda **kw: stock(**kw, **attrs)[:3], inputs, mode, tf)
@@ -279,10 +297,10 @@ def check_global_norm(checks, tf, np, lib, kernel_calls, op, device, args):
             row = dict(op=op.name, dtype=dtype_name, data_format="NHWC",
                        mode=f"scale_after_normalization={scale_after}", shape=logical("NHWC", shape))
             checks.guard("parity", global_norm_case, checks, tf, np, lib, kernel_calls, op, dtype, shape,
-                         scale_after, device, row, **row)
+                         scale_after, device, args, row, **row)
 
 
-def global_norm_case(checks, tf, np, lib, kernel_calls, op, dtype, shape, scale_after, device, row):
+def global_norm_case(checks, tf, np, lib, kernel_calls, op, dtype, shape, scale_after, device, args, row):
     from gobn._testing import global_norm_grad_reference, tolerance_bound
 
     dev = device_type(device)
@@ -297,10 +315,10 @@ def global_norm_case(checks, tf, np, lib, kernel_calls, op, dtype, shape, scale_
         attrs = dict(variance_epsilon=EPSILON, scale_after_normalization=scale_after)
         want = global_norm_grad_reference(**inputs, **attrs)
         gobn = getattr(lib, op.wrapper)
-        for mode in ("eager", "function"):
-            before = calls_on(kernel_calls, op.name, dev)
+        for mode in modes(args):
+            before = calls_on(kernel_calls, op.name, dev, mode)
             got = run(lambda **kw: gobn(**kw, **attrs), inputs, mode, tf)
-            ran = calls_on(kernel_calls, op.name, dev) - before
+            ran = calls_on(kernel_calls, op.name, dev, mode) - before
             norm = max(max_error(g, w, tolerance_bound(w, dtype)) for g, w in zip(got, want))
             checks.add("parity", norm <= 1 and ran >= 1, **row, run=mode, calls=ran, gobn_norm=round(norm, 4),
                        stock_norm=None)
@@ -324,11 +342,11 @@ def check_sync(checks, tf, np, lib, kernel_calls, reduce_op, apply_op, device, a
             want_dx, want_scale, sum_dy = fused_grad_reference(dy, x, scale, mean, var, EPSILON, True, data_format)
             sum_dy_xmu = want_scale * np.sqrt(np.float64(var.numpy()) + np.float64(np.float32(EPSILON)))
             count = int(np.prod(dims)) // C if C else 0
-            for mode in ("eager", "function"):
-                before = calls_on(kernel_calls, reduce_op.name, dev)
+            for mode in modes(args):
+                before = calls_on(kernel_calls, reduce_op.name, dev, mode)
                 got = run(lambda **kw: getattr(lib, reduce_op.wrapper)(**kw, data_format=data_format),
                           dict(y_backprop=dy, x=x, mean=mean), mode, tf)
-                ran = calls_on(kernel_calls, reduce_op.name, dev) - before
+                ran = calls_on(kernel_calls, reduce_op.name, dev, mode) - before
                 norm = max(max_error(got[0], sum_dy, tolerance_bound(sum_dy, tf.float32)),
                            max_error(got[1], sum_dy_xmu, tolerance_bound(sum_dy_xmu, tf.float32)))
                 ok = norm <= 1 and int(got[2]) == count and ran >= 1
@@ -341,10 +359,10 @@ def check_sync(checks, tf, np, lib, kernel_calls, reduce_op, apply_op, device, a
                                 sum_dy=tf.constant(sum_dy, tf.float32),
                                 sum_dy_xmu=tf.constant(sum_dy_xmu, tf.float32),
                                 count=tf.constant(count, tf.int64))
-                before = calls_on(kernel_calls, apply_op.name, dev)
+                before = calls_on(kernel_calls, apply_op.name, dev, mode)
                 got = run(lambda **kw: [getattr(lib, apply_op.wrapper)(
                     **kw, epsilon=EPSILON, data_format=data_format)], apply_in, mode, tf)
-                ran = calls_on(kernel_calls, apply_op.name, dev) - before
+                ran = calls_on(kernel_calls, apply_op.name, dev, mode) - before
                 norm = max_error(got[0], want_dx, tolerance_bound(want_dx, dtype))
                 checks.add("parity", norm <= 1 and ran >= 1, op=apply_op.name, dtype=dtype_name,
                            data_format=data_format, mode="apply", run=mode, shape=dims, calls=ran,
@@ -384,6 +402,37 @@ def check_errors(checks, tf, np, lib, kernel_calls, op, device):
             equal = bool(np.array_equal(again, first))
             checks.add("errors", raised == "InvalidArgument" and equal and ran == 1, case=name, raised=raised,
                        next_call_equal=equal, next_call_on_device=ran)
+
+
+def check_xla(checks, tf, np, lib, gobn_package, op, device):
+    """gobn's XLA handlers for the device's platform, and bad input inside an
+    XLA-compiled function: an XLA error with gobn's message (Internal, with
+    "CustomCall failed: ", in TensorFlow 2.17's XLA; InvalidArgument since),
+    the process goes on, and the next compiled call equals the one before."""
+    dev, gobn = device_type(device), getattr(lib, op.wrapper)
+    status = gobn_package.xla_status()
+    platform = "cuda" if dev == "GPU" else "host"
+    checks.add("xla", status["handlers"][platform] == len(gobn_package.OP_NAMES), case="handlers",
+               api_version=status["api_version"], library=status["library"], handlers=status["handlers"],
+               reason=status["reason"])
+    with tf.device(device):
+        good = fused_call_inputs(tf, np.random.default_rng(13), [2, 3, 3, 4])
+        spec = {k: tf.TensorSpec([None] * v.shape.rank, v.dtype) for k, v in good.items()}  # shapes refined by XLA
+        compiled = tf.function(lambda kw: gobn(**kw, epsilon=EPSILON)[0], input_signature=[spec], jit_compile=True)
+        first = compiled(good).numpy()
+        message = "scale must have the same number of elements as the channels of x, got 3 and 4"
+        try:
+            compiled(dict(good, scale=tf.ones([3]))).numpy()
+            raised = "nothing"
+        except tf.errors.OpError as e:
+            raised = type(e).__name__ + (" with gobn's message" if message in e.message else ": " + e.message[:200])
+        before = calls_on(gobn_package.kernel_calls, op.name, dev, "xla")
+        again = compiled(good).numpy()
+        ran = calls_on(gobn_package.kernel_calls, op.name, dev, "xla") - before
+    equal = bool(np.array_equal(again, first))
+    want = ("InternalError" if status["api_version"] == "0.0" else "InvalidArgumentError") + " with gobn's message"
+    checks.add("xla", raised == want and equal and ran == 1, case="scale of 3 channels, compiled", raised=raised,
+               next_call_equal=equal, next_call_on_device=ran)
 
 
 def check_threads(checks, tf, np, lib, kernel_calls, op, device, threads=4, calls=8):
@@ -463,9 +512,11 @@ def check_stream(checks, gobn_package, device):
 def check_async(checks, gobn_package, use_async):
     """With --async every gobn call of the run went through the asynchronous
     kernel and finished (its done callback ran: none kept), some of them
-    after their compute callback had returned; without it, none did."""
+    after their compute callback had returned; without it, none did. (XLA's
+    calls of gobn's handlers are no TensorFlow kernel's.)"""
     seen = gobn_package._async_calls()
-    ran = sum(n for devs in gobn_package.kernel_calls().values() for n in devs.values())
+    ran = sum(n for devs in gobn_package.kernel_calls().values() for dev, n in devs.items()
+              if not dev.startswith("XLA_"))
     want = ran if use_async else 0
     late = seen["done_after_return"] > 0 if use_async else seen["done_after_return"] == 0
     checks.add("async", ran > 0 and seen["calls"] == want and late and seen["callbacks_kept"] == 0,
@@ -563,6 +614,8 @@ def main(argv=None):
     checks.guard("parity", check_sync, checks, tf, np, lib, calls, BY_KIND["GradReduce"][0],
                  BY_KIND["GradApply"][0], device, args, op=BY_KIND["GradReduce"][0].name)
     checks.guard("errors", check_errors, checks, tf, np, lib, calls, newest, device)
+    if args.xla:
+        checks.guard("xla", check_xla, checks, tf, np, lib, gobn_package, newest, device)
     checks.guard("threads", check_threads, checks, tf, np, lib, calls, newest, device)
     checks.guard("tf_stream", check_stream, checks, gobn_package, device)
     if args.timing:

@@ -1,6 +1,6 @@
 // Command gencapi writes capi/registry_gen.c: the C tables, generated from
-// opdef, that the library's load-time constructor registers with TensorFlow,
-// and the per-op C trampolines into Go.
+// opdef, that the library's load-time constructor registers with TensorFlow
+// and XLA, and the per-op C trampolines into Go.
 //
 // Usage (from capi/, through go generate):
 //
@@ -61,7 +61,16 @@ func Generate(ops []opdef.Op) []byte {
 			}
 			p("static void* op%d_create%d(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, %d, %d); }\n", i, flags, i, flags)
 		}
-		p("static void op%d_shape(TF_ShapeInferenceContext* ctx, TF_Status* status) { gobn_shape(ctx, %d, status); }\n\n", i, i)
+		p("static void op%d_shape(TF_ShapeInferenceContext* ctx, TF_Status* status) { gobn_shape(ctx, %d, status); }\n", i, i)
+		// One XLA FFI handler per platform: host, and CUDA for an op with
+		// GPU kernels (flags GOBN_ON_GPU).
+		for flags := range 2 {
+			if flags == 1 && len(op.GPUKernels) == 0 {
+				continue
+			}
+			p("static gobn_xla_error* op%d_xla%d(gobn_xla_frame* frame) { return gobn_xla_call(frame, %d, %d); }\n", i, flags, i, flags)
+		}
+		p("\n")
 	}
 	p("const gobn_op_spec gobn_ops[] = {\n")
 	for i, op := range ops {
@@ -82,9 +91,13 @@ func Generate(ops []opdef.Op) []byte {
 				creates[flags] = fmt.Sprintf("op%d_create%d", i, flags)
 			}
 		}
-		p("    {%s, %s, %d, op%d_inputs, %d, op%d_outputs, %d, op%d_attrs, %d, op%d_kernels, %d, %s, %d, %s, {%s}, op%d_shape},\n",
+		xlaGPU := "NULL"
+		if len(op.GPUKernels) > 0 {
+			xlaGPU = fmt.Sprintf("op%d_xla1", i)
+		}
+		p("    {%s, %s, %d, op%d_inputs, %d, op%d_outputs, %d, op%d_attrs, %d, op%d_kernels, %d, %s, %d, %s, {%s}, op%d_shape, {op%d_xla0, %s}},\n",
 			strconv.Quote(op.Name), stock, len(op.Inputs), i, len(op.Outputs), i, len(op.Attrs), i, len(op.Kernels), i,
-			len(op.GPUKernels), gpu, len(op.HostMemory), host, strings.Join(creates, ", "), i)
+			len(op.GPUKernels), gpu, len(op.HostMemory), host, strings.Join(creates, ", "), i, i, xlaGPU)
 	}
 	p("};\n\nconst int gobn_num_ops = %d;\n", len(ops))
 	return b.Bytes()

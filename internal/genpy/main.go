@@ -72,13 +72,18 @@ func Generate(ops []opdef.Op) []byte {
 	p(`"""The ops libgobn.so registers, as opdef (Go) describes them.
 
 OPS lists them in registration order: name, Python wrapper, stock twin (or
-None), kernel family, arguments, attrs, data formats, and the dtypes of T
-its CPU and GPU kernels take (as TensorFlow's specs name them).
+None), kernel family, arguments, attrs, data formats, the dtypes of T its
+CPU and GPU kernels take (as TensorFlow's specs name them), the type of each
+output ("T", or a fixed type), the args a GPU kernel keeps in host memory,
+and the op's XLA custom call (gobn._xla): its operands (name, type, ranks
+allowed, () for any), its results (name, the operand whose shape it takes)
+and its attrs (name, kind).
 """
 
 import collections
 
-Op = collections.namedtuple("Op", "name wrapper stock kind inputs outputs attrs data_formats dtypes gpu_dtypes")
+Op = collections.namedtuple("Op", "name wrapper stock kind inputs outputs attrs data_formats dtypes gpu_dtypes "
+                                  "output_types host_memory xla_inputs xla_outputs xla_attrs")
 
 OPS = (
 `)
@@ -96,7 +101,32 @@ OPS = (
 		p("       outputs=%s,\n", tuple(names(op.Outputs, func(a opdef.Arg) string { return a.Name })))
 		p("       attrs=%s,\n", tuple(names(op.Attrs, func(a opdef.Attr) string { return a.Name })))
 		p("       data_formats=%s,\n", tuple(formats))
-		p("       dtypes=%s, gpu_dtypes=%s),\n", tuple(typesOf(op.Kernels)), tuple(typesOf(op.GPUKernels)))
+		p("       dtypes=%s, gpu_dtypes=%s,\n", tuple(typesOf(op.Kernels)), tuple(typesOf(op.GPUKernels)))
+		p("       output_types=%s, host_memory=%s,\n",
+			tuple(names(op.Outputs, func(a opdef.Arg) string { return argType(op, a) })), tuple(op.HostMemory))
+		xlaIn := make([]string, 0, len(op.Inputs))
+		for _, i := range op.XLAInputs() {
+			a := op.Inputs[i]
+			ranks := make([]string, len(a.Ranks))
+			for j, r := range a.Ranks {
+				ranks[j] = strconv.Itoa(r)
+			}
+			xlaIn = append(xlaIn, fmt.Sprintf("(%q, %q, (%s))", a.Name, argType(op, a), strings.Join(ranks, ", ")+trailingComma(len(ranks))))
+		}
+		p("       xla_inputs=(%s),\n", strings.Join(xlaIn, ", ")+trailingComma(len(xlaIn)))
+		xlaOut := make([]string, 0, len(op.Outputs))
+		for _, i := range op.XLAOutputs() {
+			a := op.Outputs[i]
+			xlaOut = append(xlaOut, fmt.Sprintf("(%q, %q)", a.Name, op.Inputs[a.Shape.Like].Name))
+		}
+		p("       xla_outputs=(%s),\n", strings.Join(xlaOut, ", ")+trailingComma(len(xlaOut)))
+		var xlaAttrs []string
+		for _, a := range op.Attrs {
+			if kind, ok := attrKinds[a.Kind]; ok {
+				xlaAttrs = append(xlaAttrs, fmt.Sprintf("(%q, %q)", a.Name, kind))
+			}
+		}
+		p("       xla_attrs=(%s)),\n", strings.Join(xlaAttrs, ", ")+trailingComma(len(xlaAttrs)))
 	}
 	p(")\n\n")
 	p("# Registered names, in order.\nOP_NAMES = tuple(op.name for op in OPS)\n\n")
@@ -127,6 +157,32 @@ func WrapperName(op string) string {
 		b.WriteRune(unicode.ToLower(c))
 	}
 	return b.String()
+}
+
+// attrKinds names the kinds of the attrs an XLA custom call carries (all
+// but the type attrs, which its buffers' types give).
+var attrKinds = map[opdef.AttrKind]string{opdef.FloatAttr: "float", opdef.BoolAttr: "bool", opdef.StringAttr: "string"}
+
+// argType returns a's type as the Python package resolves it: "T", or the
+// fixed type an attr other than T is bound to (U: float), or a's own.
+func argType(op opdef.Op, a opdef.Arg) string {
+	if a.Type == "T" {
+		return a.Type
+	}
+	if len(op.Kernels) > 0 {
+		if d, ok := op.Kernels[0][a.Type]; ok {
+			return d.String()
+		}
+	}
+	return a.Type
+}
+
+// trailingComma returns the comma a Python tuple of n == 1 items needs.
+func trailingComma(n int) string {
+	if n == 1 {
+		return ","
+	}
+	return ""
 }
 
 // typesOf lists the dtypes bindings bind T to, in order.

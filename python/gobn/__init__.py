@@ -16,6 +16,11 @@
 - ``gobn.enable()``: gobn's kernels for stock TensorFlow's own gradient ops,
   so that unmodified models run them; ``gobn.kernel_calls()`` counts what ran.
 
+All of them work inside XLA-compiled functions (``jit_compile``, Keras'
+default on a GPU) from TensorFlow 2.17 on, where gobn's ops become calls of
+its XLA handlers (see ``gobn._xla``); ``gobn.xla_status()`` says what the
+library registered with XLA.
+
 One copy of libgobn.so serves the process: gobn uses the copy the process
 has loaded already, if any, else loads it from ``$GOBN_LIBRARY`` (when set,
 only there), from beside this package (where the wheel installs it), or from
@@ -41,9 +46,10 @@ from gobn import _gradients  # noqa: E402,F401  (registers the Gobn> gradients)
 from gobn import _library  # noqa: E402
 from gobn import _opdefs_gen as _opdefs  # noqa: E402
 from gobn import _saving  # noqa: E402
+from gobn import _xla  # noqa: E402
 
 __all__ = ["FusedBatchNormOutput", "SyncBatchNormOutput", "enable", "fused_batch_norm", "kernel_calls", "keras",
-           "library_path", "load_library", "ops", "sync_batch_norm"]
+           "library_path", "load_library", "ops", "sync_batch_norm", "xla_status"]
 
 OP_NAMES = _opdefs.OP_NAMES
 ENV_VAR = _library.ENV_VAR
@@ -71,9 +77,10 @@ def load_library(path=None):
     module is made from that copy's ops and nothing is loaded again. path
     (else ``$GOBN_LIBRARY``) names the file to load; a copy loaded from
     another file is refused with an ImportError naming both, since two
-    copies of gobn cannot share a process.
+    copies of gobn cannot share a process. Its op wrappers build calls of
+    gobn's XLA handlers where XLA will compile them (gobn._xla).
     """
-    return _library.load(path)
+    return _xla.ops_module(_library.load(path))
 
 
 def __getattr__(name):
@@ -88,44 +95,49 @@ def __getattr__(name):
 STOCK_OPS = tuple(_opdefs.BY_STOCK_NAME)
 
 
-def _take_string(ptr):
-    """The C string at ptr as str; frees it (libc free)."""
-    import ctypes
-
-    if not ptr:
-        return None
-    try:
-        return ctypes.string_at(ptr).decode()
-    finally:
-        ctypes.CDLL(None).free(ctypes.c_void_p(ptr))
-
-
 def kernel_calls():
     """Compute calls of gobn's kernels since the library was loaded.
 
     Returns:
       {registered op name: {"CPU": n, "GPU": n}} for every kernel that ran:
       "Gobn>FusedBatchNormGradV3" for gobn's own ops, "FusedBatchNormGradV3"
-      for the kernels gobn.enable() registered under stock's names. It is how
-      to tell that gobn's kernels, not stock's, computed a gradient.
+      for the kernels gobn.enable() registered under stock's names; "XLA_CPU"
+      and "XLA_GPU" count the op's calls inside XLA-compiled functions (every
+      route's, enable()'s included, runs gobn's own op there). It is how to
+      tell that gobn's kernels, not stock's or XLA's, computed a gradient.
     """
-    return _library_json("gobnKernelCalls", "its kernel calls")
+    return _library.json_export("gobnKernelCalls", "its kernel calls")
+
+
+def xla_status():
+    """What gobn can do inside XLA-compiled functions in this process.
+
+    Returns:
+      {"api_version": XLA FFI's version ("0.2"), or None where TensorFlow
+      has no XLA FFI (before 2.17); "library": the TensorFlow library that
+      has it; "handlers": {"host": n, "cuda": n}, gobn's handlers registered
+      for XLA's CPU and CUDA platforms (one per op); "reason": why some or
+      all are missing, or ""; "fallbacks": how many gobn ops were built for
+      XLA as Gobn> ops instead (XLA cannot compile those; said once, with
+      a RuntimeWarning)}.
+    """
+    return _xla.status()
 
 
 def _async_calls():
     """The calls of asynchronous kernels (GOBN_ASYNC=1) since the library was
     loaded: {"calls", "done_after_return", "callbacks_kept"} (capi's
     gobnAsyncCalls), for the tests and bench_models."""
-    return _library_json("gobnAsyncCalls", "its asynchronous calls")
+    return _library.json_export("gobnAsyncCalls", "its asynchronous calls")
 
 
 def _stream_stats():
     """How gobn's GPU calls have run since the library was loaded: on
-    TensorFlow's stream ("on_stream") or by the synchronizing rule
-    ("fallbacks", with "first_fallback" saying why), and the device-level
-    counts ("synchronized_calls", "enqueued_calls") (capi's
+    TensorFlow's (or XLA's) stream ("on_stream") or by the synchronizing
+    rule ("fallbacks", with "first_fallback" saying why), and the
+    device-level counts ("synchronized_calls", "enqueued_calls") (capi's
     gobnStreamStats), for the GPU check and the benchmarks."""
-    return _library_json("gobnStreamStats", "how its GPU calls ran")
+    return _library.json_export("gobnStreamStats", "how its GPU calls ran")
 
 
 def _set_tf_stream(on):
@@ -137,19 +149,6 @@ def _set_tf_stream(on):
     fn = _library.loaded().gobnSetTFStream
     fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_int]
     return bool(fn(1 if on else 0))
-
-
-def _library_json(export, what):
-    """The JSON an export of the library returns (a C string it allocates)."""
-    import ctypes
-    import json
-
-    fn = getattr(_library.loaded(), export)
-    fn.restype = ctypes.c_void_p
-    out = _take_string(fn())
-    if out is None:
-        raise RuntimeError(f"gobn: the library could not report {what}")
-    return json.loads(out)
 
 
 _enabled = None
@@ -177,7 +176,11 @@ def enable():
       tapes run and functions traced after enable() run on gobn, while
       convolutions and the forward pass stay on oneDNN. A stock gradient op
       called directly (``tf.raw_ops.FusedBatchNormGradV3``) stays oneDNN's
-      there, and under ``jit_compile`` XLA compiles stock's gradient.
+      there.
+    - Under XLA (``jit_compile``), those gradients are ``Gobn>`` ops too,
+      which XLA runs as calls of gobn's handlers (gobn._xla), with oneDNN on
+      or off; a stock gradient op called directly is XLA's own. Before
+      TensorFlow 2.17, XLA compiles stock's gradient, as it did before.
     - It is opt-in (loading the library changes nothing) and idempotent.
       TensorFlow cannot unregister a kernel, so it lasts for the process.
     - It clears the eager kernel cache, so eager ops already run pick gobn's
@@ -218,15 +221,14 @@ def enable():
     lib.gobnEnable.restype = ctypes.c_int
     n = lib.gobnEnable(ctypes.byref(msg))
     if n < 0:
-        raise RuntimeError(_take_string(msg.value) or "gobn.enable: registration failed")
+        raise RuntimeError(_library._take_string(msg.value) or "gobn.enable: registration failed")
     from tensorflow.python.eager import context
     from tensorflow.python.util import _pywrap_util_port
 
     context.context().clear_kernel_cache()
-    if _pywrap_util_port.IsMklEnabled():
-        from gobn import _stock_gradients
+    from gobn import _stock_gradients
 
-        _stock_gradients.install()
+    _stock_gradients.install(onednn=_pywrap_util_port.IsMklEnabled())
     report = {}
     for op in STOCK_OPS:
         for k in kernel_registry.get_registered_kernels_for_op(op).kernel:
@@ -288,10 +290,9 @@ def fused_batch_norm(x, scale, offset, mean=None, variance=None, epsilon=0.001, 
 
 
 def _fused_batch_norm(x, scale, offset, mean, variance, epsilon, data_format, is_training, factor):
-    grad_op = load_library().gobn_fused_batch_norm_grad_v3
-
     @tf.custom_gradient
     def forward(x, scale, offset, mean, variance):
+        xla = _xla.in_xla_context()  # then the gradient is compiled too (gobn._xla)
         out = tf.raw_ops.FusedBatchNormV3(
             x=x, scale=scale, offset=offset, mean=mean, variance=variance, epsilon=epsilon,
             exponential_avg_factor=factor, data_format=data_format, is_training=is_training)
@@ -304,10 +305,10 @@ def _fused_batch_norm(x, scale, offset, mean, variance, epsilon, data_format, is
                 dx, dscale, doffset = _saving.stock_fused_grad(
                     dy, x, scale, saved_mean, saved_variance, out.reserve_space_3, epsilon, data_format, is_training)
                 return dx, dscale, doffset, None, None
-            dx, dscale, doffset, _, _ = grad_op(
-                y_backprop=dy, x=x, scale=scale, reserve_space_1=saved_mean, reserve_space_2=saved_variance,
-                reserve_space_3=out.reserve_space_3, epsilon=epsilon, data_format=data_format,
-                is_training=is_training)
+            dx, dscale, doffset, _, _ = _xla.call(
+                "Gobn>FusedBatchNormGradV3", xla, y_backprop=dy, x=x, scale=scale, reserve_space_1=saved_mean,
+                reserve_space_2=saved_variance, reserve_space_3=out.reserve_space_3, epsilon=epsilon,
+                data_format=data_format, is_training=is_training)
             return dx, dscale, doffset, None, None
 
         return (out.y, out.batch_mean, out.batch_variance), grad
@@ -360,7 +361,6 @@ def sync_batch_norm(x, scale, offset, epsilon=0.001, data_format="NHWC", replica
     if ctx is None:
         raise ValueError("gobn.sync_batch_norm must run in a replica context (e.g. inside strategy.run)")
     data_format = _format(data_format)
-    ops = load_library()
     with tf.name_scope(name or "GobnSyncBatchNorm"):
         x = tf.convert_to_tensor(x, name="input")
         scale = tf.convert_to_tensor(scale, tf.float32, name="scale")
@@ -374,6 +374,7 @@ def sync_batch_norm(x, scale, offset, epsilon=0.001, data_format="NHWC", replica
 
         @tf.custom_gradient
         def forward(x, scale, offset):
+            xla = _xla.in_xla_context()  # then the gradient is compiled too (gobn._xla)
             x32 = tf.cast(x, tf.float32)
             # One all-reduce for Σx and the element count, packed in float64
             # (exact for counts up to 2^53).
@@ -392,12 +393,12 @@ def sync_batch_norm(x, scale, offset, epsilon=0.001, data_format="NHWC", replica
             def grad(dy, _mean_grad, _variance_grad):
                 # The global count is the forward's: one all-reduce (of the
                 # two sums) is all the backward pass needs.
-                sum_dy, sum_dy_xmu, _ = ops.gobn_batch_norm_grad_reduce(
-                    y_backprop=dy, x=x, mean=mean, data_format=data_format)
+                sum_dy, sum_dy_xmu, _ = _xla.call("Gobn>BatchNormGradReduce", xla, y_backprop=dy, x=x, mean=mean,
+                                                  data_format=data_format)
                 global_dy, global_dy_xmu = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [sum_dy, sum_dy_xmu])
-                dx = ops.gobn_batch_norm_grad_apply(
-                    y_backprop=dy, x=x, scale=scale, mean=mean, variance=variance, sum_dy=global_dy,
-                    sum_dy_xmu=global_dy_xmu, count=count, epsilon=epsilon, data_format=data_format)
+                dx = _xla.call("Gobn>BatchNormGradApply", xla, y_backprop=dy, x=x, scale=scale, mean=mean,
+                               variance=variance, sum_dy=global_dy, sum_dy_xmu=global_dy_xmu, count=count,
+                               epsilon=epsilon, data_format=data_format)
                 return dx, sum_dy_xmu * tf.math.rsqrt(variance + epsilon), sum_dy
 
             return (y, mean, variance), grad

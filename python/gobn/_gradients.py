@@ -190,7 +190,7 @@ def _grad_apply_grad(op, *grads):
 
 
 # The gradient of each kernel family's ops (gobn._opdefs_gen).
-_GRADIENTS = {
+GRADIENTS = {
     "FusedBatchNormGrad": _fused_grad_grad,
     "GlobalNormalizationGrad": _global_normalization_grad_grad,
     "GradReduce": _grad_reduce_grad,
@@ -199,7 +199,7 @@ _GRADIENTS = {
 
 for _op in OPS:
     try:
-        tf.RegisterGradient(_op.name)(_GRADIENTS[_op.kind])
+        tf.RegisterGradient(_op.name)(GRADIENTS[_op.kind])
     except KeyError:  # registered already (the module was loaded twice)
         pass
 

@@ -180,3 +180,25 @@ def loaded():
     if lib is None:
         raise RuntimeError(f"gobn: the Gobn> ops are registered, but the loader finds no {SONAME} by its soname")
     return lib
+
+
+def _take_string(ptr):
+    """The C string at ptr as str; frees it (libc free)."""
+    if not ptr:
+        return None
+    try:
+        return ctypes.string_at(ptr).decode()
+    finally:
+        ctypes.CDLL(None).free(ctypes.c_void_p(ptr))
+
+
+def json_export(export, what):
+    """The JSON an export of the library returns (a C string it allocates)."""
+    import json
+
+    fn = getattr(loaded(), export)
+    fn.restype = ctypes.c_void_p
+    out = _take_string(fn())
+    if out is None:
+        raise RuntimeError(f"gobn: the library could not report {what}")
+    return json.loads(out)

@@ -2,13 +2,18 @@
 """The ops libgobn.so registers, as opdef (Go) describes them.
 
 OPS lists them in registration order: name, Python wrapper, stock twin (or
-None), kernel family, arguments, attrs, data formats, and the dtypes of T
-its CPU and GPU kernels take (as TensorFlow's specs name them).
+None), kernel family, arguments, attrs, data formats, the dtypes of T its
+CPU and GPU kernels take (as TensorFlow's specs name them), the type of each
+output ("T", or a fixed type), the args a GPU kernel keeps in host memory,
+and the op's XLA custom call (gobn._xla): its operands (name, type, ranks
+allowed, () for any), its results (name, the operand whose shape it takes)
+and its attrs (name, kind).
 """
 
 import collections
 
-Op = collections.namedtuple("Op", "name wrapper stock kind inputs outputs attrs data_formats dtypes gpu_dtypes")
+Op = collections.namedtuple("Op", "name wrapper stock kind inputs outputs attrs data_formats dtypes gpu_dtypes "
+                                  "output_types host_memory xla_inputs xla_outputs xla_attrs")
 
 OPS = (
     Op("Gobn>FusedBatchNormGrad", "gobn_fused_batch_norm_grad", "FusedBatchNormGrad", "FusedBatchNormGrad",
@@ -16,37 +21,61 @@ OPS = (
        outputs=("x_backprop", "scale_backprop", "offset_backprop", "reserve_space_3", "reserve_space_4"),
        attrs=("T", "epsilon", "data_format", "is_training"),
        data_formats=("NHWC", "NCHW"),
-       dtypes=("float",), gpu_dtypes=("float",)),
+       dtypes=("float",), gpu_dtypes=("float",),
+       output_types=("T", "T", "T", "T", "T"), host_memory=(),
+       xla_inputs=(("y_backprop", "T", (4, 5)), ("x", "T", (4, 5)), ("scale", "T", (1,)), ("reserve_space_1", "T", (1,)), ("reserve_space_2", "T", (1,))),
+       xla_outputs=(("x_backprop", "x"), ("scale_backprop", "scale"), ("offset_backprop", "scale")),
+       xla_attrs=(("epsilon", "float"), ("data_format", "string"), ("is_training", "bool"))),
     Op("Gobn>FusedBatchNormGradV2", "gobn_fused_batch_norm_grad_v2", "FusedBatchNormGradV2", "FusedBatchNormGrad",
        inputs=("y_backprop", "x", "scale", "reserve_space_1", "reserve_space_2"),
        outputs=("x_backprop", "scale_backprop", "offset_backprop", "reserve_space_3", "reserve_space_4"),
        attrs=("T", "U", "epsilon", "data_format", "is_training"),
        data_formats=("NHWC", "NCHW"),
-       dtypes=("float", "half", "bfloat16"), gpu_dtypes=("float", "half", "bfloat16")),
+       dtypes=("float", "half", "bfloat16"), gpu_dtypes=("float", "half", "bfloat16"),
+       output_types=("T", "float", "float", "float", "float"), host_memory=(),
+       xla_inputs=(("y_backprop", "T", (4, 5)), ("x", "T", (4, 5)), ("scale", "float", (1,)), ("reserve_space_1", "float", (1,)), ("reserve_space_2", "float", (1,))),
+       xla_outputs=(("x_backprop", "x"), ("scale_backprop", "scale"), ("offset_backprop", "scale")),
+       xla_attrs=(("epsilon", "float"), ("data_format", "string"), ("is_training", "bool"))),
     Op("Gobn>FusedBatchNormGradV3", "gobn_fused_batch_norm_grad_v3", "FusedBatchNormGradV3", "FusedBatchNormGrad",
        inputs=("y_backprop", "x", "scale", "reserve_space_1", "reserve_space_2", "reserve_space_3"),
        outputs=("x_backprop", "scale_backprop", "offset_backprop", "reserve_space_4", "reserve_space_5"),
        attrs=("T", "U", "epsilon", "data_format", "is_training"),
        data_formats=("NHWC", "NCHW", "NDHWC", "NCDHW"),
-       dtypes=("float", "half", "bfloat16"), gpu_dtypes=("float", "half", "bfloat16")),
+       dtypes=("float", "half", "bfloat16"), gpu_dtypes=("float", "half", "bfloat16"),
+       output_types=("T", "float", "float", "float", "float"), host_memory=(),
+       xla_inputs=(("y_backprop", "T", (4, 5)), ("x", "T", (4, 5)), ("scale", "float", (1,)), ("reserve_space_1", "float", (1,)), ("reserve_space_2", "float", (1,)), ("reserve_space_3", "float", ())),
+       xla_outputs=(("x_backprop", "x"), ("scale_backprop", "scale"), ("offset_backprop", "scale")),
+       xla_attrs=(("epsilon", "float"), ("data_format", "string"), ("is_training", "bool"))),
     Op("Gobn>BatchNormWithGlobalNormalizationGrad", "gobn_batch_norm_with_global_normalization_grad", "BatchNormWithGlobalNormalizationGrad", "GlobalNormalizationGrad",
        inputs=("t", "m", "v", "gamma", "backprop"),
        outputs=("dx", "dm", "dv", "db", "dg"),
        attrs=("T", "variance_epsilon", "scale_after_normalization"),
        data_formats=("NHWC",),
-       dtypes=("half", "float", "double"), gpu_dtypes=("half", "float")),
+       dtypes=("half", "float", "double"), gpu_dtypes=("half", "float"),
+       output_types=("T", "T", "T", "T", "T"), host_memory=(),
+       xla_inputs=(("t", "T", (4,)), ("m", "T", (1,)), ("v", "T", (1,)), ("gamma", "T", (1,)), ("backprop", "T", (4,))),
+       xla_outputs=(("dx", "t"), ("dm", "m"), ("dv", "v"), ("db", "m"), ("dg", "gamma")),
+       xla_attrs=(("variance_epsilon", "float"), ("scale_after_normalization", "bool"))),
     Op("Gobn>BatchNormGradReduce", "gobn_batch_norm_grad_reduce", None, "GradReduce",
        inputs=("y_backprop", "x", "mean"),
        outputs=("sum_dy", "sum_dy_xmu", "count"),
        attrs=("T", "U", "data_format"),
        data_formats=("NHWC", "NCHW", "NDHWC", "NCDHW"),
-       dtypes=("float", "half", "bfloat16"), gpu_dtypes=("float", "half", "bfloat16")),
+       dtypes=("float", "half", "bfloat16"), gpu_dtypes=("float", "half", "bfloat16"),
+       output_types=("float", "float", "int64"), host_memory=("count",),
+       xla_inputs=(("y_backprop", "T", (4, 5)), ("x", "T", (4, 5)), ("mean", "float", (1,))),
+       xla_outputs=(("sum_dy", "mean"), ("sum_dy_xmu", "mean")),
+       xla_attrs=(("data_format", "string"),)),
     Op("Gobn>BatchNormGradApply", "gobn_batch_norm_grad_apply", None, "GradApply",
        inputs=("y_backprop", "x", "scale", "mean", "variance", "sum_dy", "sum_dy_xmu", "count"),
        outputs=("x_backprop",),
        attrs=("T", "U", "epsilon", "data_format"),
        data_formats=("NHWC", "NCHW", "NDHWC", "NCDHW"),
-       dtypes=("float", "half", "bfloat16"), gpu_dtypes=("float", "half", "bfloat16")),
+       dtypes=("float", "half", "bfloat16"), gpu_dtypes=("float", "half", "bfloat16"),
+       output_types=("T",), host_memory=("count",),
+       xla_inputs=(("y_backprop", "T", (4, 5)), ("x", "T", (4, 5)), ("scale", "float", (1,)), ("mean", "float", (1,)), ("variance", "float", (1,)), ("sum_dy", "float", (1,)), ("sum_dy_xmu", "float", (1,))),
+       xla_outputs=(("x_backprop", "x"),),
+       xla_attrs=(("epsilon", "float"), ("data_format", "string"))),
 )
 
 # Registered names, in order.

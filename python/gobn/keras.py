@@ -60,8 +60,9 @@ class BatchNormalization(keras.layers.BatchNormalization):
 
     Same arguments, weights, moving-average updates and results as the stock
     layer (see the module's doc for what falls back to the stock code).
-    XLA cannot compile gobn's ops, so the layer tells Keras it does not
-    support jit_compile (model.compile's "auto" then leaves XLA off).
+    It supports jit_compile (Keras' default on a GPU) where gobn's kernels
+    run inside XLA (TensorFlow 2.17 and later, gobn.xla_status()); elsewhere
+    it tells Keras it does not, and model.compile's "auto" leaves XLA off.
     """
 
     def __init__(self, *args, **kwargs):
@@ -70,7 +71,7 @@ class BatchNormalization(keras.layers.BatchNormalization):
 
     def _gobn_init(self):
         """What gobn's layer sets beyond the stock layer's state (convert() calls it too)."""
-        self.supports_jit = False
+        self.supports_jit = gobn._xla.available_or_false()
 
     def _channel_axis(self):
         """The one channel axis, or None (Keras 2 keeps axis as a list, and may hold several)."""
@@ -180,8 +181,9 @@ def _convert_in_place(model):
         for attr in ("train_function", "test_function", "predict_function"):
             if getattr(model, attr, None) is not None:
                 setattr(model, attr, None)
-        # XLA cannot compile gobn's ops ("auto" resolves to False with them).
-        if getattr(model, "compiled", False) and getattr(model, "_jit_compile", None):
+        # Where gobn's kernels cannot run inside XLA ("auto" resolves to False then).
+        if getattr(model, "compiled", False) and getattr(model, "_jit_compile", None) \
+                and not gobn._xla.available_or_false():
             model.jit_compile = False
     return model
 

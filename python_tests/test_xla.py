@@ -1,0 +1,379 @@
+"""gobn inside XLA-compiled functions (jit_compile), on the CPU.
+
+Every route to gobn's kernels, compiled by XLA: the ops (gobn.ops), the
+gradients of gobn.fused_batch_norm, gobn.sync_batch_norm and the Keras layers,
+a Keras 3 model's fit(jit_compile=True), a tf_keras model's after
+gobn.enable() with oneDNN on and off, second-order gradients, and bad input.
+Expected values come from stock TensorFlow compiled by XLA the same way, or
+from the float64 references of gobn._testing; each test requires that gobn's
+XLA handlers ran (gobn.kernel_calls()'s XLA_CPU). Where TensorFlow has no XLA
+FFI (before 2.17), the last test checks that gobn says so once and builds what
+it built before.
+
+Like test_smoke.py, the file stands alone: make compat runs it in a fresh
+environment of each supported release with the wheel installed (pytest
+--noconftest). Shapes are small, and each test compiles few functions (each
+compilation costs about a second here).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import gobn
+from gobn import _testing
+
+EPSILON = 0.001
+
+needs_xla = pytest.mark.skipif(not gobn._xla.available(), reason="gobn's kernels cannot run inside XLA here: "
+                               + (gobn.xla_status()["reason"] or "?"))
+
+
+def assert_close(got, want, dtype, what):
+    got, want = _testing.as_float64(got), _testing.as_float64(want)
+    assert got.shape == want.shape, f"{what}: shape {got.shape}, want {want.shape}"
+    bound = _testing.tolerance_bound(want, dtype)
+    err = np.abs(got - want)
+    assert np.all(err <= bound), f"{what}: max |err| {err.max():.3g}, bound {bound.max():.3g}"
+
+
+def xla_calls():
+    """gobn's XLA handler calls so far, by op."""
+    return {op: devices.get("XLA_CPU", 0) for op, devices in gobn.kernel_calls().items()}
+
+
+def calls_since(before):
+    now = xla_calls()
+    return {op: n - before.get(op, 0) for op, n in now.items() if n != before.get(op, 0)}
+
+
+def batch_signature(*tensors, known, unranked=()):
+    """tf.function's input_signature: each tensor's shape, with the batch
+    unknown unless known, and no shape at all for the indices in unranked."""
+    return [tf.TensorSpec(None if i in unranked else t.shape if known or t.shape.rank < 2 else [None] + t.shape[1:],
+                          t.dtype) for i, t in enumerate(tensors)]
+
+
+# ---------------------------------------------------------------------------
+# The ops
+
+
+def op_inputs(seed=0):
+    rng = np.random.default_rng(seed)
+    nhwc, nchw = (3, 4, 2, 5), (3, 5, 4, 2)  # C = 5
+    dy, x = (tf.constant(rng.normal(size=nhwc), tf.float32) for _ in range(2))
+    dy1, x1 = (tf.constant(rng.normal(size=nchw), tf.float32) for _ in range(2))
+    per_channel = [tf.constant(v, tf.float32) for v in
+                   (rng.uniform(0.5, 1.5, 5), rng.normal(size=5) * 0.3, rng.uniform(0.5, 2.0, 5))]
+    return (dy, x, dy1, x1, *per_channel)
+
+
+def all_ops(dy, x, dy1, x1, scale, mean, variance):
+    """Every gobn op once: the fused ones in training (NHWC) and inference
+    (NCHW), global normalization, and BatchNormGradReduce then Apply on the
+    reduced sums with the count doubled (two replicas' worth)."""
+    ops = gobn.ops
+    out = {}
+    common = dict(scale=scale, reserve_space_1=mean, reserve_space_2=variance, epsilon=EPSILON)
+    out["v1"] = ops.gobn_fused_batch_norm_grad(dy, x, **common)[:3]
+    out["v2"] = ops.gobn_fused_batch_norm_grad_v2(dy, x, **common)[:3]
+    out["v3"] = ops.gobn_fused_batch_norm_grad_v3(dy, x, **common, reserve_space_3=tf.zeros([0]))[:3]
+    out["v3_inference_nchw"] = ops.gobn_fused_batch_norm_grad_v3(
+        dy1, x1, **common, reserve_space_3=tf.zeros([0]), data_format="NCHW", is_training=False)[:3]
+    out["global"] = ops.gobn_batch_norm_with_global_normalization_grad(
+        x, mean, variance, scale, dy, variance_epsilon=EPSILON, scale_after_normalization=True)
+    sum_dy, sum_dy_xmu, count = ops.gobn_batch_norm_grad_reduce(dy, x, mean)
+    out["reduce"] = (sum_dy, sum_dy_xmu, count)
+    out["apply"] = (ops.gobn_batch_norm_grad_apply(dy, x, scale, mean, variance, 2 * sum_dy, 2 * sum_dy_xmu,
+                                                   2 * count, epsilon=EPSILON),)
+    return out
+
+
+def check_all_ops(got, dy, x, dy1, x1, scale, mean, variance):
+    ref = _testing.fused_grad_reference
+    for name in ("v1", "v2", "v3"):
+        for what, g, w in zip(("x", "scale", "offset"), got[name], ref(dy, x, scale, mean, variance, EPSILON, True,
+                                                                      "NHWC")):
+            assert_close(g, w, tf.float32, f"{name} {what}_backprop")
+    want = ref(dy1, x1, scale, mean, variance, EPSILON, False, "NCHW")
+    for what, g, w in zip(("x", "scale", "offset"), got["v3_inference_nchw"], want):
+        assert_close(g, w, tf.float32, f"v3 inference NCHW {what}_backprop")
+    want = _testing.global_norm_grad_reference(x, mean, variance, scale, dy, EPSILON, True)
+    for what, g, w in zip(("dx", "dm", "dv", "db", "dg"), got["global"], want):
+        assert_close(g, w, tf.float32, f"global normalization {what}")
+    # The sums are the training gradient's over the same tensors; apply with
+    # twice the sums and twice the count is the gradient of two equal replicas.
+    _, dscale, sum_dy = ref(dy, x, scale, mean, variance, EPSILON, True, "NHWC")
+    sum_dy_xmu = dscale * np.sqrt(_testing.as_float64(variance) + np.float64(np.float32(EPSILON)))
+    assert_close(got["reduce"][0], sum_dy, tf.float32, "reduce sum_dy")
+    assert_close(got["reduce"][1], sum_dy_xmu, tf.float32, "reduce sum_dy_xmu")
+    assert int(got["reduce"][2]) == 3 * 4 * 2
+    dx = _testing.as_float64(scale) / np.sqrt(_testing.as_float64(variance) + np.float64(np.float32(EPSILON))) * (
+        _testing.as_float64(dy) - sum_dy / 24
+        - (_testing.as_float64(x) - _testing.as_float64(mean)) * sum_dy_xmu / 24
+        / (_testing.as_float64(variance) + np.float64(np.float32(EPSILON))))
+    assert_close(got["apply"][0], dx, tf.float32, "apply x_backprop")
+
+
+@needs_xla
+@pytest.mark.parametrize("known", [True, False], ids=["known_batch", "unknown_batch"])
+def test_every_op_in_jit_compile(known):
+    inputs = op_inputs()
+    # Unknown: the batch, and the variance's rank (gobn checks it when XLA compiles).
+    fn = tf.function(all_ops, jit_compile=True,
+                     input_signature=batch_signature(*inputs, known=known, unranked=() if known else (6,)))
+    before = xla_calls()
+    got = fn(*inputs)
+    check_all_ops(got, *inputs)
+    assert calls_since(before) == {
+        "Gobn>FusedBatchNormGrad": 1, "Gobn>FusedBatchNormGradV2": 1, "Gobn>FusedBatchNormGradV3": 2,
+        "Gobn>BatchNormWithGlobalNormalizationGrad": 1, "Gobn>BatchNormGradReduce": 1, "Gobn>BatchNormGradApply": 1}
+    graph = fn.get_concrete_function().graph
+    assert not [op.type for op in graph.get_operations() if op.type.startswith("Gobn>")], "XLA cannot compile those"
+
+
+@needs_xla
+def test_bad_input_in_jit_compile_is_an_error_and_the_process_goes_on():
+    rng = np.random.default_rng(1)
+    x = tf.constant(rng.normal(size=(2, 3, 3, 4)), tf.float32)
+
+    @tf.function(jit_compile=True)
+    def grad(dy, x, scale):
+        return gobn.ops.gobn_fused_batch_norm_grad_v3(dy, x, scale, tf.zeros([4]), tf.ones([4]), tf.zeros([0]),
+                                                      epsilon=EPSILON)[0]
+
+    # XLA of API 0.0 (TensorFlow 2.17) reports a handler's error as Internal
+    # ("CustomCall failed: " and the handler's message).
+    error = tf.errors.InternalError if gobn.xla_status()["api_version"] == "0.0" else tf.errors.InvalidArgumentError
+    before = xla_calls()
+    with pytest.raises(error, match="scale must have the same number of elements as the channels of x, got 3 and 4"):
+        grad(x, x, tf.ones([3]))
+    with pytest.raises(error, match="x and y_backprop must have same shape"):
+        grad(x, tf.ones([2, 3, 3, 5]), tf.ones([4]))
+    good = grad(x, x, tf.ones([4]))
+    want = _testing.fused_grad_reference(x, x, tf.ones([4]), np.zeros(4), np.ones(4), EPSILON, True, "NHWC")[0]
+    assert_close(good, want, tf.float32, "the call after the errors")
+    assert calls_since(before) == {"Gobn>FusedBatchNormGradV3": 3}
+
+
+# ---------------------------------------------------------------------------
+# Gradients: fused_batch_norm, sync_batch_norm, the Keras layers
+
+
+def loss_gradients(fn, x, w, scale, offset):
+    """The gradients of sum(fn(x, scale, offset)[0] * w) with respect to x, scale and offset."""
+    with tf.GradientTape() as tape:
+        tape.watch([x, scale, offset])
+        loss = tf.reduce_sum(fn(x, scale, offset)[0] * w)
+    return tape.gradient(loss, [x, scale, offset])
+
+
+def gradient_inputs(seed=2):
+    rng = np.random.default_rng(seed)
+    x = tf.constant(rng.normal(1.0, 2.0, (4, 3, 5, 6)), tf.float32)
+    w = tf.constant(rng.normal(size=(4, 3, 5, 6)), tf.float32)
+    return x, w, tf.constant(rng.uniform(0.5, 1.5, 6), tf.float32), tf.constant(rng.normal(size=6), tf.float32)
+
+
+@needs_xla
+def test_fused_and_sync_batch_norm_gradients_in_jit_compile():
+    """Stock's fused batch norm compiled by XLA against gobn's fused_batch_norm
+    and sync_batch_norm (one replica: plain batch norm), known and unknown
+    batch; and the gradient of a jit_compile function taken by a tape outside
+    it, which traces gobn's gradient outside XLA's context for XLA to compile."""
+    x, w, scale, offset = gradient_inputs()
+
+    def gradients(fn):
+        return lambda x, w, scale, offset: loss_gradients(fn, x, w, scale, offset)
+
+    stock = tf.function(gradients(tf.compat.v1.nn.fused_batch_norm), jit_compile=True)(x, w, scale, offset)
+    before = xla_calls()
+    runs = {
+        "fused_batch_norm": tf.function(gradients(gobn.fused_batch_norm), jit_compile=True)(x, w, scale, offset),
+        "fused_batch_norm, unknown batch": tf.function(
+            gradients(gobn.fused_batch_norm), jit_compile=True,
+            input_signature=batch_signature(x, w, scale, offset, known=False))(x, w, scale, offset),
+        "sync_batch_norm": tf.function(gradients(lambda x, s, o: gobn.sync_batch_norm(x, s, o, epsilon=EPSILON)),
+                                       jit_compile=True)(x, w, scale, offset),
+        "tape outside jit_compile": tf.function(gradients(tf.function(gobn.fused_batch_norm, jit_compile=True)))(
+            x, w, scale, offset),
+    }
+    for run, got in runs.items():
+        for what, g, s in zip(("x", "scale", "offset"), got, stock):
+            assert_close(g, s, tf.float32, f"{run}: {what}")
+    assert calls_since(before) == {"Gobn>FusedBatchNormGradV3": 3, "Gobn>BatchNormGradReduce": 1,
+                                   "Gobn>BatchNormGradApply": 1}
+
+
+@needs_xla
+def test_second_order_gradients_in_jit_compile():
+    """A gradient penalty: the gradient of gobn's gradient, against stock's, both compiled by XLA."""
+    x, w, scale, offset = gradient_inputs(3)
+
+    def penalty(fn):
+        @tf.function(jit_compile=True)
+        def f(x):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                dx = loss_gradients(lambda *a: fn(*a, epsilon=EPSILON), x, w, scale, offset)[0]
+                norm = tf.reduce_sum(dx * dx)
+            return tape.gradient(norm, x)
+        return f(x)
+
+    before = xla_calls()
+    got = penalty(gobn.fused_batch_norm)
+    assert calls_since(before) == {"Gobn>FusedBatchNormGradV3": 1}
+    assert_close(got, penalty(tf.compat.v1.nn.fused_batch_norm), tf.float32, "d|dx|^2/dx")
+
+
+@needs_xla
+def test_keras_layer_gradients_in_jit_compile():
+    """gobn's Keras 3 layer against the stock layer, each in a jit_compile
+    function: training (channels last) and inference (channels first), the
+    outputs, the gradients of x, gamma and beta, and the moving variance."""
+    import keras
+
+    x, w, _, _ = gradient_inputs(4)
+    results = {}
+    for kind, layer_type in (("stock", keras.layers.BatchNormalization), ("gobn", gobn.keras.BatchNormalization)):
+        layers = [layer_type(axis=-1), layer_type(axis=1, epsilon=0.01)]
+        for layer in layers:
+            layer.build(x.shape)
+            layer.moving_variance.assign(tf.linspace(0.5, 2.0, layer.moving_variance.shape[0]))
+
+        @tf.function(jit_compile=True)
+        def step(x):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                y0 = layers[0](x, training=True)
+                y1 = layers[1](x, training=False)
+                loss = tf.reduce_sum(y0 * w) + tf.reduce_sum(y1 * w)
+            weights = layers[0].trainable_weights + layers[1].trainable_weights
+            return [y0, y1] + tape.gradient(loss, [x] + weights)
+
+        before = xla_calls()
+        results[kind] = step(x) + [layers[0].moving_variance]
+        results[kind + " calls"] = calls_since(before)
+        assert all(layer.supports_jit for layer in layers)
+    assert results["stock calls"] == {}
+    assert results["gobn calls"] == {"Gobn>FusedBatchNormGradV3": 2}
+    names = ("y", "y inference", "x", "gamma", "beta", "gamma inference", "beta inference", "moving variance")
+    for name, g, s in zip(names, results["gobn"], results["stock"]):
+        assert_close(g, s, tf.float32, name)
+
+
+@needs_xla
+def test_keras_fit_jit_compile_matches_stock():
+    """A Keras 3 model converted to gobn's layers trains with jit_compile=True
+    (kept through convert) as the stock model does with it."""
+    import keras
+
+    rng = np.random.default_rng(5)
+    x, y = rng.normal(size=(32, 6, 6, 3)).astype("float32"), rng.integers(0, 2, 32)
+
+    def trained(convert):
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((6, 6, 3)), keras.layers.Conv2D(4, 3, use_bias=False),
+                                  keras.layers.BatchNormalization(), keras.layers.GlobalAveragePooling2D(),
+                                  keras.layers.Dense(2)])
+        model.compile(keras.optimizers.SGD(0.1), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      jit_compile=True)
+        if convert:
+            gobn.keras.convert(model, in_place=True)
+        before = xla_calls()
+        losses = model.fit(x, y, batch_size=16, epochs=1, verbose=0, shuffle=False).history["loss"]
+        return model, losses, calls_since(before)
+
+    stock, stock_losses, stock_calls = trained(False)
+    model, losses, calls = trained(True)
+    assert model.jit_compile is True
+    assert stock_calls == {}
+    assert calls == {"Gobn>FusedBatchNormGradV3": 2}, "2 steps, one batch-norm gradient each, compiled by XLA"
+    assert_close(np.array(losses), np.array(stock_losses), tf.float32, "loss")
+    for g, s in zip(model.weights, stock.weights):
+        assert_close(g, s, tf.float32, s.path)
+
+
+# ---------------------------------------------------------------------------
+# enable() and a tf_keras model compiled by XLA, in child processes
+
+TF_KERAS_CHILD = textwrap.dedent("""
+    import json
+    import numpy as np
+    import tensorflow as tf
+    import gobn
+    import tf_keras as keras
+
+    def train():
+        keras.utils.set_random_seed(0)
+        rng = np.random.default_rng(6)
+        x, y = rng.normal(size=(32, 6, 6, 3)).astype("float32"), rng.integers(0, 2, 32)
+        model = keras.Sequential([keras.layers.Conv2D(4, 3, use_bias=False, input_shape=(6, 6, 3)),
+                                  keras.layers.BatchNormalization(), keras.layers.GlobalAveragePooling2D(),
+                                  keras.layers.Dense(2)])
+        model.compile(keras.optimizers.SGD(0.1), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      jit_compile=True)
+        losses = model.fit(x, y, batch_size=16, epochs=2, verbose=0, shuffle=False).history["loss"]
+        return losses, [w.tolist() for w in model.get_weights()], gobn.kernel_calls()
+
+    stock = train()
+    gobn.enable()
+    got = train()
+    print(json.dumps({"stock": stock, "gobn": got}))
+""")
+
+
+def run_child(script, env):
+    env = dict(os.environ, **env, PYTHONPATH=os.pathsep.join(
+        [os.path.dirname(os.path.dirname(os.path.abspath(gobn.__file__)))] +
+        [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@needs_xla
+@pytest.mark.parametrize("onednn", ["0", "1"], ids=["onednn_off", "onednn_on"])
+def test_tf_keras_after_enable_in_jit_compile(onednn):
+    pytest.importorskip("tf_keras", reason="tf-keras is not installed")
+    report = run_child(TF_KERAS_CHILD, {"TF_ENABLE_ONEDNN_OPTS": onednn})
+    (stock_losses, stock_weights, stock_calls), (losses, weights, calls) = report["stock"], report["gobn"]
+    assert stock_calls == {}
+    assert calls == {"Gobn>FusedBatchNormGradV3": {"XLA_CPU": 4}}, "2 epochs of 2 steps, compiled by XLA"
+    assert_close(np.array(losses), np.array(stock_losses), tf.float32, "losses")
+    for i, (g, s) in enumerate(zip(weights, stock_weights)):
+        assert_close(np.array(g), np.array(s), tf.float32, f"weight {i}")
+
+
+# ---------------------------------------------------------------------------
+# Without XLA's FFI (TensorFlow before 2.17)
+
+
+@pytest.mark.skipif(gobn._xla.available(), reason="gobn's kernels run inside XLA here")
+def test_without_xla_ffi_gobn_says_so_once_and_builds_its_op():
+    x = tf.ones([2, 3, 3, 4])
+
+    @tf.function(jit_compile=True)
+    def grad(x):
+        return gobn.ops.gobn_fused_batch_norm_grad_v3(x, x, tf.ones([4]), tf.zeros([4]), tf.ones([4]),
+                                                      tf.zeros([0]))[0]
+
+    before = gobn.xla_status()["fallbacks"]
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            with pytest.raises(tf.errors.InvalidArgumentError, match="Gobn>FusedBatchNormGradV3"):
+                grad(x)
+    status = gobn.xla_status()
+    assert status["fallbacks"] > before
+    messages = [str(w.message) for w in said if "gobn's kernels cannot run inside XLA" in str(w.message)]
+    assert len(messages) <= 1 and (messages or before > 0), messages  # said once per process
+    assert not gobn.keras.BatchNormalization().supports_jit

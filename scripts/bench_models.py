@@ -38,9 +38,11 @@ TensorFlow is imported.
 
 With --device gpu the steps run on TensorFlow's GPU build (make gpu-tf-check
 runs it so): --data-format, --precision mixed (mixed_float16) and --batch-size
-choose the configuration, --xla adds stock's step compiled by XLA
-(jit_compile=True) as a fifth config, and gobn's kernels must have run every
-batch-norm gradient on the GPU.
+choose the configuration, --xla adds stock's and gobn's steps compiled by
+XLA (jit_compile=True) as configs stock_xla and gobn_xla (gobn's batch-norm
+gradients then calls of its XLA handlers; --merge-into also records them
+under "xla"), and gobn's kernels must have run every batch-norm gradient on
+the GPU.
 
 --under-xla compiles every config's step with XLA instead: stock against
 gobn both under XLA (gobn's batch-norm gradients are calls of its XLA
@@ -166,7 +168,7 @@ def worker(route, name, config, options):
         y = tf.constant(rng.normal(0, 1, (o["batch_size"], model.output_shape[-1])), dtype)
         loss_fn = keras.losses.MeanSquaredError()
 
-    @tf.function(jit_compile=config == "stock_xla" or o["under_xla"])
+    @tf.function(jit_compile=config.endswith("_xla") or o["under_xla"])
     def step():
         with tf.GradientTape() as tape:
             loss = loss_fn(y, model(x, training=True))
@@ -329,9 +331,9 @@ class Worker:
 
 
 def configs(args):
-    """The timed configs: stock, stock' and gobn, stock_xla with --xla and
-    gobn_async with --async."""
-    return CONFIGS + (("stock_xla",) if args.xla else ()) + (("gobn_async",) if args.async_kernels else ())
+    """The timed configs: stock, stock' and gobn, stock_xla and gobn_xla
+    with --xla and gobn_async with --async."""
+    return CONFIGS + (("stock_xla", "gobn_xla") if args.xla else ()) + (("gobn_async",) if args.async_kernels else ())
 
 
 def measure(args, route, name, onednn):
@@ -379,6 +381,8 @@ def measure(args, route, name, onednn):
         "batch_size": args.batch_size, "image": args.image, "under_xla": args.under_xla,
         "xla_api_version": info["gobn"]["xla_api_version"],
         "ratio_stock_xla_over_gobn": median["stock_xla"] / median["gobn"] if args.xla else None,
+        "ratio_stock_xla_over_gobn_xla": median["stock_xla"] / median["gobn_xla"] if args.xla else None,
+        "first_loss_rel_diff_gobn_xla": rel(first["gobn_xla"], first["stock_xla"]) if args.xla else None,
         "ratio_gobn_over_gobn_async": median["gobn"] / median["gobn_async"] if args.async_kernels else None,
         "tensorflow": info["stock"]["tensorflow"], "keras": info["stock"]["keras"],
         "batch_norm_layers": info["gobn"]["batch_norm_layers"], "median_s": median,
@@ -430,7 +434,7 @@ def problems(r):
         for what in ("stream_fallbacks_timed", "synchronized_calls_timed"):
             if any(r.get(what, {}).values()):
                 out.append(f"{what}: {r[what]}; want none")
-    for c in ("gobn", "gobn_async"):
+    for c in ("gobn", "gobn_async", "gobn_xla"):
         diff = r.get(f"first_loss_rel_diff_{c}")
         if diff is not None and diff > first_loss_bound(r):
             out.append(f"{c}'s first loss differs from stock's by {diff:.1e}, over {first_loss_bound(r):.1e}")
@@ -461,6 +465,8 @@ def report(rows, args):
                   f"{r['ratio_gobn_over_gobn_async']:.3f}")
         if r["ratio_stock_xla_over_gobn"] is not None:
             print(f"  stock with XLA: {m['stock_xla'] * 1e3:.1f} ms, stock_xla/gobn {r['ratio_stock_xla_over_gobn']:.3f}")
+            print(f"  gobn with XLA: {m['gobn_xla'] * 1e3:.1f} ms, stock_xla/gobn_xla "
+                  f"{r['ratio_stock_xla_over_gobn_xla']:.3f}")
         for problem in problems(r):
             print(f"  ! {r['model']}: {problem}")
             ok = False
@@ -566,6 +572,14 @@ def main(argv=None):
         command = " ".join(["bench_models.py"] + [portable(a) for a in shown])
         record.setdefault("xla" if args.under_xla else "models", []).extend(
             dict(r, command=command, ok=not problems(r)) for r in rows)
+        if args.xla:  # both compiled by XLA, beside the uncompiled steps of the same processes
+            record.setdefault("xla", []).extend(
+                {"route": r["route"], "model": r["model"], "data_format": r["data_format"],
+                 "precision": r["precision"], "batch_size": r["batch_size"], "image": r["image"],
+                 "stock_xla_ms": r["median_s"]["stock_xla"] * 1e3, "gobn_xla_ms": r["median_s"]["gobn_xla"] * 1e3,
+                 "ratio_stock_xla_over_gobn_xla": r["ratio_stock_xla_over_gobn_xla"],
+                 "noise_stock2_over_stock": r["noise_stock2_over_stock"], "command": command, "ok": not problems(r)}
+                for r in rows)
         with open(args.merge_into, "w") as f:
             json.dump(record, f, indent=1, default=str)
             f.write("\n")

@@ -35,6 +35,7 @@ from gobn._testing import (  # noqa: E402,F401  (re-exported for the tests)
     CHANNELS_FIRST,
     TOLERANCES,
     as_float64,
+    assert_close,
     channel_axis,
     channels_last_format,
     fused_grad_reference,
@@ -117,29 +118,6 @@ def run_in_function(fn, inputs, attrs, fresh=()):
 
 # ---------------------------------------------------------------------------
 # Comparisons
-
-
-def assert_close(got, want, dtype, what="output"):
-    """Asserts got matches want within dtype's tolerance, element-wise.
-
-    Shapes must be equal; NaN must sit where want has NaN.
-    """
-    got, want = as_float64(got), as_float64(want)
-    assert got.shape == want.shape, f"{what}: shape {got.shape}, want {want.shape}"
-    if got.size == 0:
-        return
-    err = np.abs(got - want)
-    bound = tolerance_bound(want, dtype)
-    both_nan = np.isnan(got) & np.isnan(want)
-    bad = ~(err <= bound) & ~both_nan
-    if bad.any():
-        i = np.unravel_index(np.argmax(np.where(bad, np.nan_to_num(err, nan=np.inf), -1.0)), got.shape)
-        pytest.fail(
-            f"{what} ({tf.as_dtype(dtype).name} tolerance): {bad.sum()} of {got.size} elements "
-            f"out of tolerance; worst at {tuple(int(k) for k in i)}: got {got[i]!r}, want {want[i]!r}, "
-            f"|err| {err[i]:.3g} > bound {bound[i]:.3g}; max |err| {np.nanmax(err):.3g}",
-            pytrace=False,
-        )
 
 
 def max_abs_error(got, want):

@@ -33,12 +33,7 @@ from gobn import _testing
 EPSILON = 0.001
 
 
-def assert_close(got, want, dtype, what):
-    got, want = _testing.as_float64(got), _testing.as_float64(want)
-    assert got.shape == want.shape, f"{what}: shape {got.shape}, want {want.shape}"
-    bound = _testing.tolerance_bound(want, dtype)
-    err = np.abs(got - want)
-    assert np.all(err <= bound), f"{what}: max |err| {err.max():.3g}, bound {bound.max():.3g}"
+assert_close = _testing.assert_close
 
 
 def fused_inputs(shape, data_format, dtype=tf.float32, seed=0):

@@ -36,12 +36,7 @@ needs_xla = pytest.mark.skipif(not gobn._xla.available(), reason="gobn's kernels
                                + (gobn.xla_status()["reason"] or "?"))
 
 
-def assert_close(got, want, dtype, what):
-    got, want = _testing.as_float64(got), _testing.as_float64(want)
-    assert got.shape == want.shape, f"{what}: shape {got.shape}, want {want.shape}"
-    bound = _testing.tolerance_bound(want, dtype)
-    err = np.abs(got - want)
-    assert np.all(err <= bound), f"{what}: max |err| {err.max():.3g}, bound {bound.max():.3g}"
+assert_close = _testing.assert_close
 
 
 def xla_calls():

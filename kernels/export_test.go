@@ -1,5 +1,10 @@
 package kernels
 
+import (
+	"runtime"
+	"time"
+)
+
 // Hooks for the external tests of the vector conversions.
 
 // Widen converts src to float32 into dst, as the kernels do for a block.
@@ -20,15 +25,23 @@ func AVX512Available() bool { return canAVX512() }
 // ones.
 func SelectAVX512(on bool) { selectLoops(on) }
 
-// Streams reports whether TrainingGrad, with the current threshold
+// Streams reports whether TrainingGrad, with the current tuning
 // (SetMinStreamElements), writes dx with non-temporal stores.
-func Streams[T Element](d Dims, dy, x, dx []T) bool {
-	pd, _ := d.periodic()
-	return streams(pd, dy, x, dx)
-}
+func Streams[T Element](d Dims, dy, x, dx []T) bool { return TrainingPlan(d, dy, x, dx).Stream }
 
 // ByChannel reports whether TrainingGrad runs d by channel units.
-func ByChannel[T Element](d Dims) bool { return byChannel[T](d) }
+func ByChannel[T Element](d Dims) bool {
+	return TrainingPlan[T](d, nil, nil, nil).Form == FormByChannel
+}
+
+// TrainingPlan returns the plan of TrainingGrad over d's dy, x and dx, on
+// the current machine with the current tuning; InferencePlan InferenceGrad's.
+func TrainingPlan[T Element](d Dims, dy, x, dx []T) Plan { return plan(d, jobTraining, dy, x, dx) }
+func InferencePlan[T Element](d Dims) Plan               { return plan[T](d, jobSweep, nil, nil, nil) }
+
+// SetMachine has the kernels plan for m and returns the machine they
+// planned for before: a test runs plans of more cores than it has.
+func SetMachine(m Machine) Machine { return setMachine(m) }
 
 // ResetSplitStats zeroes what SplitStats reports, so that a test reads its
 // own calls' splits.
@@ -42,3 +55,15 @@ func ResetSplitStats() {
 // AffineSplits reports how many calls since ResetSplitStats ran a second
 // pass with each range on the worker that ran it in the first (pass.affine).
 func AffineSplits() uint64 { return splits.affine.Load() }
+
+// WaitHelpers waits until no helper of an earlier call is still out, so
+// that a test's call may take every helper its plan has.
+func WaitHelpers(t interface{ Fatalf(string, ...any) }) {
+	deadline := time.Now().Add(5 * time.Second)
+	for helpersOut.Load() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("helpers of earlier calls still out after 5 s: %d", helpersOut.Load())
+		}
+		runtime.Gosched()
+	}
+}

@@ -13,12 +13,12 @@ func applyAll[T Element](s *scratch, p Plan, t affine, dy, x, dx []T) {
 	job := newApply(s, p, t, dy, x, dx)
 	if p.Workers == 1 {
 		splits.serial(p.Chunks)
-		pass{n: n, ranges: p.Chunks, size: p.ChunkLen, reverse: true, fn: job.runRange}.serially()
+		pass{n: n, ranges: p.Chunks, align: p.Align, reverse: true, fn: job.runRange}.serially()
 		return
 	}
 	shared := new(applyJob[T]) // only a job that helpers share is copied to the heap
 	*shared = job
-	parallel(crewOf(p), n, p.Chunks, p.ChunkLen, true, shared.runRange)
+	parallel(crewOf(p), n, p.Chunks, p.Align, true, shared.runRange)
 }
 
 // newApply prepares applyAll's job.

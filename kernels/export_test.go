@@ -1,10 +1,5 @@
 package kernels
 
-import (
-	"runtime"
-	"time"
-)
-
 // Hooks for the external tests of the vector conversions.
 
 // Widen converts src to float32 into dst, as the kernels do for a block.
@@ -55,15 +50,3 @@ func ResetSplitStats() {
 // AffineSplits reports how many calls since ResetSplitStats ran a second
 // pass with each range on the worker that ran it in the first (pass.affine).
 func AffineSplits() uint64 { return splits.affine.Load() }
-
-// WaitHelpers waits until no helper of an earlier call is still out, so
-// that a test's call may take every helper its plan has.
-func WaitHelpers(t interface{ Fatalf(string, ...any) }) {
-	deadline := time.Now().Add(5 * time.Second)
-	for helpersOut.Load() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("helpers of earlier calls still out after 5 s: %d", helpersOut.Load())
-		}
-		runtime.Gosched()
-	}
-}

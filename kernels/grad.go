@@ -85,11 +85,11 @@ func TrainingGrad[T Element](g FusedGradArgs[T]) {
 	default: // the same passes on the calling goroutine, nothing on the heap
 		splits.serial(p.Chunks)
 		sums := newSums(s, p, g.YBackprop, g.X, mean)
-		pass{n: sums.n, ranges: p.Chunks, size: p.ChunkLen, fn: sums.run}.serially()
+		pass{n: sums.n, ranges: p.Chunks, align: p.Align, fn: sums.run}.serially()
 		sums.fold()
 		g.coefficients(t, sums.sumDy, sums.sumDyXc, 0, len(mean))
 		apply := newApply(s, p, t, g.YBackprop, g.X, g.XBackprop)
-		pass{n: sums.n, ranges: p.Chunks, size: p.ChunkLen, fn: apply.runRange, reverse: true}.serially()
+		pass{n: sums.n, ranges: p.Chunks, align: p.Align, fn: apply.runRange, reverse: true}.serially()
 	}
 }
 
@@ -112,7 +112,7 @@ func twoPasses[T Element](s *scratch, p Plan, dy, x, dx []T, mean []float64, t a
 	*sums = newSums(s, p, dy, x, mean)
 	apply := new(applyJob[T])
 	parallelPasses(crewOf(p),
-		pass{n: sums.n, ranges: p.Chunks, size: p.ChunkLen, fn: sums.run},
+		pass{n: sums.n, ranges: p.Chunks, align: p.Align, fn: sums.run},
 		func() {
 			sums.fold()
 			if form != nil {
@@ -122,7 +122,7 @@ func twoPasses[T Element](s *scratch, p Plan, dy, x, dx []T, mean []float64, t a
 		},
 		// The first pass's chunks, so that an affine pass finds its data
 		// where it left it; last chunk first, as applyAll, where not affine.
-		pass{n: sums.n, ranges: p.Chunks, size: p.ChunkLen, fn: apply.runRange, reverse: true, affine: p.Affine})
+		pass{n: sums.n, ranges: p.Chunks, align: p.Align, fn: apply.runRange, reverse: true, affine: p.Affine})
 	return sums.sumDy, sums.sumDyXc
 }
 

@@ -95,13 +95,14 @@ func crewOf(p Plan) crew { return crew{workers: p.Workers, cores: p.Cores, wake:
 
 // helpersOut counts the helpers of every call in flight: a call takes only
 // what the cores leave, so two gradients that TensorFlow runs side by side
-// share the cores rather than start a helper per core each. A helper counts
-// from its call's start until it ends, so where the machine is busy and
-// helpers start late, the calls after take fewer.
+// share the cores rather than start a helper per core each. A call's
+// helpers count until it returns, not until each has ended: a helper woken
+// late finds nothing to do and ends at once, and counting it on would take
+// the next call of a chain its helper (on 2 cores, all of them).
 var helpersOut atomic.Int64
 
 // reserveHelpers takes up to want helpers of the limit all calls share, and
-// returns how many it took; each is given back by releaseHelper.
+// returns how many it took, for the call to give back when it returns.
 func reserveHelpers(want, limit int) int {
 	for {
 		out := helpersOut.Load()
@@ -115,25 +116,23 @@ func reserveHelpers(want, limit int) int {
 	}
 }
 
-func releaseHelper() { helpersOut.Add(-1) }
-
-// parallel calls fn(r, lo, hi) for each of ranges contiguous ranges of size
-// elements (the last one shorter) that cover [0, n), on crew c: the calling
+// parallel calls fn(r, lo, hi) for each of ranges contiguous ranges that
+// cover [0, n) in whole blocks of align elements (span), on crew c: the calling
 // goroutine and helpers claim them in order, or last range first when
 // reverse is set. It returns once every claimed range is done; a helper that
 // starts after the last range was claimed finds nothing and ends on its own,
 // touching nothing but the claim's bookkeeping. A panic in a helper is
 // re-raised on the calling goroutine, so the caller's recover sees it.
-func parallel(c crew, n, ranges, size int, reverse bool, fn func(r, lo, hi int)) {
-	parallelPasses(c, pass{n: n, ranges: ranges, size: size, reverse: reverse, fn: fn}, nil, pass{})
+func parallel(c crew, n, ranges, align int, reverse bool, fn func(r, lo, hi int)) {
+	parallelPasses(c, pass{n: n, ranges: ranges, align: align, reverse: reverse, fn: fn}, nil, pass{})
 }
 
 // pass is one of parallelPasses' passes, as parallel's arguments, and for
 // a second pass the order in which its workers claim the ranges.
 type pass struct {
-	n, ranges, size int
-	reverse         bool
-	fn              func(r, lo, hi int)
+	n, ranges, align int
+	reverse          bool
+	fn               func(r, lo, hi int)
 	// affine, on a second pass of as many ranges as the first (which
 	// must run in order), has each worker claim first the ranges it ran in
 	// the first pass, last first, then any left, first first; reverse is
@@ -157,7 +156,8 @@ func (p pass) serially() {
 		if p.reverse || p.affine {
 			r = p.ranges - 1 - i
 		}
-		p.fn(r, min(r*p.size, p.n), min((r+1)*p.size, p.n))
+		lo, hi := span(p.n, p.ranges, p.align, r)
+		p.fn(r, lo, hi)
 	}
 }
 
@@ -187,6 +187,7 @@ func parallelPasses(c crew, first pass, between func(), second pass) {
 		second.serially()
 		return
 	}
+	defer helpersOut.Add(int64(-helpers))
 	c1 := newClaims(first, helpers)
 	var c2 *claims
 	var g *gate // only a second pass has helpers wait
@@ -201,7 +202,6 @@ func parallelPasses(c crew, first pass, between func(), second pass) {
 		defer g.release(c2)
 	}
 	helper := func(h int) {
-		defer releaseHelper()
 		c1.work(h)
 		if c2 != nil {
 			g.await()
@@ -277,14 +277,14 @@ func (g *gate) release(c *claims) {
 // claims is the bookkeeping of one parallel call: the ranges, the next one
 // to claim, and how many claimed ranges are not done yet.
 type claims struct {
-	n, ranges, size int
-	reverse         bool
-	fn              func(r, lo, hi int)
-	next            atomic.Int64
-	pending         atomic.Int64 // claims in flight, counted before the claim is made
-	waiting         atomic.Bool  // the caller is out of ranges and waits on done
-	done            chan struct{}
-	panics          []any // by worker, the caller's last
+	n, ranges, align int
+	reverse          bool
+	fn               func(r, lo, hi int)
+	next             atomic.Int64
+	pending          atomic.Int64 // claims in flight, counted before the claim is made
+	waiting          atomic.Bool  // the caller is out of ranges and waits on done
+	done             chan struct{}
+	panics           []any // by worker, the caller's last
 	// owner, where not nil, records which worker ran each range (worker+1;
 	// 0 for none), for an affine pass after this one.
 	owner []int32
@@ -298,7 +298,7 @@ type claims struct {
 // helper goroutines.
 func newClaims(p pass, helpers int) *claims {
 	return &claims{
-		n: p.n, ranges: p.ranges, size: p.size, reverse: p.reverse, fn: p.fn, panics: make([]any, helpers+1), done: make(chan struct{}, 1),
+		n: p.n, ranges: p.ranges, align: p.align, reverse: p.reverse, fn: p.fn, panics: make([]any, helpers+1), done: make(chan struct{}, 1),
 	}
 }
 
@@ -385,7 +385,8 @@ func (c *claims) run(w, r int) {
 	if c.owner != nil {
 		c.owner[r] = int32(w + 1)
 	}
-	c.fn(r, min(r*c.size, c.n), min((r+1)*c.size, c.n))
+	lo, hi := span(c.n, c.ranges, c.align, r)
+	c.fn(r, lo, hi)
 }
 
 // finish marks a claim done, and wakes the waiting caller with the last one.

@@ -16,7 +16,7 @@ import (
 // claimed range is done.
 func TestClaimsLateHelper(t *testing.T) {
 	var calls [4]atomic.Int32
-	c := &claims{n: 100, ranges: 4, size: 25, fn: func(r, lo, hi int) { calls[r].Add(1) },
+	c := &claims{n: 100, ranges: 4, align: 25, fn: func(r, lo, hi int) { calls[r].Add(1) },
 		panics: make([]any, 2), done: make(chan struct{}, 1)}
 	c.work(1) // the caller, alone
 	c.wait()  // returns: nothing in flight
@@ -39,7 +39,7 @@ func testClaimsWaitsForClaimedRange(t *testing.T, affine bool) {
 	release := make(chan struct{})
 	started := make(chan struct{})
 	var done atomic.Bool
-	c := &claims{n: 2, ranges: 2, size: 1, panics: make([]any, 2), done: make(chan struct{}, 1)}
+	c := &claims{n: 2, ranges: 2, align: 1, panics: make([]any, 2), done: make(chan struct{}, 1)}
 	if affine {
 		c.after = &claims{ranges: 2, owner: []int32{1, 2}}
 		c.taken = make([]atomic.Bool, 2)
@@ -81,7 +81,7 @@ func TestParallelPassesOrder(t *testing.T) {
 				var first, second [7]atomic.Int32
 				var firstDone, secondStarted, betweenCalls atomic.Int32
 				parallelPasses(crew{workers: 4, cores: 64},
-					pass{n: 70, ranges: 7, size: 10, reverse: false, fn: func(r, lo, hi int) {
+					pass{n: 70, ranges: 7, align: 10, reverse: false, fn: func(r, lo, hi int) {
 						assert.Equal(t, [2]int{10 * r, 10 * (r + 1)}, [2]int{lo, hi})
 						assert.Zero(t, betweenCalls.Load(), "first-pass range %d after between", r)
 						first[r].Add(1)
@@ -92,7 +92,7 @@ func TestParallelPassesOrder(t *testing.T) {
 						assert.Zero(t, secondStarted.Load(), "between after the second pass began")
 						betweenCalls.Add(1)
 					},
-					pass{n: 65, ranges: 7, size: 10, reverse: true, affine: c.affine, fn: func(r, lo, hi int) {
+					pass{n: 65, ranges: 7, align: 10, reverse: true, affine: c.affine, fn: func(r, lo, hi int) {
 						assert.Equal(t, [2]int{min(10*r, 65), min(10*(r+1), 65)}, [2]int{lo, hi})
 						assert.Equal(t, int32(1), betweenCalls.Load(), "second-pass range %d before between", r)
 						secondStarted.Add(1)
@@ -127,10 +127,7 @@ func TestParallelPassesPanics(t *testing.T) {
 		t.Run(fmt.Sprintf("%s/affine=%v", at, c.affine), func(t *testing.T) {
 			// A first call starts whatever lasts (helper threads, where the
 			// system has them).
-			parallelPasses(four, pass{n: 40, ranges: 4, size: 10, reverse: false, fn: func(int, int, int) {}}, nil, pass{})
-			// Helpers of earlier calls that have not started yet hold their
-			// share of the cores; this call must have its own.
-			WaitHelpers(t)
+			parallelPasses(four, pass{n: 40, ranges: 4, align: 10, reverse: false, fn: func(int, int, int) {}}, nil, pass{})
 			before := runtime.NumGoroutine()
 			var secondRan atomic.Int32
 			assert.PanicsWithValue(t, func() any {
@@ -140,13 +137,13 @@ func TestParallelPassesPanics(t *testing.T) {
 				return "kernels: worker panicked: boom in " + at
 			}(), func() {
 				parallelPasses(four,
-					pass{n: 40, ranges: 4, size: 10, reverse: false, fn: func(r, _, _ int) {
+					pass{n: 40, ranges: 4, align: 10, reverse: false, fn: func(r, _, _ int) {
 						if r == 2 {
 							boom(at, "first")()
 						}
 					}},
 					boom(at, "between"),
-					pass{n: 40, ranges: 4, size: 10, affine: c.affine, fn: func(r, _, _ int) {
+					pass{n: 40, ranges: 4, align: 10, affine: c.affine, fn: func(r, _, _ int) {
 						secondRan.Add(1)
 						if r == 1 {
 							boom(at, "second")()
@@ -173,7 +170,7 @@ func TestAffineClaimOrder(t *testing.T) {
 	first := &claims{ranges: 6}
 	first.owner = []int32{1, 2, 1, 2, 2, 1} // worker 0 ran 0, 2 and 5
 	var order []int
-	c := &claims{n: 60, ranges: 6, size: 10, after: first, taken: make([]atomic.Bool, 6), panics: make([]any, 2), done: make(chan struct{}, 1),
+	c := &claims{n: 60, ranges: 6, align: 10, after: first, taken: make([]atomic.Bool, 6), panics: make([]any, 2), done: make(chan struct{}, 1),
 		fn: func(r, lo, hi int) {
 			assert.Equal(t, [2]int{10 * r, 10 * (r + 1)}, [2]int{lo, hi})
 			order = append(order, r)
@@ -203,7 +200,6 @@ func TestParallelPassesAffineOnSameWorker(t *testing.T) {
 		}
 	}
 	for range 20 {
-		WaitHelpers(t)
 		var firstBy, secondBy [4]uint64
 		started1, started2 := make([]chan struct{}, 4), make([]chan struct{}, 4)
 		for r := range 4 {
@@ -213,7 +209,7 @@ func TestParallelPassesAffineOnSameWorker(t *testing.T) {
 			// Ranges 0 and 1 meet, so each worker has one; 1 waits for 2 to
 			// begin, so the worker of 0 takes 2, and 2 for 3, so the worker
 			// of 1 takes 3.
-			pass{n: 4, ranges: 4, size: 1, fn: func(r, _, _ int) {
+			pass{n: 4, ranges: 4, align: 1, fn: func(r, _, _ int) {
 				firstBy[r] = goroutineID()
 				switch r {
 				case 0:
@@ -231,7 +227,7 @@ func TestParallelPassesAffineOnSameWorker(t *testing.T) {
 			// Each worker's first range meets the other's, and its second
 			// meets the other's second: neither is done while the other
 			// still has a range of its own to take.
-			pass{n: 4, ranges: 4, size: 1, affine: true, fn: func(r, _, _ int) {
+			pass{n: 4, ranges: 4, align: 1, affine: true, fn: func(r, _, _ int) {
 				secondBy[r] = goroutineID()
 				partner := map[int]int{3: 2, 2: 3, 1: 0, 0: 1}[r]
 				meet(t, started2, r, partner)

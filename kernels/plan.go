@@ -14,7 +14,7 @@ import (
 // and element type, the machine (cores and caches) and the tuning, and the
 // entry points then run that plan. The plan splits into two parts:
 //
-//   - the arithmetic (Form, Period, Chunks, ChunkLen, SumsBlock): where the
+//   - the arithmetic (Form, Period, Chunks, Align, SumsBlock): where the
 //     partial sums start and end, so the bits of the result. It depends on
 //     the shape, the element type and the tuning's switches alone: never on
 //     the cores, the caches, nor how many workers run, so a result is the
@@ -90,6 +90,10 @@ type Tuning struct {
 	// (bychannel.go); Affine runs each range of a two-pass gradient's second
 	// pass on the worker that summed it (pass.affine).
 	ByChannel, Affine bool
+	// MaxChunks, where positive, lowers maxChunks. Like ByChannel it
+	// changes where partial sums start and end, so the bits: it is for
+	// measuring what many chunks cost a large tensor.
+	MaxChunks int
 }
 
 // DefaultTuning returns the tuning a process starts with.
@@ -112,6 +116,7 @@ func CurrentTuning() Tuning { return *tuning.Load() }
 func SetTuning(t Tuning) Tuning {
 	t.PerWorker = max(1, t.PerWorker)
 	t.Workers, t.Wake, t.L3, t.StreamBytes = max(0, t.Workers), max(0, t.Wake), max(0, t.L3), max(0, t.StreamBytes)
+	t.MaxChunks = max(0, t.MaxChunks)
 	return *tuning.Swap(&t)
 }
 
@@ -124,12 +129,13 @@ var tuningFields = map[string]func(t *Tuning) any{
 	"stream_bytes": func(t *Tuning) any { return &t.StreamBytes },
 	"by_channel":   func(t *Tuning) any { return &t.ByChannel },
 	"affine":       func(t *Tuning) any { return &t.Affine },
+	"max_chunks":   func(t *Tuning) any { return &t.MaxChunks },
 }
 
 // ParseTuning returns base with the fields that spec sets: comma-separated
 // name=value pairs, names as String writes them (per_worker, workers, wake,
-// l3, stream_bytes: non-negative integers, per_worker positive; by_channel,
-// affine: 0 or 1). An empty spec returns base.
+// l3, stream_bytes, max_chunks: non-negative integers, per_worker positive;
+// by_channel, affine: 0 or 1). An empty spec returns base.
 func ParseTuning(spec string, base Tuning) (Tuning, error) {
 	t := base
 	for _, pair := range strings.Split(spec, ",") {
@@ -267,11 +273,11 @@ type Plan struct {
 	L      int
 	// Elements is the tensor's element count.
 	Elements int
-	// Chunks ranges of ChunkLen elements (the last one shorter) cut the
-	// tensor for FormPasses, FormSweep, FormSums and FormApply, each a
-	// multiple of Align (whole rows of the period, and blocks). Each chunk's
-	// sums are its own, added up in chunk order.
-	Chunks, ChunkLen, Align int
+	// Chunks ranges cut the tensor for FormPasses, FormSweep, FormSums and
+	// FormApply: its blocks of Align elements (whole rows of the period, and
+	// blocks of the pass that sums), shared out as evenly as whole blocks
+	// allow (Chunk). Each chunk's sums are its own, added up in chunk order.
+	Chunks, Align int
 	// SumsBlock is the block of the sums pass (of FormSweep's fused pass;
 	// of a by-channel unit's plane pieces), ApplyBlock that of the
 	// x_backprop pass.
@@ -289,8 +295,14 @@ type Plan struct {
 }
 
 // Chunk returns chunk r's elements, [lo, hi).
-func (p Plan) Chunk(r int) (lo, hi int) {
-	return min(r*p.ChunkLen, p.Elements), min((r+1)*p.ChunkLen, p.Elements)
+func (p Plan) Chunk(r int) (lo, hi int) { return span(p.Elements, p.Chunks, p.Align, r) }
+
+// span returns range r of ranges that cut n elements in blocks of align
+// elements (the last block shorter): the ⌈n/align⌉ blocks shared out as
+// evenly as whole blocks allow, r·blocks/ranges of them before range r.
+func span(n, ranges, align, r int) (lo, hi int) {
+	blocks := (n + align - 1) / align
+	return min(n, r*blocks/ranges*align), min(n, (r+1)*blocks/ranges*align)
 }
 
 // The plan's constants, each measured where it says.
@@ -303,6 +315,11 @@ const (
 	// up once per call.
 	chunkGrain = 1 << 16
 	maxChunks  = 1024
+	// minChunkRows: a chunk has at least this many times L elements (L the
+	// period's channels, C channels first), so that its partial sums, 2·L
+	// float64 added up one after the other between the passes (four at a
+	// time, addVector), are an 8th of its elements at most.
+	minChunkRows = 16
 	// unitElems is the most float32 elements of a by-channel unit (half as
 	// many of Half or BFloat16): 2 MiB of dy and x, which stay in L2 or L3
 	// between the unit's two passes. BenchmarkTrainingGradByChannel chose
@@ -329,6 +346,7 @@ func planFor(c call, m Machine, t Tuning) Plan {
 	if c.half {
 		grain, per, unit = grain/2, max(1, per/2), unit/2
 	}
+	grain = max(grain, minChunkRows*L)
 	bytes := n * c.size
 	cl := d.Layout == ChannelsLast
 	switch c.job {
@@ -379,20 +397,21 @@ func planFor(c call, m Machine, t Tuning) Plan {
 	default:
 		p.Align = p.SumsBlock
 	}
-	chunks := n / grain
-	if chunks >= 2 {
+	p.Chunks = 1
+	if chunks := n / grain; chunks >= 2 {
 		chunks += chunks % 2 // two or four workers end together
+		most := maxChunks
+		if t.MaxChunks > 0 {
+			most = min(most, t.MaxChunks)
+		}
+		p.Chunks = min(most, chunks, (n+p.Align-1)/p.Align)
 	}
-	chunks = max(1, min(maxChunks, chunks))
-	target := (n + chunks - 1) / chunks
-	p.ChunkLen = max(1, (target+p.Align/2)/p.Align) * p.Align // the nearest whole blocks
-	if (n+p.ChunkLen-1)/p.ChunkLen > maxChunks {
-		p.ChunkLen = (target + p.Align - 1) / p.Align * p.Align
-	}
-	p.Chunks = (n + p.ChunkLen - 1) / p.ChunkLen
 
 	// The machine's part.
-	workers := min(cores, max(1, n/per))
+	workers := 1
+	if n >= 2*per {
+		workers = min(cores, n/per)
+	}
 	if p.Form == FormByChannel {
 		C, S := int(d.C), int(d.S)
 		runChannels := unitRunChannels(S)

@@ -104,13 +104,23 @@ func TestPlansCoverEveryElement(t *testing.T) {
 					if p.Period.Layout == ChannelsLast && p.L <= maxBlockLen {
 						require.Zero(t, p.Align%p.L, "%s: chunks start on rows", what)
 					}
-					require.Zero(t, p.ChunkLen%p.Align, what)
-					require.Less(t, (p.Chunks-1)*p.ChunkLen, n, "%s: an empty chunk", what)
-					require.GreaterOrEqual(t, p.Chunks*p.ChunkLen, n, "%s: elements left out", what)
 					require.LessOrEqual(t, p.Chunks, maxChunks, what)
-					lo, hi := p.Chunk(p.Chunks - 1)
-					require.Equal(t, n, hi, what)
-					require.Less(t, lo, hi, what)
+					blocks, least, most := (n+p.Align-1)/p.Align, n, 0
+					for r, end := 0, 0; r < p.Chunks; r++ {
+						lo, hi := p.Chunk(r)
+						require.Equal(t, end, lo, "%s: chunk %d does not start where the last ended", what, r)
+						require.Less(t, lo, hi, "%s: chunk %d is empty", what, r)
+						require.Zero(t, lo%p.Align, "%s: chunk %d starts inside a block", what, r)
+						if hi < n {
+							least, most = min(least, (hi-lo)/p.Align), max(most, (hi-lo)/p.Align)
+						}
+						end = hi
+					}
+					_, hi := p.Chunk(p.Chunks - 1)
+					require.Equal(t, n, hi, "%s: elements left out", what)
+					if p.Chunks > 2 {
+						require.LessOrEqual(t, most-least, 1, "%s: chunks of %d to %d of %d blocks", what, least, most, blocks)
+					}
 					require.Positive(t, p.SumsBlock, what)
 					require.Positive(t, p.ApplyBlock, what)
 					if p.Form == FormByChannel {
@@ -140,8 +150,8 @@ func TestPlansCoverEveryElement(t *testing.T) {
 
 // arithmetic is the part of a plan the result's bits depend on.
 func arithmetic(p Plan) string {
-	return fmt.Sprintf("%v %+v L=%d n=%d chunks %d×%d align %d sums %d apply %d", p.Form, p.Period, p.L, p.Elements,
-		p.Chunks, p.ChunkLen, p.Align, p.SumsBlock, p.ApplyBlock)
+	return fmt.Sprintf("%v %+v L=%d n=%d chunks %d align %d sums %d apply %d", p.Form, p.Period, p.L, p.Elements,
+		p.Chunks, p.Align, p.SumsBlock, p.ApplyBlock)
 }
 
 // TestPlanArithmeticIndependentOfMachine checks that where a plan's partial
@@ -199,12 +209,11 @@ func TestPlanTable(t *testing.T) {
 		// units each (at most 32: runs of two planes of 784).
 		{planShape{8, 64, 784, ChannelsFirst, 4}, jobTraining, 1 << 16, FormByChannel, 6,
 			[4]int{2, 6, 6, 6}, [4]int{4, 11, 11, 11}, [4]bool{}, 6},
-		// NHWC 16x28x28x64: twelve chunks of four sums blocks of 256 rows,
-		// and a thirteenth of one; three workers at 2^18 a worker, twelve
-		// at 2^16.
-		{planShape{16, 64, 784, ChannelsLast, 4}, jobTraining, 1 << 18, FormPasses, 13,
+		// NHWC 16x28x28x64: twelve chunks of four or five sums blocks of
+		// 256 rows; three workers at 2^18 a worker, twelve at 2^16.
+		{planShape{16, 64, 784, ChannelsLast, 4}, jobTraining, 1 << 18, FormPasses, 12,
 			[4]int{2, 3, 3, 3}, [4]int{}, [4]bool{}, 0},
-		{planShape{16, 64, 784, ChannelsLast, 4}, jobTraining, 1 << 16, FormPasses, 13,
+		{planShape{16, 64, 784, ChannelsLast, 4}, jobTraining, 1 << 16, FormPasses, 12,
 			[4]int{2, 12, 12, 12}, [4]int{}, [4]bool{}, 0},
 		// NHWC 32x112x112x64 (103 MB a tensor): 392 chunks of 2^16, a worker
 		// a core up to 98 (2^18 each); x_backprop streams everywhere.
@@ -212,14 +221,14 @@ func TestPlanTable(t *testing.T) {
 			[4]int{2, 16, 64, 98}, [4]int{}, [4]bool{true, true, true, true}, 0},
 		// NHWC 8x28x28x512 (12.8 MB): streams where a quarter of the L3 is
 		// 8 MiB, not from the Xeon's 105 MiB, where it stays for the next op.
-		{planShape{8, 512, 784, ChannelsLast, 4}, jobTraining, 1 << 18, FormPasses, 51,
+		{planShape{8, 512, 784, ChannelsLast, 4}, jobTraining, 1 << 18, FormPasses, 50,
 			[4]int{2, 12, 12, 12}, [4]int{}, [4]bool{true, false, true, true}, 0},
-		// NHWC 32x7x7x256 inference: one pass over seven chunks (the last
-		// a quarter of the others), four blocks of 64 rows each.
-		{planShape{32, 256, 49, ChannelsLast, 4}, jobSweep, 1 << 16, FormSweep, 7,
+		// NHWC 32x7x7x256 inference: one pass over six chunks of four or
+		// five blocks of 64 rows.
+		{planShape{32, 256, 49, ChannelsLast, 4}, jobSweep, 1 << 16, FormSweep, 6,
 			[4]int{2, 6, 6, 6}, [4]int{}, [4]bool{}, 0},
 		// bfloat16 NHWC 8x28x28x64: chunks and workers of half the elements.
-		{planShape{8, 64, 784, ChannelsLast, 2}, jobTraining, 1 << 18, FormPasses, 13,
+		{planShape{8, 64, 784, ChannelsLast, 2}, jobTraining, 1 << 18, FormPasses, 12,
 			[4]int{2, 3, 3, 3}, [4]int{}, [4]bool{}, 0},
 		// NCHW 8x2048x7x7: units of at least 21 channels (runs of 1029).
 		{planShape{8, 2048, 49, ChannelsFirst, 4}, jobTraining, 1 << 18, FormByChannel, 12,
@@ -263,16 +272,18 @@ func TestPlanTwoCoresAsBefore(t *testing.T) {
 	}
 }
 
-// The tuning's cap leaves cores to TensorFlow's threads; a machine's cgroup
-// quota does the same through Machine.Cores.
-func TestPlanWorkersCap(t *testing.T) {
+// The tuning's caps: workers leaves cores to TensorFlow's threads (a
+// machine's cgroup quota does the same through Machine.Cores), max_chunks
+// lowers the chunks.
+func TestPlanTuningCaps(t *testing.T) {
 	s := planShape{32, 64, 112 * 112, ChannelsLast, 4}
-	tu, err := ParseTuning("workers=8", DefaultTuning())
+	tu, err := ParseTuning("workers=8,max_chunks=64", DefaultTuning())
 	require.NoError(t, err)
 	for _, pm := range planMachines {
 		p := planFor(planCall(s, jobTraining, true), pm.m, tu)
 		require.Equal(t, min(8, pm.m.Cores), p.Workers, pm.name)
 		require.Equal(t, min(8, pm.m.Cores), p.Cores, pm.name)
+		require.Equal(t, 64, p.Chunks, pm.name)
 	}
 }
 
@@ -281,10 +292,11 @@ func TestParseTuning(t *testing.T) {
 	got, err := ParseTuning(" per_worker=131072, workers=12,wake=2,l3=0,stream_bytes=4096,by_channel=0,affine=1 ", base)
 	require.NoError(t, err)
 	require.Equal(t, Tuning{PerWorker: 131072, Workers: 12, Wake: 2, StreamBytes: 4096, Affine: true}, got)
+	got.MaxChunks = 64
 	back, err := ParseTuning(got.String(), Tuning{})
 	require.NoError(t, err)
 	require.Equal(t, got, back, "String and ParseTuning round trip")
-	require.Equal(t, "affine=1,by_channel=0,l3=0,per_worker=131072,stream_bytes=4096,wake=2,workers=12", got.String())
+	require.Equal(t, "affine=1,by_channel=0,l3=0,max_chunks=64,per_worker=131072,stream_bytes=4096,wake=2,workers=12", got.String())
 	same, err := ParseTuning("", base)
 	require.NoError(t, err)
 	require.Equal(t, base, same)
@@ -297,7 +309,7 @@ func TestParseTuning(t *testing.T) {
 }
 
 func TestSetTuningClamps(t *testing.T) {
-	prev := SetTuning(Tuning{PerWorker: 0, Workers: -3, Wake: -1, L3: -1, StreamBytes: -1})
+	prev := SetTuning(Tuning{PerWorker: 0, Workers: -3, Wake: -1, L3: -1, StreamBytes: -1, MaxChunks: -1})
 	defer SetTuning(prev)
 	require.Equal(t, Tuning{PerWorker: 1}, CurrentTuning())
 }

@@ -20,10 +20,10 @@ func sweep[T Element](s *scratch, p Plan, dy, x, dx []T, mean []float64, t *affi
 		}
 		splits.serial(p.Chunks)
 		sums := newSums(s, p, dy, x, mean)
-		pass{n: sums.n, ranges: p.Chunks, size: p.ChunkLen, fn: sums.run}.serially()
+		pass{n: sums.n, ranges: p.Chunks, align: p.Align, fn: sums.run}.serially()
 		sums.fold()
 		apply := newApply(s, p, *t, dy, x, dx)
-		pass{n: sums.n, ranges: p.Chunks, size: p.ChunkLen, fn: apply.runRange, reverse: true}.serially()
+		pass{n: sums.n, ranges: p.Chunks, align: p.Align, fn: apply.runRange, reverse: true}.serially()
 		return sums.sumDy, sums.sumDyXc
 	}
 	sums := newSums(s, p, dy, x, mean)
@@ -33,11 +33,11 @@ func sweep[T Element](s *scratch, p Plan, dy, x, dx []T, mean []float64, t *affi
 	if p.Workers > 1 {
 		shared := new(sumsPass[T]) // only a pass that helpers share is copied to the heap
 		*shared = sums
-		parallel(crewOf(p), shared.n, p.Chunks, p.ChunkLen, false, shared.run)
+		parallel(crewOf(p), shared.n, p.Chunks, p.Align, false, shared.run)
 		sums = *shared
 	} else if sums.n > 0 {
 		splits.serial(p.Chunks)
-		pass{n: sums.n, ranges: p.Chunks, size: p.ChunkLen, fn: sums.run}.serially()
+		pass{n: sums.n, ranges: p.Chunks, align: p.Align, fn: sums.run}.serially()
 	}
 	sums.fold()
 	return sums.sumDy, sums.sumDyXc
@@ -74,15 +74,19 @@ func newSums[T Element](s *scratch, p Plan, dy, x []T, mean []float64) sumsPass[
 	q.partial = p.Chunks > 1 || p.L != C
 	q.parts = sums
 	if q.partial {
-		q.parts = s.float64s(2 * p.L * p.Chunks)
+		q.parts = s.float64sDirty(2 * p.L * p.Chunks) // each run zeroes its own
 	}
 	return q
 }
 
-// run sums chunk r, elements [lo, hi).
+// run sums chunk r, elements [lo, hi), into its partial sums, zeroed first
+// (by the worker that sums the chunk: in its cache, beside the others).
 func (p *sumsPass[T]) run(r, lo, hi int) {
 	L := p.L
 	q := p.parts[2*L*r : 2*L*(r+1) : 2*L*(r+1)]
+	if p.partial {
+		clear(q)
+	}
 	p.job.run(lo, hi, q[:L:L], q[L:])
 }
 

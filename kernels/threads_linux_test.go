@@ -74,7 +74,7 @@ func TestParallelPassesOnHelperThreads(t *testing.T) {
 		before := helperThreadTasks.Load()
 		var ran [ranges]atomic.Int32
 		for range 20 {
-			parallelPasses(crew{workers: workers, cores: 64}, pass{n: ranges, ranges: ranges, size: 1, reverse: false, fn: func(r, _, _ int) {
+			parallelPasses(crew{workers: workers, cores: 64}, pass{n: ranges, ranges: ranges, align: 1, reverse: false, fn: func(r, _, _ int) {
 				ran[r].Add(1)
 			}}, nil, pass{})
 			idle(t, all) // a thread still returning from the last call is not free

@@ -18,9 +18,6 @@ import (
 // their own ops beside gobn's) leaves its share to the calling thread instead
 // of holding it up. Here a pass's chunks are called ranges.
 
-// maxRanges bounds the ranges of one pass.
-const maxRanges = maxChunks
-
 // SetMinElementsPerWorker sets the tuning's PerWorker and returns the
 // previous value (tests and benchmarks).
 func SetMinElementsPerWorker(n int) int {

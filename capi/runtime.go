@@ -18,7 +18,7 @@ import (
 // kernels' helper threads, which keep a P each while they sleep (they are
 // used only while GOMAXPROCS leaves room for them, see kernels'
 // threads_linux.go). The kernels still start at most one worker per core
-// (kernels.workersFor).
+// (kernels.Plan.Workers).
 func init() {
 	if os.Getenv("GOMAXPROCS") == "" {
 		runtime.GOMAXPROCS(2*runtime.NumCPU() + 4)

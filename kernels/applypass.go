@@ -1,36 +1,31 @@
 package kernels
 
 // applyAll writes dx = A[c]·(dy − MeanDy[c]) + B[c]·(x − Mean[c]) over the
-// whole tensor, last range first: the sums pass before it read that range
-// last, so it may still be in cache. (BenchmarkPasses times the pass; where
-// L3 is shared, it runs level with walking the ranges in order.)
-func applyAll[T Element](s *scratch, d Dims, t affine, dy, x, dx []T) {
-	n := d.Len()
+// whole tensor as plan p cuts it, last chunk first: the sums pass before it
+// read that chunk last, so it may still be in cache. (BenchmarkPasses times
+// the pass; where L3 is shared, it runs level with walking the chunks in
+// order.)
+func applyAll[T Element](s *scratch, p Plan, t affine, dy, x, dx []T) {
+	n := len(dy)
 	if n == 0 {
 		return
 	}
-	job := newApply(s, d, t, dy, x, dx)
-	ranges := rangesFor[T](n)
-	if ranges == 1 {
-		job.run(0, n)
+	job := newApply(s, p, t, dy, x, dx)
+	if p.Workers == 1 {
+		splits.serial(p.Chunks)
+		pass{n: n, ranges: p.Chunks, align: p.Align, reverse: true, fn: job.runRange}.serially()
 		return
 	}
 	shared := new(applyJob[T]) // only a job that helpers share is copied to the heap
 	*shared = job
-	pd, _ := d.periodic()
-	parallel(n, ranges, blockFor(pd, blockLen), true, shared.runRange)
+	parallel(crewOf(p), n, p.Chunks, p.Align, true, shared.runRange)
 }
 
 // newApply prepares applyAll's job.
-func newApply[T Element](s *scratch, d Dims, t affine, dy, x, dx []T) applyJob[T] {
-	pd, L := d.periodic()
-	blk := blockFor(pd, blockLen)
-	if pd.Layout == ChannelsLast && int(pd.C) > applyChunk && !t.ScaleOnly {
-		blk = blockFor(pd, chunkRows*int(pd.C)) // rows enough for the chunks (applyRows)
-	}
-	job := applyJob[T]{pd: pd, blk: blk, dy: dy, x: x, dx: dx, t: t.repeated(s, L).withFloat32(s)}
-	if !t.ScaleOnly && streams(pd, dy, x, dx) {
-		job.t.f32.Stream = true // the scale-only loops have no streaming form
+func newApply[T Element](s *scratch, p Plan, t affine, dy, x, dx []T) applyJob[T] {
+	job := applyJob[T]{pd: p.Period, blk: p.ApplyBlock, dy: dy, x: x, dx: dx, t: t.repeated(s, p.L).withFloat32(s)}
+	if job.t.f32 != nil && !t.ScaleOnly {
+		job.t.f32.Stream = p.Stream // the scale-only loops have no streaming form
 	}
 	return job
 }

@@ -15,12 +15,13 @@ import (
 // such case both ways against the float64 reference, and check where the
 // by-channel form applies.
 
-// byChannelCases are channels-first cases of more than two ranges (the
-// tests' 2^16 elements a range, export_test.go): units of one channel, of
+// byChannelCases are channels-first cases of two chunks or more (2^16
+// float32 elements a chunk) that the tests' 2^16 elements a worker
+// (export_test.go) split on two cores or more: units of one channel, of
 // several with a shorter last one, runs with a scalar tail, and runs that
 // are whole vectors.
 var byChannelCases = []shapeCase{
-	{"C=1", 3, 1, 50000},
+	{"C=4 units of one channel", 1, 4, 40000},
 	{"C=5 odd runs", 7, 5, 5003},
 	{"C=37 last unit short", 4, 37, 1000},
 	{"C=64 runs of 4112", 2, 64, 4112},
@@ -46,8 +47,8 @@ func TestTrainingGradByChannel(t *testing.T) {
 }
 
 // TestByChannelOnlyWhere checks the gradients that keep the two passes over
-// the whole tensor: channels last, one range, and units whose runs are
-// short.
+// the whole tensor: channels last, one chunk, samples too short for a
+// unit's runs, and channels for fewer units than chunks.
 func TestByChannelOnlyWhere(t *testing.T) {
 	first := func(N, C, S int64) kernels.Dims {
 		return kernels.Dims{N: N, C: C, S: S, Layout: kernels.ChannelsFirst}
@@ -61,8 +62,11 @@ func TestByChannelOnlyWhere(t *testing.T) {
 		{"channels last", kernels.ByChannel[float32](kernels.Dims{N: 2, C: 64, S: 4112, Layout: kernels.ChannelsLast})},
 		{"one range", kernels.ByChannel[float32](first(1, 64, 2047))},
 		{"float32 of a half's range count", kernels.ByChannel[float32](first(1, 64, 1100))},
-		// 256000 elements, 4 units of 10 channels: runs of 1000.
-		{"runs of 1000", kernels.ByChannel[float32](first(64, 40, 100))},
+		// 256000 elements whose sample holds 1000 of a unit at most.
+		{"samples of 1000", kernels.ByChannel[float32](first(256, 10, 100))},
+		// One unit, or fewer than the chunks: the chunks share better.
+		{"one channel", kernels.ByChannel[float32](first(3, 1, 50000))},
+		{"3 units for 4 chunks", kernels.ByChannel[float32](first(1, 3, 90000))},
 		{"empty", kernels.ByChannel[float32](first(0, 64, 4112))},
 	} {
 		require.False(t, c.ok, fmt.Sprintf("%s runs by channel", c.name))

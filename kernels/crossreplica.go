@@ -38,7 +38,8 @@ func GradReduce[T Element](g GradReduceArgs[T]) {
 	checkLengths(g.Dims, [][]T{g.YBackprop, g.X}, [][]float32{g.Mean, g.SumDy, g.SumDyXmu})
 	s := getScratch()
 	defer s.release()
-	sumDy, sumDyXmu := reduce(s, g.Dims, g.YBackprop, g.X, toFloat64(s, g.Mean))
+	p := plan(g.Dims, jobReduce, g.YBackprop, g.X, nil)
+	sumDy, sumDyXmu := reduce(s, p, g.YBackprop, g.X, toFloat64(s, g.Mean))
 	fromFloat64(s, g.SumDy, sumDy)
 	fromFloat64(s, g.SumDyXmu, sumDyXmu)
 }
@@ -89,5 +90,5 @@ func GradApply[T Element](g GradApplyArgs[T]) {
 		t.B[c] = -k * inv * inv * float64(g.SumDyXmu[c]) / R
 		t.MeanDy[c] = float64(g.SumDy[c]) / R
 	}
-	applyAll(s, g.Dims, t, g.YBackprop, g.X, g.XBackprop)
+	applyAll(s, plan(g.Dims, jobApply, g.YBackprop, g.X, g.XBackprop), t, g.YBackprop, g.X, g.XBackprop)
 }

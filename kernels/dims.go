@@ -61,8 +61,9 @@ func (d Dims) periodic() (Dims, int) {
 func fold(dst, p []float64) {
 	C := len(dst)
 	for ; len(p) >= C; p = p[C:] {
-		for i, v := range p[:C] {
-			dst[i] += v
+		i := addVector(dst, p[:C])
+		for ; i < C; i++ {
+			dst[i] += p[i]
 		}
 	}
 }

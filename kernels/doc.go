@@ -24,8 +24,15 @@
 //
 // Files, one concern each:
 //
+//   - plan.go: a call's plan, decided before it runs (planFor, a pure
+//     function of the shape, the Machine and the Tuning): its form, the
+//     chunks and blocks its sums are cut into (the arithmetic, the same on
+//     every machine), and its workers, by-channel units and stores (the
+//     machine's). machine.go, machine_linux.go, machine_other.go: the
+//     Machine, read once: the cores the process may use (affinity, cgroup
+//     quota) and the caches.
 //   - grad.go: the entry points (TrainingGrad, InferenceGrad,
-//     GlobalNormalizationGrad) and how each orchestrates its passes.
+//     GlobalNormalizationGrad): each plans, then runs its plan's passes.
 //   - sumpass.go: the first pass, per-channel sums of dy and dy·(x−μ)
 //     (reduce; sweep, which also writes the inference x_backprop in the
 //     same pass).
@@ -36,13 +43,15 @@
 //     channels, sums and x_backprop together.
 //   - crossreplica.go: the synchronized (cross-replica) batch-norm gradient,
 //     halves around an all-reduce.
-//   - parallel.go: cutting a pass into ranges and fanning them out to helper
-//     goroutines (parallel, parallelPasses).
-//   - blocks.go: block sizes and the walk over a range block by block
-//     (forBlocks).
+//   - parallel.go: running a plan's passes: the calling goroutine and its
+//     helpers claim the chunks (parallel, parallelPasses), within what the
+//     cores leave (reserveHelpers); threads_linux.go: the helpers' pinned
+//     threads.
+//   - blocks.go: the block sizes plans choose from, and the walk over a
+//     range block by block (forBlocks).
 //   - convert.go: element conversions (widen, narrow, toFloat64,
 //     fromFloat64).
-//   - stream.go: when x_backprop is written with non-temporal stores.
+//   - stream.go: where x_backprop is written with non-temporal stores.
 //   - dims.go: Dims, Layout, Element and the channels-last period.
 //   - loops.go: the portable per-block loops (channelSums, applyAffine) and
 //     the affine coefficients they apply.

@@ -20,15 +20,23 @@ func AVX512Available() bool { return canAVX512() }
 // ones.
 func SelectAVX512(on bool) { selectLoops(on) }
 
-// Streams reports whether TrainingGrad, with the current threshold
+// Streams reports whether TrainingGrad, with the current tuning
 // (SetMinStreamElements), writes dx with non-temporal stores.
-func Streams[T Element](d Dims, dy, x, dx []T) bool {
-	pd, _ := d.periodic()
-	return streams(pd, dy, x, dx)
-}
+func Streams[T Element](d Dims, dy, x, dx []T) bool { return TrainingPlan(d, dy, x, dx).Stream }
 
 // ByChannel reports whether TrainingGrad runs d by channel units.
-func ByChannel[T Element](d Dims) bool { return byChannel[T](d) }
+func ByChannel[T Element](d Dims) bool {
+	return TrainingPlan[T](d, nil, nil, nil).Form == FormByChannel
+}
+
+// TrainingPlan returns the plan of TrainingGrad over d's dy, x and dx, on
+// the current machine with the current tuning; InferencePlan InferenceGrad's.
+func TrainingPlan[T Element](d Dims, dy, x, dx []T) Plan { return plan(d, jobTraining, dy, x, dx) }
+func InferencePlan[T Element](d Dims) Plan               { return plan[T](d, jobSweep, nil, nil, nil) }
+
+// SetMachine has the kernels plan for m and returns the machine they
+// planned for before: a test runs plans of more cores than it has.
+func SetMachine(m Machine) Machine { return setMachine(m) }
 
 // ResetSplitStats zeroes what SplitStats reports, so that a test reads its
 // own calls' splits.

@@ -72,19 +72,25 @@ func TrainingGrad[T Element](g FusedGradArgs[T]) {
 	if g.empty() {
 		return
 	}
+	p := plan(g.Dims, jobTraining, g.YBackprop, g.X, g.XBackprop)
 	s, mean, t := g.setup()
 	defer s.release()
-	if byChannel[T](g.Dims) {
-		trainingByChannel(s, g, t)
-		return
+	switch {
+	case p.Form == FormByChannel:
+		trainingByChannel(s, p, g, t)
+	case p.Workers > 1:
+		twoPasses(s, p, g.YBackprop, g.X, g.XBackprop, mean, t, func(sumDy, sumDyXc []float64) {
+			g.coefficients(t, sumDy, sumDyXc, 0, int(g.Dims.C))
+		})
+	default: // the same passes on the calling goroutine, nothing on the heap
+		splits.serial(p.Chunks)
+		sums := newSums(s, p, g.YBackprop, g.X, mean)
+		pass{n: sums.n, ranges: p.Chunks, align: p.Align, fn: sums.run}.serially()
+		sums.fold()
+		g.coefficients(t, sums.sumDy, sums.sumDyXc, 0, len(mean))
+		apply := newApply(s, p, t, g.YBackprop, g.X, g.XBackprop)
+		pass{n: sums.n, ranges: p.Chunks, align: p.Align, fn: apply.runRange, reverse: true}.serially()
 	}
-	if rangesFor[T](g.Dims.Len()) > 1 {
-		trainingPasses(s, g, mean, t)
-		return
-	}
-	sumDy, sumDyXc := reduce(s, g.Dims, g.YBackprop, g.X, mean)
-	g.coefficients(t, sumDy, sumDyXc, 0, len(mean))
-	applyAll(s, g.Dims, t, g.YBackprop, g.X, g.XBackprop)
 }
 
 // setup returns scratch space for a call, which the caller releases, the
@@ -95,39 +101,28 @@ func (g FusedGradArgs[T]) setup() (*scratch, []float64, affine) {
 	return s, mean, newAffine(s, mean)
 }
 
-// trainingPasses is TrainingGrad's two passes over a tensor of more than
-// one range, x_backprop's coefficients formed from the sums in between
-// (twoPasses). t has Mean set.
-func trainingPasses[T Element](s *scratch, g FusedGradArgs[T], mean []float64, t affine) {
-	twoPasses(s, g.Dims, g.YBackprop, g.X, g.XBackprop, mean, t, func(sumDy, sumDyXc []float64) {
-		g.coefficients(t, sumDy, sumDyXc, 0, int(g.Dims.C))
-	})
-}
-
-// twoPasses sums a tensor of more than one range, then writes dx by t,
-// with the same helper goroutines for both passes (parallelPasses) and each
-// range of the second on the worker that summed it where it can
-// (pass.affine; SetAffinePasses). form, where not nil, sets t's
-// coefficients from the sums in between. It returns the sums. t has Mean
-// set.
-func twoPasses[T Element](s *scratch, d Dims, dy, x, dx []T, mean []float64, t affine,
+// twoPasses sums the chunks of plan p, then writes dx by t over the same
+// chunks, with the same helpers for both passes (parallelPasses) and each
+// chunk of the second on the worker that summed it where the plan says
+// (Plan.Affine). form, where not nil, sets t's coefficients from the sums in
+// between. It returns the sums. t has Mean set.
+func twoPasses[T Element](s *scratch, p Plan, dy, x, dx []T, mean []float64, t affine,
 	form func(sumDy, sumDyXc []float64)) (sumDy, sumDyXc []float64) {
 	sums := new(sumsPass[T])
-	*sums = newSums(s, d, dy, x, mean)
+	*sums = newSums(s, p, dy, x, mean)
 	apply := new(applyJob[T])
-	parallelPasses(
-		pass{n: sums.n, ranges: sums.ranges, align: sums.job.blk, fn: sums.run},
+	parallelPasses(crewOf(p),
+		pass{n: sums.n, ranges: p.Chunks, align: p.Align, fn: sums.run},
 		func() {
 			sums.fold()
 			if form != nil {
 				form(sums.sumDy, sums.sumDyXc)
 			}
-			*apply = newApply(s, d, t, dy, x, dx)
+			*apply = newApply(s, p, t, dy, x, dx)
 		},
-		// The first pass's ranges, so that an affine pass finds its data
-		// where it left it; last range first, as applyAll, where not affine.
-		pass{n: sums.n, ranges: sums.ranges, align: sums.job.blk, fn: apply.runRange,
-			reverse: true, affine: affinePasses.Load()})
+		// The first pass's chunks, so that an affine pass finds its data
+		// where it left it; last chunk first, as applyAll, where not affine.
+		pass{n: sums.n, ranges: p.Chunks, align: p.Align, fn: apply.runRange, reverse: true, affine: p.Affine})
 	return sums.sumDy, sums.sumDyXc
 }
 
@@ -172,7 +167,8 @@ func InferenceGrad[T Element](g FusedGradArgs[T]) {
 		t.A[c] = float64(g.Scale[c]) * inv[c]
 	}
 	// x_backprop does not depend on the sums: one pass can do both (sweep).
-	sumDy, sumDyXc := sweep(s, g.Dims, g.YBackprop, g.X, g.XBackprop, mean, &t)
+	p := plan(g.Dims, jobSweep, g.YBackprop, g.X, g.XBackprop)
+	sumDy, sumDyXc := sweep(s, p, g.YBackprop, g.X, g.XBackprop, mean, &t)
 	for c := range mean {
 		g.OffsetBackprop[c] = float32(sumDy[c])
 		g.ScaleBackprop[c] = float32(sumDyXc[c] * inv[c])
@@ -228,7 +224,8 @@ func GlobalNormalizationGrad[T Element](g GlobalNormalizationArgs[T]) {
 		}
 	}
 	// dx does not depend on the sums: one pass can do both (sweep).
-	sumDy, sumDyXc := sweep(sc, g.Dims, g.Backprop, g.T, g.DX, mean, &t)
+	p := plan(g.Dims, jobSweep, g.Backprop, g.T, g.DX)
+	sumDy, sumDyXc := sweep(sc, p, g.Backprop, g.T, g.DX, mean, &t)
 	dm, dv, dg := sc.float64s(C), sc.float64s(C), sc.float64s(C)
 	for c := range C {
 		k := t.A[c]

@@ -35,31 +35,59 @@ func TestInferenceGrad(t *testing.T) {
 		fusedGradTest[kernels.Half](false), fusedGradTest[kernels.BFloat16](false))
 }
 
-// TestFusedGradWorkerSplits runs the parallel path with a set number of
-// workers (GOMAXPROCS may exceed the machine's cores), on sizes just over
-// procs·65536 elements so that every worker gets work, with odd S so that the
-// split points fall inside channel rows and planes.
+// onMachine has the kernels plan for a machine of cores cores (whatever
+// this one has) with GOMAXPROCS as many, until the test ends.
+func onMachine(t *testing.T, cores int) {
+	prev := kernels.SetMachine(kernels.Machine{Cores: cores, L2: 1 << 20, L3: 32 << 20, L3Cores: cores})
+	procs := runtime.GOMAXPROCS(cores)
+	t.Cleanup(func() {
+		kernels.SetMachine(prev)
+		runtime.GOMAXPROCS(procs)
+	})
+}
+
+// requireSplit checks what SplitStats counted since ResetSplitStats: the
+// call of plan p split into its chunks (or units) on all the workers the
+// plan has, the machine allowing.
+func requireSplit(t *testing.T, p kernels.Plan) {
+	t.Helper()
+	calls, ranges, workers := kernels.SplitStats()
+	require.Positive(t, calls, "the case ran on one range")
+	want := p.Chunks
+	if p.Form == kernels.FormByChannel {
+		want = p.Units
+	}
+	require.Equal(t, want, ranges, "ranges of a call")
+	require.Equal(t, p.Workers, workers, "workers of a call")
+}
+
+// TestFusedGradWorkerSplits runs the parallel path on machines of procs
+// cores (helpers beyond this machine's CPUs run as goroutines), on sizes
+// just over procs·65536 elements (the tests' least a worker takes,
+// export_test.go) so that the plan gives every worker work, with odd S so
+// that the chunks start inside channel rows and planes.
 func TestFusedGradWorkerSplits(t *testing.T) {
 	for _, tc := range []struct {
 		procs int
 		S     int
 	}{{2, 10083}, {3, 15131}, {5, 25229}} {
-		t.Run(fmt.Sprintf("GOMAXPROCS=%d", tc.procs), func(t *testing.T) {
-			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(tc.procs))
+		t.Run(fmt.Sprintf("cores=%d", tc.procs), func(t *testing.T) {
+			onMachine(t, tc.procs)
 			rng := rand.New(rand.NewPCG(7, uint64(tc.procs)))
 			sc := shapeCase{"", 1, 13, tc.S}
 			require.Greater(t, sc.N*sc.C*sc.S, tc.procs*65536)
 			for _, l := range layouts {
 				for _, training := range []bool{true, false} {
 					t.Run(fmt.Sprintf("%s/training=%v", l.name, training), func(t *testing.T) {
+						in := newFusedInputs[float32](rng, training, l.layout, sc)
+						p := kernels.TrainingPlan(in.dims, in.dy, in.x, nil)
+						if !training {
+							p = kernels.InferencePlan[float32](in.dims)
+						}
+						require.Equal(t, tc.procs, p.Workers, "the plan's workers")
 						kernels.ResetSplitStats()
-						checkFused(t, training, newFusedInputs[float32](rng, training, l.layout, sc), 1e-5)
-						// The case split: procs ranges at least, one worker
-						// per range up to the cores and GOMAXPROCS.
-						calls, ranges, workers := kernels.SplitStats()
-						require.Positive(t, calls, "the case ran on one range")
-						require.GreaterOrEqual(t, ranges, tc.procs)
-						require.Equal(t, min(runtime.NumCPU(), tc.procs, ranges), workers)
+						checkFused(t, training, in, 1e-5)
+						requireSplit(t, p)
 						if training {
 							checkFused(t, training, newFusedInputs[kernels.Half](rng, training, l.layout, sc), 1e-5)
 						}
@@ -109,12 +137,15 @@ func TestFusedGradAffinePasses(t *testing.T) {
 }
 
 // TestFusedGradIndependentOfWorkers checks that the outputs are bit-equal
-// whatever the number of goroutines: the partial sums of the ranges are added
-// in range order, whichever goroutine formed them, and by channel units each
-// channel's sums are one goroutine's.
+// whatever the number of workers, and for by-channel units whatever their
+// size: the partial sums of the chunks are added in chunk order, whichever
+// worker formed them, and each channel's sums run over whole planes in one
+// order whatever unit holds the channel. The machines have 1, 2 and 8 cores;
+// the least a worker takes is 2^16 elements, then 2^14 (more workers, and
+// more by-channel units).
 func TestFusedGradIndependentOfWorkers(t *testing.T) {
 	rng := rand.New(rand.NewPCG(41, 42))
-	sc := shapeCase{"", 3, 64, 2011} // 386,112 elements: 5 times 2^16 (export_test.go), so 6 ranges (an even count)
+	sc := shapeCase{"", 3, 64, 2011} // 386,112 elements: 5 times 2^16, so 6 chunks (an even count)
 	for _, l := range layouts {
 		for _, form := range []struct {
 			training, byChannel bool
@@ -124,24 +155,42 @@ func TestFusedGradIndependentOfWorkers(t *testing.T) {
 				defer kernels.SetByChannel(kernels.SetByChannel(form.byChannel))
 				in := newFusedInputs[float32](rng, training, l.layout, sc)
 				var first [3][]float32
-				for i, procs := range []int{1, 2, 3, 8} {
-					prev := runtime.GOMAXPROCS(procs)
+				var firstPlan kernels.Plan
+				units := map[int]bool{}
+				for i, run := range []struct{ cores, perWorker int }{{1, 1 << 16}, {2, 1 << 16}, {8, 1 << 16}, {8, 1 << 14}} {
+					onMachine(t, run.cores)
+					prevPer := kernels.SetMinElementsPerWorker(run.perWorker)
+					p := kernels.TrainingPlan(in.dims, in.dy, in.x, nil)
+					if !training {
+						p = kernels.InferencePlan[float32](in.dims)
+					}
 					kernels.ResetSplitStats()
 					dx, scaleBp, offsetBp := runFused(t, training, in)
-					runtime.GOMAXPROCS(prev)
-					if !form.byChannel {
-						// The ranges are cut alike whatever GOMAXPROCS; the
-						// workers that take them differ.
-						calls, ranges, workers := kernels.SplitStats()
-						require.Positive(t, calls, "GOMAXPROCS=%d: the case ran on one range", procs)
-						require.Equal(t, (sc.N*sc.C*sc.S>>16+1)&^1, ranges)
-						require.Equal(t, min(runtime.NumCPU(), procs, ranges), workers, "GOMAXPROCS=%d", procs)
+					kernels.SetMinElementsPerWorker(prevPer)
+					what := fmt.Sprintf("cores=%d perWorker=%d", run.cores, run.perWorker)
+					parts := p.Chunks
+					if p.Form == kernels.FormByChannel {
+						parts = p.Units
 					}
+					require.Equal(t, min(run.cores, len(in.x)/run.perWorker, parts), p.Workers, what)
+					if p.Workers > 1 {
+						requireSplit(t, p)
+					}
+					require.Equal(t, training && form.byChannel && l.layout == kernels.ChannelsFirst, p.Form == kernels.FormByChannel, what)
+					units[p.Units] = true
 					if i == 0 {
-						first = [3][]float32{dx, scaleBp, offsetBp}
+						first, firstPlan = [3][]float32{dx, scaleBp, offsetBp}, p
+						if p.Form != kernels.FormByChannel {
+							require.Equal(t, 6, p.Chunks)
+						}
 						continue
 					}
-					require.Equal(t, first, [3][]float32{dx, scaleBp, offsetBp}, "GOMAXPROCS=%d", procs)
+					require.Equal(t, firstPlan.Chunks, p.Chunks, what)
+					require.Equal(t, firstPlan.Align, p.Align, what)
+					require.Equal(t, first, [3][]float32{dx, scaleBp, offsetBp}, what)
+				}
+				if training && form.byChannel && l.layout == kernels.ChannelsFirst {
+					require.GreaterOrEqual(t, len(units), 3, "unit counts: %v", units)
 				}
 			})
 		}

@@ -8,48 +8,35 @@ import (
 	"time"
 )
 
-// A gradient's elements are cut into ranges, each a multiple of the block
-// length, with their own partial sums; the calling goroutine and up to one
-// helper goroutine per further core claim the ranges one by one, and the
-// partial sums are added up in range order. The number of ranges depends on
-// the element count alone, so the result does not depend on how many
-// goroutines ran, nor on which one took which range; and a helper that a busy
-// machine starts late (TensorFlow's own threads spin for a while after each
-// of its ops) leaves its share to the calling thread instead of holding it up.
+// A plan (plan.go) cuts a gradient's elements into chunks, each a multiple
+// of the block length with its own partial sums, and says how many workers
+// run them: the calling goroutine and helpers claim the chunks one by one,
+// and the partial sums are added up in chunk order. The chunks depend on the
+// shape alone, so the result does not depend on how many workers ran, nor on
+// which one took which chunk; and a helper that a busy machine starts late
+// (TensorFlow's own threads spin for a while after each of its ops, and run
+// their own ops beside gobn's) leaves its share to the calling thread instead
+// of holding it up. Here a pass's chunks are called ranges.
 
-// minElementsPerWorker is the least number of float32 elements per range
-// (default 2^18; half as many Half or BFloat16 ones, whose conversions make
-// them compute-bound); a gradient below twice this runs on the calling
-// thread alone. A helper must wait for a thread, and TensorFlow's idle
-// threads spin for a while after each op, so it pays only on gradients of a
-// few hundred microseconds. Chains of NHWC training gradients in one
-// tf.function (make bench's oneDNN table) chose it (docs/performance.md,
-// "Block and range sizes").
-var minElementsPerWorker atomic.Int64
-
-// maxRanges bounds the ranges of one pass.
-const maxRanges = 16
-
-func init() { minElementsPerWorker.Store(1 << 18) }
-
-// SetMinElementsPerWorker sets the least number of elements per range and
-// returns the previous value. It is for tests and tuning; the kernels read it
-// on every call.
+// SetMinElementsPerWorker sets the tuning's PerWorker and returns the
+// previous value (tests and benchmarks).
 func SetMinElementsPerWorker(n int) int {
-	return int(minElementsPerWorker.Swap(int64(max(1, n))))
+	t := CurrentTuning()
+	prev := t.PerWorker
+	t.PerWorker = n
+	SetTuning(t)
+	return prev
 }
 
-// affinePasses has two-pass gradients run each range of the second pass
-// on the worker that ran it in the first (pass.affine; SetAffinePasses).
-var affinePasses atomic.Bool
-
-func init() { affinePasses.Store(true) }
-
-// SetAffinePasses switches pass.affine for two-pass gradients on or off
-// (off: the second pass's ranges go to whichever worker claims them, last
-// first) and returns the previous setting. It is for tests and benchmarks;
-// the kernels read it on every call.
-func SetAffinePasses(on bool) bool { return affinePasses.Swap(on) }
+// SetAffinePasses sets the tuning's Affine and returns the previous setting
+// (tests and benchmarks).
+func SetAffinePasses(on bool) bool {
+	t := CurrentTuning()
+	prev := t.Affine
+	t.Affine = on
+	SetTuning(t)
+	return prev
+}
 
 // splits counts the calls that cut their passes into ranges, and the most
 // ranges and workers one of them used: SplitStats.
@@ -67,6 +54,13 @@ func (s *splitCounter) record(ranges, workers int) {
 	atomicMax(&s.maxWorkers, int64(workers))
 }
 
+// serial records a call of ranges ranges on the calling goroutine alone.
+func (s *splitCounter) serial(ranges int) {
+	if ranges > 1 {
+		s.record(ranges, 1)
+	}
+}
+
 func atomicMax(v *atomic.Int64, n int64) {
 	for {
 		old := v.Load()
@@ -77,51 +71,57 @@ func atomicMax(v *atomic.Int64, n int64) {
 }
 
 // SplitStats reports, since the process started, how many calls cut their
-// passes into more than one range, and the most ranges and workers (the
-// calling goroutine and its helpers) one call used. Tests read it to show
-// that a case meant to exercise the parallel split did split, so a change
-// of threshold cannot quietly empty them.
+// passes into more than one range (chunks or by-channel units), on however
+// many workers, and the most ranges and workers (the calling goroutine and
+// its helpers) one call used.
+// Tests read it to show that a case meant to exercise the parallel split did
+// split, so a change of threshold cannot quietly empty them.
 func SplitStats() (calls uint64, maxRanges, maxWorkers int) {
 	return splits.calls.Load(), int(splits.maxRanges.Load()), int(splits.maxWorkers.Load())
 }
 
-// rangesFor returns how many ranges to cut n elements of T into: an even
-// number from two on, so that two or four workers end together (three
-// ranges on two cores leave one core idle a third of the time).
-func rangesFor[T Element](n int) int {
-	r := n / perRange[T]()
-	if r >= 2 {
-		r += r % 2
-	}
-	return max(1, min(maxRanges, r))
+// crew is how a call's passes are shared: at most workers goroutines, the
+// calling one included, while the helpers of all calls together stay within
+// cores-1 (helpersOut); helper threads woken wake at a time (Tuning.Wake).
+type crew struct {
+	workers, cores, wake int
 }
 
-// perRange returns the least number of elements of T per range.
-func perRange[T Element]() int {
-	per := int(minElementsPerWorker.Load())
-	switch any(*new(T)).(type) {
-	case Half, BFloat16:
-		per = max(1, per/2)
-	}
-	return per
-}
+// crewOf returns p's crew.
+func crewOf(p Plan) crew { return crew{workers: p.Workers, cores: p.Cores, wake: p.Wake} }
 
-// workersFor returns how many goroutines may work on ranges ranges: one per
-// core the process may use, at most GOMAXPROCS (which the host library may
-// set above the core count, see capi).
-func workersFor(ranges int) int {
-	return max(1, min(runtime.NumCPU(), runtime.GOMAXPROCS(0), ranges))
+// helpersOut counts the helpers of every call in flight: a call takes only
+// what the cores leave, so two gradients that TensorFlow runs side by side
+// share the cores rather than start a helper per core each. A call's
+// helpers count until it returns, not until each has ended: a helper woken
+// late finds nothing to do and ends at once, and counting it on would take
+// the next call of a chain its helper (on 2 cores, all of them).
+var helpersOut atomic.Int64
+
+// reserveHelpers takes up to want helpers of the limit all calls share, and
+// returns how many it took, for the call to give back when it returns.
+func reserveHelpers(want, limit int) int {
+	for {
+		out := helpersOut.Load()
+		got := min(int64(want), int64(limit)-out)
+		if got <= 0 {
+			return 0
+		}
+		if helpersOut.CompareAndSwap(out, out+got) {
+			return int(got)
+		}
+	}
 }
 
 // parallel calls fn(r, lo, hi) for each of ranges contiguous ranges that
-// cover [0, n), each but the last a multiple of align long: the calling
-// goroutine and helper goroutines claim them in order, or last range first
-// when reverse is set. It returns once every claimed range is done; a helper
-// that starts after the last range was claimed finds nothing and ends on its
-// own, touching nothing but the claim's bookkeeping. A panic in a helper is
+// cover [0, n) in whole blocks of align elements (span), on crew c: the calling
+// goroutine and helpers claim them in order, or last range first when
+// reverse is set. It returns once every claimed range is done; a helper that
+// starts after the last range was claimed finds nothing and ends on its own,
+// touching nothing but the claim's bookkeeping. A panic in a helper is
 // re-raised on the calling goroutine, so the caller's recover sees it.
-func parallel(n, ranges, align int, reverse bool, fn func(r, lo, hi int)) {
-	parallelPasses(pass{n: n, ranges: ranges, align: align, reverse: reverse, fn: fn}, nil, pass{})
+func parallel(c crew, n, ranges, align int, reverse bool, fn func(r, lo, hi int)) {
+	parallelPasses(c, pass{n: n, ranges: ranges, align: align, reverse: reverse, fn: fn}, nil, pass{})
 }
 
 // pass is one of parallelPasses' passes, as parallel's arguments, and for
@@ -145,35 +145,53 @@ type pass struct {
 	affine bool
 }
 
+// serially runs p's ranges on the calling goroutine in the order one worker
+// would claim them: an affine pass's own ranges last first, as reverse.
+func (p pass) serially() {
+	for i := range p.ranges {
+		r := i
+		if p.reverse || p.affine {
+			r = p.ranges - 1 - i
+		}
+		lo, hi := span(p.n, p.ranges, p.align, r)
+		p.fn(r, lo, hi)
+	}
+}
+
 // parallelPasses is parallel over first, then between on the calling
 // goroutine once every range of first is done, then parallel over second
-// (when it has ranges), with the same helper goroutines for both passes: a
-// helper out of first's ranges waits for between to finish and goes on to
-// second's, where starting helpers afresh would make the second pass wait
-// again for a thread to take them up (see the go statement below). Timing
-// float32 NHWC training gradients inside TensorFlow against helpers started
-// afresh for each pass chose it.
-func parallelPasses(first pass, between func(), second pass) {
+// (when it has ranges), with the same helpers for both passes: a helper out
+// of first's ranges waits for between to finish and goes on to second's,
+// where starting helpers afresh would make the second pass wait again for a
+// thread to take them up (see the go statement below). Timing float32 NHWC
+// training gradients inside TensorFlow against helpers started afresh for
+// each pass chose it. The crew's workers are bounded here by GOMAXPROCS and
+// by what other calls leave of the cores (reserveHelpers).
+func parallelPasses(c crew, first pass, between func(), second pass) {
 	ranges := max(first.ranges, second.ranges)
-	if ranges <= 1 {
-		first.fn(0, 0, first.n)
+	helpers := 0
+	if want := min(c.workers, runtime.GOMAXPROCS(0), ranges) - 1; want > 0 {
+		helpers = reserveHelpers(want, c.cores-1)
+	}
+	if ranges > 1 {
+		splits.record(ranges, helpers+1)
+	}
+	if helpers == 0 {
+		first.serially()
 		if between != nil {
 			between()
 		}
-		if second.ranges > 0 {
-			second.fn(0, 0, second.n)
-		}
+		second.serially()
 		return
 	}
-	helpers := workersFor(ranges) - 1
-	splits.record(ranges, helpers+1)
+	defer helpersOut.Add(int64(-helpers))
 	c1 := newClaims(first, helpers)
 	var c2 *claims
 	var g *gate // only a second pass has helpers wait
 	if second.ranges > 0 {
 		c2, g = newClaims(second, helpers), &gate{open: make(chan struct{})}
-		if second.affine && second.ranges == first.ranges && first.ranges <= maxRanges && !first.reverse {
-			c1.owners, c2.after = true, c1
+		if second.affine && second.ranges == first.ranges && !first.reverse {
+			c1.owner, c2.after, c2.taken = make([]int32, first.ranges), c1, make([]atomic.Bool, second.ranges)
 			splits.affine.Add(1)
 		}
 		// Whatever stops the caller before the second pass, its helpers
@@ -189,7 +207,7 @@ func parallelPasses(first pass, between func(), second pass) {
 	}
 	// Pinned threads first where there are any (threads_linux.go), then
 	// goroutines.
-	h := onHelperThreads(helpers, helper)
+	h := onHelperThreads(helpers, c.wake, helper)
 	for i := h; i < helpers; i++ {
 		go helper(i)
 	}
@@ -256,30 +274,28 @@ func (g *gate) release(c *claims) {
 // claims is the bookkeeping of one parallel call: the ranges, the next one
 // to claim, and how many claimed ranges are not done yet.
 type claims struct {
-	n, ranges, size int
-	reverse         bool
-	fn              func(r, lo, hi int)
-	next            atomic.Int64
-	pending         atomic.Int64 // claims in flight, counted before the claim is made
-	waiting         atomic.Bool  // the caller is out of ranges and waits on done
-	done            chan struct{}
-	panics          []any // by worker, the caller's last
-	// owners has run record which worker ran each range, in owner
-	// (worker+1; 0 for none), for an affine pass after this one.
-	owners bool
-	owner  [maxRanges]int32
+	n, ranges, align int
+	reverse          bool
+	fn               func(r, lo, hi int)
+	next             atomic.Int64
+	pending          atomic.Int64 // claims in flight, counted before the claim is made
+	waiting          atomic.Bool  // the caller is out of ranges and waits on done
+	done             chan struct{}
+	panics           []any // by worker, the caller's last
+	// owner, where not nil, records which worker ran each range (worker+1;
+	// 0 for none), for an affine pass after this one.
+	owner []int32
 	// after, on an affine pass, is the pass before, whose owner it follows;
 	// taken marks the ranges claimed.
 	after *claims
-	taken [maxRanges]atomic.Bool
+	taken []atomic.Bool
 }
 
 // newClaims returns the bookkeeping of pass p for the caller and helpers
 // helper goroutines.
 func newClaims(p pass, helpers int) *claims {
 	return &claims{
-		n: p.n, ranges: p.ranges, size: ((p.n+p.ranges-1)/p.ranges + p.align - 1) / p.align * p.align,
-		reverse: p.reverse, fn: p.fn, panics: make([]any, helpers+1), done: make(chan struct{}, 1),
+		n: p.n, ranges: p.ranges, align: p.align, reverse: p.reverse, fn: p.fn, panics: make([]any, helpers+1), done: make(chan struct{}, 1),
 	}
 }
 
@@ -363,10 +379,11 @@ func (c *claims) run(w, r int) {
 	if c.reverse && c.after == nil {
 		r = c.ranges - 1 - r
 	}
-	if c.owners {
+	if c.owner != nil {
 		c.owner[r] = int32(w + 1)
 	}
-	c.fn(r, min(r*c.size, c.n), min((r+1)*c.size, c.n))
+	lo, hi := span(c.n, c.ranges, c.align, r)
+	c.fn(r, lo, hi)
 }
 
 // finish marks a claim done, and wakes the waiting caller with the last one.

@@ -16,7 +16,7 @@ import (
 // claimed range is done.
 func TestClaimsLateHelper(t *testing.T) {
 	var calls [4]atomic.Int32
-	c := &claims{n: 100, ranges: 4, size: 25, fn: func(r, lo, hi int) { calls[r].Add(1) },
+	c := &claims{n: 100, ranges: 4, align: 25, fn: func(r, lo, hi int) { calls[r].Add(1) },
 		panics: make([]any, 2), done: make(chan struct{}, 1)}
 	c.work(1) // the caller, alone
 	c.wait()  // returns: nothing in flight
@@ -39,9 +39,10 @@ func testClaimsWaitsForClaimedRange(t *testing.T, affine bool) {
 	release := make(chan struct{})
 	started := make(chan struct{})
 	var done atomic.Bool
-	c := &claims{n: 2, ranges: 2, size: 1, panics: make([]any, 2), done: make(chan struct{}, 1)}
+	c := &claims{n: 2, ranges: 2, align: 1, panics: make([]any, 2), done: make(chan struct{}, 1)}
 	if affine {
-		c.after = &claims{ranges: 2, owner: [maxRanges]int32{1, 2}}
+		c.after = &claims{ranges: 2, owner: []int32{1, 2}}
+		c.taken = make([]atomic.Bool, 2)
 	}
 	c.fn = func(r, lo, hi int) {
 		if r == 0 { // the helper's range
@@ -66,7 +67,8 @@ func testClaimsWaitsForClaimedRange(t *testing.T, affine bool) {
 
 // parallelPasses runs every range of each pass once, and between after the
 // last range of the first pass and before the first of the second, whatever
-// the number of workers.
+// the number of workers (a crew of up to 4 on a machine of 4 cores, or of
+// as many as GOMAXPROCS allows).
 func TestParallelPassesOrder(t *testing.T) {
 	for _, c := range []struct {
 		procs  int
@@ -78,7 +80,7 @@ func TestParallelPassesOrder(t *testing.T) {
 			for range 50 {
 				var first, second [7]atomic.Int32
 				var firstDone, secondStarted, betweenCalls atomic.Int32
-				parallelPasses(
+				parallelPasses(crew{workers: 4, cores: 64},
 					pass{n: 70, ranges: 7, align: 10, reverse: false, fn: func(r, lo, hi int) {
 						assert.Equal(t, [2]int{10 * r, 10 * (r + 1)}, [2]int{lo, hi})
 						assert.Zero(t, betweenCalls.Load(), "first-pass range %d after between", r)
@@ -109,6 +111,7 @@ func TestParallelPassesOrder(t *testing.T) {
 // is left waiting at the gate.
 func TestParallelPassesPanics(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
+	four := crew{workers: 4, cores: 64}
 	boom := func(at string, where string) func() {
 		return func() {
 			if at == where {
@@ -124,7 +127,7 @@ func TestParallelPassesPanics(t *testing.T) {
 		t.Run(fmt.Sprintf("%s/affine=%v", at, c.affine), func(t *testing.T) {
 			// A first call starts whatever lasts (helper threads, where the
 			// system has them).
-			parallelPasses(pass{n: 40, ranges: 4, align: 1, reverse: false, fn: func(int, int, int) {}}, nil, pass{})
+			parallelPasses(four, pass{n: 40, ranges: 4, align: 10, reverse: false, fn: func(int, int, int) {}}, nil, pass{})
 			before := runtime.NumGoroutine()
 			var secondRan atomic.Int32
 			assert.PanicsWithValue(t, func() any {
@@ -133,14 +136,14 @@ func TestParallelPassesPanics(t *testing.T) {
 				}
 				return "kernels: worker panicked: boom in " + at
 			}(), func() {
-				parallelPasses(
-					pass{n: 40, ranges: 4, align: 1, reverse: false, fn: func(r, _, _ int) {
+				parallelPasses(four,
+					pass{n: 40, ranges: 4, align: 10, reverse: false, fn: func(r, _, _ int) {
 						if r == 2 {
 							boom(at, "first")()
 						}
 					}},
 					boom(at, "between"),
-					pass{n: 40, ranges: 4, align: 1, affine: c.affine, fn: func(r, _, _ int) {
+					pass{n: 40, ranges: 4, align: 10, affine: c.affine, fn: func(r, _, _ int) {
 						secondRan.Add(1)
 						if r == 1 {
 							boom(at, "second")()
@@ -165,9 +168,9 @@ func TestParallelPassesPanics(t *testing.T) {
 // last first, then the others left, first first, skipping those claimed.
 func TestAffineClaimOrder(t *testing.T) {
 	first := &claims{ranges: 6}
-	first.owner = [maxRanges]int32{1, 2, 1, 2, 2, 1} // worker 0 ran 0, 2 and 5
+	first.owner = []int32{1, 2, 1, 2, 2, 1} // worker 0 ran 0, 2 and 5
 	var order []int
-	c := &claims{n: 60, ranges: 6, size: 10, after: first, panics: make([]any, 2), done: make(chan struct{}, 1),
+	c := &claims{n: 60, ranges: 6, align: 10, after: first, taken: make([]atomic.Bool, 6), panics: make([]any, 2), done: make(chan struct{}, 1),
 		fn: func(r, lo, hi int) {
 			assert.Equal(t, [2]int{10 * r, 10 * (r + 1)}, [2]int{lo, hi})
 			order = append(order, r)
@@ -188,9 +191,6 @@ func TestAffineClaimOrder(t *testing.T) {
 // must take its own two ranges, which the barriers let no other steal.
 func TestParallelPassesAffineOnSameWorker(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2)) // two workers, whatever the cores beyond two
-	if workersFor(4) < 2 {
-		t.Skipf("one worker here (NumCPU %d): no second worker to run a range on", runtime.NumCPU())
-	}
 	meet := func(t *testing.T, started []chan struct{}, r, other int) {
 		close(started[r])
 		select {
@@ -205,7 +205,7 @@ func TestParallelPassesAffineOnSameWorker(t *testing.T) {
 		for r := range 4 {
 			started1[r], started2[r] = make(chan struct{}), make(chan struct{})
 		}
-		parallelPasses(
+		parallelPasses(crew{workers: 2, cores: 64},
 			// Ranges 0 and 1 meet, so each worker has one; 1 waits for 2 to
 			// begin, so the worker of 0 takes 2, and 2 for 3, so the worker
 			// of 1 takes 3.
@@ -245,16 +245,4 @@ func goroutineID() uint64 {
 	var id uint64
 	fmt.Sscanf(string(buf[:runtime.Stack(buf[:], false)]), "goroutine %d ", &id)
 	return id
-}
-
-// rangesFor cuts by size alone, into an even number of ranges from two on,
-// at most maxRanges.
-func TestRangesForEven(t *testing.T) {
-	per := perRange[float32]()
-	for _, c := range []struct{ n, want int }{
-		{per - 1, 1}, {2*per - 1, 1}, {2 * per, 2}, {3 * per, 4}, {4*per + 1, 4}, {5 * per, 6},
-		{15 * per, 16}, {17 * per, maxRanges}, {100 * per, maxRanges},
-	} {
-		require.Equal(t, c.want, rangesFor[float32](c.n), "n = %d ranges' worth", c.n/per)
-	}
 }

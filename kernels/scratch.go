@@ -27,18 +27,27 @@ func (s *scratch) release() {
 // float64s returns n zeroed float64s.
 func (s *scratch) float64s(n int) []float64 { return carve(&s.f64, n) }
 
+// float64sDirty returns n float64s that hold whatever they held: the caller
+// writes each before it reads it.
+func (s *scratch) float64sDirty(n int) []float64 { return carveDirty(&s.f64, n) }
+
 // float32s returns n zeroed float32s.
 func (s *scratch) float32s(n int) []float32 { return carve(&s.f32, n) }
 
 // carve returns the next n elements of *buf, zeroed. When the buffer is full
 // a larger one replaces it; what was carved before keeps the old one.
 func carve[F native](buf *[]F, n int) []F {
+	out := carveDirty(buf, n)
+	clear(out)
+	return out
+}
+
+// carveDirty is carve without the zeroing.
+func carveDirty[F native](buf *[]F, n int) []F {
 	if len(*buf)+n > cap(*buf) {
 		*buf = make([]F, 0, max(2*cap(*buf), n, 1024))
 	}
 	l := len(*buf)
 	*buf = (*buf)[:l+n]
-	out := (*buf)[l : l+n : l+n]
-	clear(out)
-	return out
+	return (*buf)[l : l+n : l+n]
 }

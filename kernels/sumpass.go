@@ -1,101 +1,96 @@
 package kernels
 
-import "unsafe"
-
 // reduce returns the per-channel sums Σdy and Σdy·(x−mean) over the whole
-// tensor, split over workers that each own their accumulators.
-func reduce[T Element](s *scratch, d Dims, dy, x []T, mean []float64) (sumDy, sumDyXc []float64) {
-	return sweep(s, d, dy, x, nil, mean, nil)
+// tensor as plan p (FormSums) cuts it.
+func reduce[T Element](s *scratch, p Plan, dy, x []T, mean []float64) (sumDy, sumDyXc []float64) {
+	return sweep(s, p, dy, x, nil, mean, nil)
 }
 
 // sweep is reduce, and when t is not nil it also writes dx by t block by
-// block in the same pass, while each block is in cache. Only a t that does
-// not depend on the sums (inference) can be applied so. Channels-last rows
-// of splitRowC channels or more sweep in blocks of wideSweepBlockLen in a
-// tensor whose sums tile (maxTiledBytes), and take two passes beyond (as
-// training does, twoPasses), which is faster there although it reads dy
-// twice.
-// BenchmarkInferenceGrad's channels-last cases chose both;
-// docs/performance.md has the figures.
-func sweep[T Element](s *scratch, d Dims, dy, x, dx []T, mean []float64, t *affine) (sumDy, sumDyXc []float64) {
-	bytes := d.Len() * int(unsafe.Sizeof(dy[0]))
-	wide := t != nil && d.Layout == ChannelsLast && d.C >= splitRowC
-	if wide && bytes > maxTiledBytes {
-		if rangesFor[T](d.Len()) > 1 {
-			return twoPasses(s, d, dy, x, dx, mean, *t, nil)
+// block in the same pass, while each block is in cache (FormSweep). Only a
+// t that does not depend on the sums (inference) can be applied so; where
+// the plan takes two passes instead (FormPasses: channels-last rows of
+// splitRowC channels or more beyond maxTiledBytes, which is faster there
+// although it reads dy twice), sweep runs them. BenchmarkInferenceGrad's
+// channels-last cases chose both; docs/performance.md has the figures.
+func sweep[T Element](s *scratch, p Plan, dy, x, dx []T, mean []float64, t *affine) (sumDy, sumDyXc []float64) {
+	if p.Form == FormPasses {
+		if p.Workers > 1 {
+			return twoPasses(s, p, dy, x, dx, mean, *t, nil)
 		}
-		sumDy, sumDyXc = reduce(s, d, dy, x, mean)
-		applyAll(s, d, *t, dy, x, dx)
-		return sumDy, sumDyXc
+		splits.serial(p.Chunks)
+		sums := newSums(s, p, dy, x, mean)
+		pass{n: sums.n, ranges: p.Chunks, align: p.Align, fn: sums.run}.serially()
+		sums.fold()
+		apply := newApply(s, p, *t, dy, x, dx)
+		pass{n: sums.n, ranges: p.Chunks, align: p.Align, fn: apply.runRange, reverse: true}.serially()
+		return sums.sumDy, sums.sumDyXc
 	}
-	p := newSums(s, d, dy, x, mean)
-	// The ranges start on rows, whatever the blocks.
-	align := blockFor(p.job.pd, blockLen)
-	if t != nil && p.ranges > 0 {
-		limit := tiledBlock(bytes, fusedBlockLen)
-		if wide {
-			limit = wideSweepBlockLen
-		}
-		p.job.blk = blockFor(p.job.pd, limit)
-		p.job.dx, p.job.apply = dx, t.repeated(s, p.L).withFloat32(s)
+	sums := newSums(s, p, dy, x, mean)
+	if t != nil && sums.n > 0 {
+		sums.job.dx, sums.job.apply = dx, t.repeated(s, p.L).withFloat32(s)
 	}
-	if p.ranges == 1 {
-		p.run(0, 0, p.n)
-	} else if p.ranges > 1 {
+	if p.Workers > 1 {
 		shared := new(sumsPass[T]) // only a pass that helpers share is copied to the heap
-		*shared = p
-		parallel(p.n, p.ranges, align, false, shared.run)
+		*shared = sums
+		parallel(crewOf(p), shared.n, p.Chunks, p.Align, false, shared.run)
+		sums = *shared
+	} else if sums.n > 0 {
+		splits.serial(p.Chunks)
+		pass{n: sums.n, ranges: p.Chunks, align: p.Align, fn: sums.run}.serially()
 	}
-	p.fold()
-	return p.sumDy, p.sumDyXc
+	sums.fold()
+	return sums.sumDy, sums.sumDyXc
 }
 
-// sumsPass is the pass of sweep, or of TrainingGrad's first pass: its job
-// over the period dims and where each range's sums go.
+// sumsPass is the pass of sweep, or of a two-pass gradient's first pass:
+// its job over the period dims and where each chunk's sums go.
 type sumsPass[T Element] struct {
 	job            sweepJob[T]
-	n, ranges, L   int
+	n, L           int
 	sumDy, sumDyXc []float64
-	// parts holds each range's sums, 2·L a range, when they are folded
+	// parts holds each chunk's sums, 2·L a chunk, when they are folded
 	// into sumDy and sumDyXc afterwards (partial).
 	parts   []float64
 	partial bool
 }
 
-// newSums prepares the sums of d's dy and x about mean, in ranges (none
-// when d is empty).
-func newSums[T Element](s *scratch, d Dims, dy, x []T, mean []float64) sumsPass[T] {
-	C := int(d.C)
+// newSums prepares the sums of plan p's dy and x about mean (nothing to sum
+// when the tensor is empty).
+func newSums[T Element](s *scratch, p Plan, dy, x []T, mean []float64) sumsPass[T] {
+	C := len(mean)
 	sums := s.float64s(2 * C)
-	p := sumsPass[T]{sumDy: sums[:C:C], sumDyXc: sums[C:], n: d.Len()}
-	if p.n == 0 {
-		return p
+	q := sumsPass[T]{sumDy: sums[:C:C], sumDyXc: sums[C:], n: len(dy)}
+	if q.n == 0 {
+		return q
 	}
 	// Channels-last tensors run over the period L (a multiple of C) with
 	// per-channel arrays repeated L/C times, and the sums are folded back
 	// into C channels at the end.
-	pd, L := d.periodic()
-	p.L = L
-	p.job = sweepJob[T]{pd: pd, blk: blockFor(pd, tiledBlock(p.n*int(unsafe.Sizeof(dy[0])), blockLen)), dy: dy, x: x, mean: s.repeat(mean, L)}
-	// One range without a period sums straight into the result; otherwise
-	// each range has its partial sums, folded in range order.
-	p.ranges = rangesFor[T](p.n)
-	p.partial = p.ranges > 1 || L != C
-	p.parts = sums
-	if p.partial {
-		p.parts = s.float64s(2 * L * p.ranges)
+	q.L = p.L
+	q.job = sweepJob[T]{pd: p.Period, blk: p.SumsBlock, dy: dy, x: x, mean: s.repeat(mean, p.L)}
+	// One chunk without a period sums straight into the result; otherwise
+	// each chunk has its partial sums, folded in chunk order.
+	q.partial = p.Chunks > 1 || p.L != C
+	q.parts = sums
+	if q.partial {
+		q.parts = s.float64sDirty(2 * p.L * p.Chunks) // each run zeroes its own
 	}
-	return p
+	return q
 }
 
-// run sums range r, elements [lo, hi).
+// run sums chunk r, elements [lo, hi), into its partial sums, zeroed first
+// (by the worker that sums the chunk: in its cache, beside the others).
 func (p *sumsPass[T]) run(r, lo, hi int) {
 	L := p.L
 	q := p.parts[2*L*r : 2*L*(r+1) : 2*L*(r+1)]
+	if p.partial {
+		clear(q)
+	}
 	p.job.run(lo, hi, q[:L:L], q[L:])
 }
 
-// fold adds the ranges' partial sums into sumDy and sumDyXc, in range
+// fold adds the chunks' partial sums into sumDy and sumDyXc, in chunk
 // order.
 func (p *sumsPass[T]) fold() {
 	if !p.partial {

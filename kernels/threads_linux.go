@@ -40,20 +40,24 @@ var helperThreads struct {
 	all  []*helperThread
 }
 
-// maxHelperThreads bounds the pinned threads.
-const maxHelperThreads = 64
+// maxHelperThreads bounds the pinned threads: one a CPU of a two-socket
+// server of 128 cores with SMT.
+const maxHelperThreads = 256
 
 // helperThreadTasks counts the tasks handed to pinned threads, for tests.
 var helperThreadTasks atomic.Uint64
 
 // onHelperThreads hands fn(0), fn(1), ... to up to n free pinned threads on
 // CPUs other than the caller's, and returns how many it handed: fn(i) for i
-// from that count on is the caller's to run. A thread asleep in a system
-// call keeps its P (Go's token to run Go code) until Go's monitor thread
-// takes it back, which can take 10 ms, so the threads are used only while
-// GOMAXPROCS leaves a P for the caller and one more besides one per thread
-// (capi sets 2·cores+4).
-func onHelperThreads(n int, fn func(int)) int {
+// from that count on is the caller's to run. With wake positive the caller
+// wakes only the first wake threads, and each thread woken wakes wake more
+// before it runs its task (a tree: waking fifteen threads one after the
+// other keeps the caller from its own share for fifteen system calls). A
+// thread asleep in a system call keeps its P (Go's token to run Go code)
+// until Go's monitor thread takes it back, which can take 10 ms, so the
+// threads are used only while GOMAXPROCS leaves a P for the caller and one
+// more besides one per thread (capi sets 2·cores+4).
+func onHelperThreads(n, wake int, fn func(int)) int {
 	// NumCPU counts the CPUs the process may use, as startHelperThreads
 	// does: a process without room for the threads never starts them.
 	if n == 0 || runtime.GOMAXPROCS(0) < min(runtime.NumCPU(), maxHelperThreads)+2 {
@@ -65,21 +69,50 @@ func onHelperThreads(n int, fn func(int)) int {
 		return 0
 	}
 	cpu := currentCPU()
-	handed := 0
+	crew := make([]*helperThread, 0, min(n, len(all)))
 	for _, t := range all {
-		if handed == n {
+		if len(crew) == n {
 			break
 		}
 		if (t.cpu == cpu && cpu >= 0) || !t.busy.CompareAndSwap(false, true) {
 			continue
 		}
-		t.fn, t.arg = fn, handed
-		t.wake.Add(1) // publishes fn and arg to the thread, which loads wake
-		futexWake(&t.wake)
-		handed++
+		crew = append(crew, t)
 	}
-	helperThreadTasks.Add(uint64(handed))
-	return handed
+	task := fn
+	if wake > 0 && wake < len(crew) {
+		task = func(i int) {
+			lo, hi := wakes(len(crew), wake, i)
+			for _, t := range crew[lo:hi] {
+				futexWake(&t.wake)
+			}
+			fn(i)
+		}
+	}
+	for i, t := range crew {
+		t.fn, t.arg = task, i
+		t.wake.Add(1) // publishes fn and arg to the thread, which loads wake
+	}
+	lo, hi := wakes(len(crew), wake, -1)
+	for _, t := range crew[lo:hi] {
+		futexWake(&t.wake) // the others are woken by those (task)
+	}
+	helperThreadTasks.Add(uint64(len(crew)))
+	return len(crew)
+}
+
+// wakes returns the threads [lo, hi) of a crew of n that thread i wakes
+// (i = -1: the caller) when each wakes wake more (wake ≤ 0: the caller
+// wakes all): the caller 0 to wake-1, thread i the wake after those that
+// thread i-1 wakes.
+func wakes(n, wake, i int) (lo, hi int) {
+	if wake <= 0 || wake >= n {
+		if i < 0 {
+			return 0, n
+		}
+		return 0, 0
+	}
+	return min(n, wake*(i+1)), min(n, wake*(i+2))
 }
 
 // startHelperThreads starts one pinned thread per CPU the process may use,

@@ -3,7 +3,9 @@
 package kernels
 
 import (
+	"math"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -39,7 +41,7 @@ func TestHelperThreadsPinned(t *testing.T) {
 	got := make([]seen, len(all))
 	var wg sync.WaitGroup
 	wg.Add(len(all))
-	handed := onHelperThreads(len(all), func(i int) {
+	handed := onHelperThreads(len(all), 0, func(i int) {
 		defer wg.Done()
 		got[i] = seen{currentCPU(), allowedCPUs()}
 	})
@@ -63,15 +65,16 @@ func TestHelperThreadsPinned(t *testing.T) {
 // either way.
 func TestParallelPassesOnHelperThreads(t *testing.T) {
 	all := helperThreadsOrSkip(t)
-	workers := min(len(all), runtime.NumCPU(), maxRanges)
+	const ranges = 16
+	workers := min(len(all), runtime.NumCPU(), ranges)
 	for _, roomy := range []bool{true, false} {
 		if !roomy {
 			runtime.GOMAXPROCS(len(all) + 1)
 		}
 		before := helperThreadTasks.Load()
-		var ran [maxRanges]atomic.Int32
+		var ran [ranges]atomic.Int32
 		for range 20 {
-			parallelPasses(pass{n: maxRanges, ranges: maxRanges, align: 1, reverse: false, fn: func(r, _, _ int) {
+			parallelPasses(crew{workers: workers, cores: 64}, pass{n: ranges, ranges: ranges, align: 1, reverse: false, fn: func(r, _, _ int) {
 				ran[r].Add(1)
 			}}, nil, pass{})
 			idle(t, all) // a thread still returning from the last call is not free
@@ -98,6 +101,34 @@ func idle(t *testing.T, all []*helperThread) {
 				t.Fatalf("thread on CPU %d still busy after a second", th.cpu)
 			}
 			runtime.Gosched()
+		}
+	}
+}
+
+// A crew's threads are each woken once, by the caller or by a thread woken
+// before it, in a tree of depth log_wake(n).
+func TestWakeTree(t *testing.T) {
+	for _, n := range []int{1, 2, 3, 7, 15, 63, 255} {
+		for _, wake := range []int{0, 1, 2, 4, 300} {
+			woken := make([]int, n) // by whom, +2 (0: not yet)
+			depth := make([]int, n)
+			lo, hi := wakes(n, wake, -1)
+			for j := lo; j < hi; j++ {
+				woken[j], depth[j] = 1, 1
+			}
+			for i := range n {
+				require.NotZero(t, woken[i], "n %d wake %d: thread %d runs before anyone wakes it", n, wake, i)
+				lo, hi := wakes(n, wake, i)
+				for j := lo; j < hi; j++ {
+					require.Zero(t, woken[j], "n %d wake %d: thread %d woken twice", n, wake, j)
+					require.Greater(t, j, i)
+					woken[j], depth[j] = i+2, depth[i]+1
+				}
+			}
+			if wake >= 2 && wake < n {
+				require.LessOrEqual(t, slices.Max(depth), 1+int(math.Ceil(math.Log(float64(n))/math.Log(float64(wake)))),
+					"n %d wake %d", n, wake)
+			}
 		}
 	}
 }

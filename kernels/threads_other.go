@@ -8,4 +8,4 @@ import "sync/atomic"
 
 var helperThreadTasks atomic.Uint64
 
-func onHelperThreads(n int, fn func(int)) int { return 0 }
+func onHelperThreads(n, wake int, fn func(int)) int { return 0 }

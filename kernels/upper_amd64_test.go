@@ -105,6 +105,8 @@ func TestVectorLoopsClearUpperHalves(t *testing.T) {
 	})
 	invStdsVector(mean, a, 1e-3)
 	requireUpperClear(t, "invStdsVector")
+	addVector(mean, mean)
+	requireUpperClear(t, "addVector")
 	streamRun(1, 2, 3, 4, dy[:n-1], x[:n-1], dx[:n-1])
 	requireUpperClear(t, "streamRun")
 	streamApplyRow(n, p32(dy), p32(x), p32(dx), p32(a), p32(b), p32(mdy), p32(mu))

@@ -446,19 +446,19 @@ np.savez(sys.argv[2], **out)
 
 @pytest.mark.parametrize("gomaxprocs", [1, 3, 7])
 def test_results_independent_of_worker_count(gobn, gomaxprocs, tmp_path):
-    """Runs gobn in a fresh process with GOMAXPROCS set, on tensors big enough for 14 ranges.
+    """Runs gobn in a fresh process with GOMAXPROCS set, on tensors big enough for 14 workers.
 
-    The library's ranges are 2^18 float32 elements (2^17 half) at least, so the
-    float32 tensors split into 14 ranges, whatever GOMAXPROCS; the workers that
-    take them are as many as GOMAXPROCS and the cores allow, as the library's
-    split statistics must show."""
+    The library cuts a tensor into chunks of about 2^16 float32 elements (2^15
+    half) whatever GOMAXPROCS, and gives it a worker per 2^18 (2^17 half), so
+    these split over as many workers as GOMAXPROCS and the cores allow, as
+    the library's split statistics must show."""
     import subprocess
     import sys
 
     from support import child_env, global_norm_grad_reference
 
     rng = np.random.default_rng(23)
-    shape = (4, 97, 95, 100)  # 3,685,600 elements: 14 ranges of 2^18 float32 elements, an uneven split
+    shape = (4, 97, 95, 100)  # 3,685,600 elements: 14 times 2^18 float32 elements and more, an uneven split
     channels = shape[-1]
     x = (rng.standard_normal(shape) + rng.uniform(-1, 1, channels)).astype(np.float32)
     dy = rng.standard_normal(shape).astype(np.float32)
@@ -499,8 +499,8 @@ def test_results_independent_of_worker_count(gobn, gomaxprocs, tmp_path):
         data["x-NHWC"], data["mean-0"], data["variance-0"], scale, data["dy-NHWC"], EPSILON, True)
     for i in range(5):
         assert_close(got[f"global-{i}"], want[i], tf.float32, f"GOMAXPROCS={gomaxprocs} global-norm output {i}")
-    # The calls did split: 14 ranges or more (16, the most, for half), as many
-    # workers as GOMAXPROCS and the cores allow.
+    # The calls did split: 14 ranges or more (chunks, or by-channel units), as
+    # many workers as GOMAXPROCS and the cores allow.
     assert int(got["split-calls"]) > 0, "no call split its work"
     assert int(got["split-max_ranges"]) >= 14
     cores = len(os.sched_getaffinity(0))

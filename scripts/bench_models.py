@@ -36,6 +36,11 @@ from the exact run, beside how far they are from each other.
 Each oneDNN setting runs its processes with TF_ENABLE_ONEDNN_OPTS set before
 TensorFlow is imported.
 
+--gobn-plan SPEC adds gobn_plan, a gobn config whose process sets the CPU
+kernels' tuning to SPEC (GOBN_CPU_PLAN, e.g. workers=8: at most 8 workers a
+call, leaving the other cores to TensorFlow's own pools); scripts/
+bench_manycore.py uses it on a many-core machine.
+
 With --device gpu the steps run on TensorFlow's GPU build (make gpu-tf-check
 runs it so): --data-format, --precision mixed (mixed_float16) and --batch-size
 choose the configuration, --xla adds stock's and gobn's steps compiled by
@@ -99,6 +104,9 @@ def parse_args(argv=None):
                    help="time stock's step compiled by XLA (jit_compile=True) too, as config stock_xla")
     p.add_argument("--under-xla", action="store_true",
                    help="compile every config's step with XLA (jit_compile=True): stock against gobn, both under XLA")
+    p.add_argument("--gobn-plan", metavar="SPEC",
+                   help="also time gobn with GOBN_CPU_PLAN=SPEC (the CPU kernels' tuning, e.g. workers=8), "
+                        "as config gobn_plan")
     p.add_argument("--no-float64", dest="float64", action="store_false",
                    help="skip the float64 warm-up (the loss drift's reference)")
     p.add_argument("--no-top", dest="top", action="store_false",
@@ -300,6 +308,8 @@ class Worker:
         env.pop("GOBN_ASYNC", None)  # read once, when the library loads: only gobn_async's has it
         if config == "gobn_async":
             env["GOBN_ASYNC"] = "1"
+        if config == "gobn_plan":
+            env["GOBN_CPU_PLAN"] = args.gobn_plan
         self.what, self.timeout = f"{route} {MODELS[name]} {config} (oneDNN {'on' if onednn else 'off'})", args.timeout
         self.log = tempfile.TemporaryFile("w+")  # its stderr: a pipe nobody reads would fill and stop it
         self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", route, name, config,
@@ -332,8 +342,9 @@ class Worker:
 
 def configs(args):
     """The timed configs: stock, stock' and gobn, stock_xla and gobn_xla
-    with --xla and gobn_async with --async."""
-    return CONFIGS + (("stock_xla", "gobn_xla") if args.xla else ()) + (("gobn_async",) if args.async_kernels else ())
+    with --xla, gobn_async with --async and gobn_plan with --gobn-plan."""
+    return (CONFIGS + (("stock_xla", "gobn_xla") if args.xla else ()) + (("gobn_async",) if args.async_kernels else ())
+            + (("gobn_plan",) if args.gobn_plan else ()))
 
 
 def measure(args, route, name, onednn):
@@ -384,6 +395,8 @@ def measure(args, route, name, onednn):
         "ratio_stock_xla_over_gobn_xla": median["stock_xla"] / median["gobn_xla"] if args.xla else None,
         "first_loss_rel_diff_gobn_xla": rel(first["gobn_xla"], first["stock_xla"]) if args.xla else None,
         "ratio_gobn_over_gobn_async": median["gobn"] / median["gobn_async"] if args.async_kernels else None,
+        "gobn_plan": args.gobn_plan,
+        "ratio_gobn_over_gobn_plan": median["gobn"] / median["gobn_plan"] if args.gobn_plan else None,
         "tensorflow": info["stock"]["tensorflow"], "keras": info["stock"]["keras"],
         "batch_norm_layers": info["gobn"]["batch_norm_layers"], "median_s": median,
         "ratio_stock_over_gobn": median["stock"] / median["gobn"],
@@ -463,6 +476,9 @@ def report(rows, args):
         if r.get("ratio_gobn_over_gobn_async") is not None:
             print(f"  gobn with GOBN_ASYNC=1: {m['gobn_async'] * 1e3:.1f} ms, gobn/gobn_async "
                   f"{r['ratio_gobn_over_gobn_async']:.3f}")
+        if r.get("ratio_gobn_over_gobn_plan") is not None:
+            print(f"  gobn with GOBN_CPU_PLAN={r['gobn_plan']}: {m['gobn_plan'] * 1e3:.1f} ms, gobn/gobn_plan "
+                  f"{r['ratio_gobn_over_gobn_plan']:.3f}")
         if r["ratio_stock_xla_over_gobn"] is not None:
             print(f"  stock with XLA: {m['stock_xla'] * 1e3:.1f} ms, stock_xla/gobn {r['ratio_stock_xla_over_gobn']:.3f}")
             print(f"  gobn with XLA: {m['gobn_xla'] * 1e3:.1f} ms, stock_xla/gobn_xla "

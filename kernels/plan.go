@@ -1,0 +1,487 @@
+package kernels
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// A call is planned before it touches its tensors: planFor decides its form,
+// how its work is cut and on how many workers it runs, from the call's shape
+// and element type, the machine (cores and caches) and the tuning, and the
+// entry points then run that plan. The plan splits into two parts:
+//
+//   - the arithmetic (Form, Period, Chunks, Align, SumsBlock): where the
+//     partial sums start and end, so the bits of the result. It depends on
+//     the shape, the element type and the tuning's switches alone: never on
+//     the cores, the caches, nor how many workers run, so a result is the
+//     same on 2 cores as on 128 (the vector width, AVX2 or AVX-512, still
+//     changes the order of some sums);
+//   - the machine's part (Workers, Units, Stream, Affine, Wake): who runs
+//     the chunks and how x_backprop is stored, which leaves the bits alone.
+//     By-channel units may follow the cores because each channel's sums run
+//     whole planes in one order whatever the unit (bychannel.go).
+
+// Machine is what a plan knows of the computer it runs on.
+type Machine struct {
+	// Cores is how many CPUs the process may use at once: those its
+	// affinity mask allows, fewer where a cgroup's CPU quota allows fewer.
+	Cores int
+	// L2 is one core's L2 cache and L3 one last-level cache, in bytes;
+	// L3Cores is how many CPUs share that L3.
+	L2, L3, L3Cores int
+}
+
+// maxL3PerCore bounds the last-level cache a plan counts on per CPU that
+// shares it. A virtual machine may report its host's whole cache: the
+// 2-core VM make bench ran on reports an L3 of 260 MiB shared by its two
+// CPUs, where x_backprop measured best streamed from 8 MiB on, as a 32 MiB
+// L3 has it.
+const maxL3PerCore = 16 << 20
+
+// lastLevel returns the last-level cache the plan counts on, in bytes: the
+// tuning's where it sets one, else the machine's, bounded by maxL3PerCore a
+// CPU sharing it (an L2 where the machine reports no L3).
+func lastLevel(m Machine, t Tuning) int {
+	if t.L3 > 0 {
+		return t.L3
+	}
+	if m.L3 <= 0 {
+		return max(m.L2, 1<<20)
+	}
+	return min(m.L3, max(1, m.L3Cores)*maxL3PerCore)
+}
+
+// Tuning holds the plan's constants that were measured rather than derived,
+// and switches for tests and benchmarks. DefaultTuning has the defaults;
+// SetTuning replaces them for the process (capi reads GOBN_CPU_PLAN when the
+// library loads and exports a setter, for benchmarking:
+// scripts/bench_manycore.py sweeps them on a many-core machine).
+type Tuning struct {
+	// PerWorker is the least number of float32 elements a worker takes (half
+	// as many Half or BFloat16 ones, whose conversions make them
+	// compute-bound): a call of n elements runs on at most n/PerWorker
+	// workers, on the calling thread alone below twice that. A helper must
+	// be woken and TensorFlow's idle threads spin for a while after each op,
+	// so it pays only on gradients of a few hundred microseconds. On 2 cores
+	// chains of NHWC training gradients in one tf.function (make bench's
+	// oneDNN table) chose 2^18: from 2^19 to 2^18 8x28x28x128 went from
+	// 0.335 to 0.249 ms a call, and 2^17 gained nothing more
+	// (docs/performance.md, "Block and range sizes").
+	PerWorker int
+	// Workers caps a call's workers, the calling thread included; 0 leaves
+	// the cores the process may use. A cap leaves cores to TensorFlow's own
+	// threads in a step.
+	Workers int
+	// Wake is how many helper threads a call wakes itself, each woken one
+	// then waking as many more (a tree); 0 has the call wake them all.
+	Wake int
+	// L3 replaces the machine's last-level cache, in bytes, where positive.
+	L3 int
+	// StreamBytes is, where positive, the least size of a float32
+	// x_backprop with a buffer of its own that is written with
+	// non-temporal stores; 0 leaves a quarter of the last-level cache (see
+	// streamFrom).
+	StreamBytes int
+	// ByChannel runs channels-first training gradients by channel units
+	// (bychannel.go); Affine runs each range of a two-pass gradient's second
+	// pass on the worker that summed it (pass.affine).
+	ByChannel, Affine bool
+	// MaxChunks, where positive, lowers maxChunks. Like ByChannel it
+	// changes where partial sums start and end, so the bits: it is for
+	// measuring what many chunks cost a large tensor.
+	MaxChunks int
+}
+
+// DefaultTuning returns the tuning a process starts with.
+func DefaultTuning() Tuning {
+	return Tuning{PerWorker: 1 << 18, ByChannel: true, Affine: true}
+}
+
+var tuning atomic.Pointer[Tuning]
+
+func init() {
+	t := DefaultTuning()
+	tuning.Store(&t)
+}
+
+// CurrentTuning returns the tuning the kernels plan with.
+func CurrentTuning() Tuning { return *tuning.Load() }
+
+// SetTuning replaces the tuning and returns the previous one. It is for
+// tests and benchmarks; every call plans with the tuning of its start.
+func SetTuning(t Tuning) Tuning {
+	t.PerWorker = max(1, t.PerWorker)
+	t.Workers, t.Wake, t.L3, t.StreamBytes = max(0, t.Workers), max(0, t.Wake), max(0, t.L3), max(0, t.StreamBytes)
+	t.MaxChunks = max(0, t.MaxChunks)
+	return *tuning.Swap(&t)
+}
+
+// tuningFields name Tuning's fields in ParseTuning's and String's spec.
+var tuningFields = map[string]func(t *Tuning) any{
+	"per_worker":   func(t *Tuning) any { return &t.PerWorker },
+	"workers":      func(t *Tuning) any { return &t.Workers },
+	"wake":         func(t *Tuning) any { return &t.Wake },
+	"l3":           func(t *Tuning) any { return &t.L3 },
+	"stream_bytes": func(t *Tuning) any { return &t.StreamBytes },
+	"by_channel":   func(t *Tuning) any { return &t.ByChannel },
+	"affine":       func(t *Tuning) any { return &t.Affine },
+	"max_chunks":   func(t *Tuning) any { return &t.MaxChunks },
+}
+
+// ParseTuning returns base with the fields that spec sets: comma-separated
+// name=value pairs, names as String writes them (per_worker, workers, wake,
+// l3, stream_bytes, max_chunks: non-negative integers, per_worker positive;
+// by_channel, affine: 0 or 1). An empty spec returns base.
+func ParseTuning(spec string, base Tuning) (Tuning, error) {
+	t := base
+	for _, pair := range strings.Split(spec, ",") {
+		pair = strings.TrimSpace(pair)
+		if pair == "" {
+			continue
+		}
+		name, value, ok := strings.Cut(pair, "=")
+		name = strings.TrimSpace(name)
+		field, known := tuningFields[name]
+		if !ok || !known {
+			return base, fmt.Errorf("gobn: CPU plan setting %q: want name=value, name one of %s", pair, tuningNames())
+		}
+		value = strings.TrimSpace(value)
+		switch p := field(&t).(type) {
+		case *int:
+			v, err := strconv.Atoi(value)
+			if err != nil || v < 0 || (name == "per_worker" && v == 0) {
+				return base, fmt.Errorf("gobn: CPU plan setting %q: want a non-negative integer (per_worker positive)", pair)
+			}
+			*p = int(v)
+		case *bool:
+			if value != "0" && value != "1" {
+				return base, fmt.Errorf("gobn: CPU plan setting %q: want 0 or 1", pair)
+			}
+			*p = value == "1"
+		}
+	}
+	return t, nil
+}
+
+func tuningNames() string {
+	names := make([]string, 0, len(tuningFields))
+	for n := range tuningFields {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}
+
+// String writes t as ParseTuning reads it, fields in name order.
+func (t Tuning) String() string {
+	names := strings.Split(tuningNames(), ", ")
+	parts := make([]string, len(names))
+	for i, n := range names {
+		switch p := tuningFields[n](&t).(type) {
+		case *int:
+			parts[i] = fmt.Sprintf("%s=%d", n, *p)
+		case *bool:
+			b := 0
+			if *p {
+				b = 1
+			}
+			parts[i] = fmt.Sprintf("%s=%d", n, b)
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// machineNow is the machine the kernels plan for: probed once (probeMachine,
+// machine_*.go), or set by the tests.
+var machineNow struct {
+	once sync.Once
+	m    atomic.Pointer[Machine]
+}
+
+// CurrentMachine returns the machine the kernels plan for.
+func CurrentMachine() Machine {
+	machineNow.once.Do(func() {
+		m := probeMachine()
+		machineNow.m.CompareAndSwap(nil, &m)
+	})
+	return *machineNow.m.Load()
+}
+
+// setMachine has the kernels plan for m and returns the machine they
+// planned for before (tests).
+func setMachine(m Machine) Machine {
+	prev := CurrentMachine()
+	machineNow.m.Store(&m)
+	return prev
+}
+
+// Form is how a call runs.
+type Form uint8
+
+const (
+	// FormPasses sums the chunks, forms the coefficients, then writes
+	// x_backprop chunk by chunk (training; inference over wide rows beyond
+	// the tiles).
+	FormPasses Form = iota
+	// FormByChannel runs a channels-first training gradient by units of
+	// whole channels (bychannel.go).
+	FormByChannel
+	// FormSweep sums and writes a scale-only x_backprop in one pass (sweep).
+	FormSweep
+	// FormSums only sums (GradReduce); FormApply only writes x_backprop
+	// from given sums (GradApply).
+	FormSums
+	FormApply
+)
+
+func (f Form) String() string {
+	return [...]string{"passes", "by-channel", "sweep", "sums", "apply"}[f]
+}
+
+// job is what a call computes, as the entry points ask for it.
+type job uint8
+
+const (
+	jobTraining job = iota // FusedBatchNormGrad training
+	jobSweep               // inference and global normalization: x_backprop scale-only
+	jobReduce              // GradReduce
+	jobApply               // GradApply
+)
+
+// call is what planFor knows of one call.
+type call struct {
+	dims Dims
+	job  job
+	// size is the element's bytes; half marks Half and BFloat16.
+	size int
+	half bool
+	// ownAligned: x_backprop is float32 with a buffer of its own, 32-byte
+	// aligned, and the vector loops that stream are there (streams).
+	ownAligned bool
+}
+
+// Plan is how one call runs.
+type Plan struct {
+	Form Form
+	// Period is the dims the loops run over, and L its channel count
+	// (Dims.periodic).
+	Period Dims
+	L      int
+	// Elements is the tensor's element count.
+	Elements int
+	// Chunks ranges cut the tensor for FormPasses, FormSweep, FormSums and
+	// FormApply: its blocks of Align elements (whole rows of the period, and
+	// blocks of the pass that sums), shared out as evenly as whole blocks
+	// allow (Chunk). Each chunk's sums are its own, added up in chunk order.
+	Chunks, Align int
+	// SumsBlock is the block of the sums pass (of FormSweep's fused pass;
+	// of a by-channel unit's plane pieces), ApplyBlock that of the
+	// x_backprop pass.
+	SumsBlock, ApplyBlock int
+	// Units of UnitChannels channels (the last fewer) for FormByChannel.
+	Units, UnitChannels int
+	// Workers is the most goroutines that run the call, the calling one
+	// included; Cores the most the process's helpers may use together.
+	Workers, Cores int
+	// Stream: x_backprop written with non-temporal stores. Affine: each
+	// chunk of FormPasses' second pass on the worker that summed it. Wake:
+	// Tuning.Wake.
+	Stream, Affine bool
+	Wake           int
+}
+
+// Chunk returns chunk r's elements, [lo, hi).
+func (p Plan) Chunk(r int) (lo, hi int) { return span(p.Elements, p.Chunks, p.Align, r) }
+
+// span returns range r of ranges that cut n elements in blocks of align
+// elements (the last block shorter): the ⌈n/align⌉ blocks shared out as
+// evenly as whole blocks allow, r·blocks/ranges of them before range r.
+func span(n, ranges, align, r int) (lo, hi int) {
+	blocks := (n + align - 1) / align
+	return min(n, r*blocks/ranges*align), min(n, (r+1)*blocks/ranges*align)
+}
+
+// The plan's constants, each measured where it says.
+const (
+	// chunkGrain is the least float32 elements of a chunk (half as many of
+	// Half or BFloat16), and maxChunks the most chunks: a chunk is what a
+	// worker claims at a time. Chunks far smaller than PerWorker let up to
+	// 64 workers share a gradient of a few million elements evenly, and
+	// cost little besides: their partial sums, 2·L float64 a chunk, added
+	// up once per call.
+	chunkGrain = 1 << 16
+	maxChunks  = 1024
+	// minChunkRows: a chunk has at least this many times L elements (L the
+	// period's channels, C channels first), so that its partial sums, 2·L
+	// float64 added up one after the other between the passes (four at a
+	// time, addVector), are an 8th of its elements at most.
+	minChunkRows = 16
+	// unitElems is the most float32 elements of a by-channel unit (half as
+	// many of Half or BFloat16): 2 MiB of dy and x, which stay in L2 or L3
+	// between the unit's two passes. BenchmarkTrainingGradByChannel chose
+	// it (docs/performance.md). Units are also at most a quarter of the
+	// last-level cache's share of one CPU in bytes of one tensor, so that
+	// as many units as workers stay there together.
+	unitElems = 1 << 18
+	// unitsPerWorker: units enough that a worker whose helpers start late
+	// is not left with a share it must run alone.
+	unitsPerWorker = 2
+)
+
+// planFor plans c on machine m with tuning t. It is a pure function.
+func planFor(c call, m Machine, t Tuning) Plan {
+	d := c.dims
+	n := d.Len()
+	pd, L := d.periodic()
+	cores := max(1, m.Cores)
+	if t.Workers > 0 {
+		cores = min(cores, t.Workers)
+	}
+	p := Plan{Period: pd, L: L, Elements: n, Workers: 1, Cores: cores, Wake: t.Wake}
+	grain, per, unit := chunkGrain, max(1, t.PerWorker), unitElems
+	if c.half {
+		grain, per, unit = grain/2, max(1, per/2), unit/2
+	}
+	grain = max(grain, minChunkRows*L)
+	bytes := n * c.size
+	cl := d.Layout == ChannelsLast
+	switch c.job {
+	case jobTraining:
+		p.Form = FormPasses
+		if t.ByChannel && !cl && byChannelShape(d, n/grain) {
+			p.Form = FormByChannel
+		}
+	case jobSweep:
+		p.Form = FormSweep
+		if cl && d.C >= splitRowC && bytes > maxTiledBytes {
+			p.Form = FormPasses // faster there although it reads dy twice (sweep)
+		}
+	case jobReduce:
+		p.Form = FormSums
+	case jobApply:
+		p.Form = FormApply
+	}
+	if n == 0 {
+		return p
+	}
+
+	// The arithmetic: the sums' blocks, and chunks of whole blocks.
+	switch p.Form {
+	case FormSweep:
+		limit := tiledBlock(bytes, fusedBlockLen)
+		if cl && d.C >= splitRowC {
+			limit = wideSweepBlockLen
+		}
+		p.SumsBlock = blockFor(pd, limit)
+	case FormByChannel:
+		p.SumsBlock = blockLen
+	default:
+		p.SumsBlock = blockFor(pd, tiledBlock(bytes, blockLen))
+	}
+	p.ApplyBlock = blockFor(pd, blockLen)
+	if pd.Layout == ChannelsLast && int(pd.C) > applyChunk && c.job != jobSweep {
+		p.ApplyBlock = blockFor(pd, chunkRows*int(pd.C)) // rows enough for the chunks (applyRows)
+	}
+	// Chunks start on rows, and are whole blocks of the pass that sums (a
+	// block cut short at each chunk's end costs the tiles a flush; NHWC
+	// 8x14x14x1024 inference, blocks of 64 rows, lost 7 % in chunks of 66).
+	switch p.Form {
+	case FormApply:
+		p.Align = p.ApplyBlock
+	case FormByChannel:
+		p.Align = blockFor(pd, blockLen)
+	default:
+		p.Align = p.SumsBlock
+	}
+	p.Chunks = 1
+	if chunks := n / grain; chunks >= 2 {
+		chunks += chunks % 2 // two or four workers end together
+		most := maxChunks
+		if t.MaxChunks > 0 {
+			most = min(most, t.MaxChunks)
+		}
+		p.Chunks = min(most, chunks, (n+p.Align-1)/p.Align)
+	}
+
+	// The machine's part.
+	workers := 1
+	if n >= 2*per {
+		workers = min(cores, n/per)
+	}
+	if p.Form == FormByChannel {
+		C, S := int(d.C), int(d.S)
+		runChannels := unitRunChannels(S)
+		llcShare := lastLevel(m, t) / max(1, m.L3Cores)
+		unit = max(1, min(unit, llcShare/4/c.size))
+		units := (n + unit - 1) / unit
+		if workers > 1 {
+			units = max(units, unitsPerWorker*workers)
+		}
+		units = max(1, min(units, C/runChannels))
+		p.UnitChannels = (C + units - 1) / units
+		p.Units = (C + p.UnitChannels - 1) / p.UnitChannels
+		p.Workers = min(workers, p.Units)
+	} else {
+		p.Workers = min(workers, p.Chunks)
+	}
+	p.Affine = t.Affine && p.Form == FormPasses
+	if c.ownAligned && (c.job == jobTraining || c.job == jobApply) && bytes >= streamFrom(m, t) {
+		p.Stream = pd.Layout == ChannelsLast && pd.C%8 == 0 || pd.Layout != ChannelsLast && pd.S%8 == 0
+	}
+	return p
+}
+
+// minUnits is the fewest units a channels-first gradient must allow (its
+// channels over unitRunChannels) to run by channel, where it has that many
+// chunks: the channels of a shape that allows fewer would leave a
+// many-core machine's workers idle, where the two passes' chunks share.
+const minUnits = 16
+
+// byChannelShape reports whether a channels-first training gradient of d,
+// of grains chunk grains, runs by channel units: two grains or more, and
+// channels for min(grains, minUnits) units. It depends on the shape alone,
+// as the arithmetic must.
+func byChannelShape(d Dims, grains int) bool {
+	if grains < 2 || d.S <= 0 {
+		return false
+	}
+	return int(d.C)/unitRunChannels(int(d.S)) >= min(grains, minUnits)
+}
+
+// unitRunChannels returns the channels a unit needs for runs of
+// minUnitRun elements, planes of S elements.
+func unitRunChannels(S int) int { return (minUnitRun + S - 1) / S }
+
+// streamFrom returns the least bytes of a float32 x_backprop with a buffer
+// of its own that stream: a quarter of the last-level cache (from 8 MiB, 24
+// for x, dy and x_backprop, on a 32 MiB L3, x_backprop no longer stays in
+// cache for whatever reads it next; BenchmarkTrainingGradOutput chose 2^21
+// elements there), or the tuning's StreamBytes.
+func streamFrom(m Machine, t Tuning) int {
+	if t.StreamBytes > 0 {
+		return t.StreamBytes
+	}
+	return lastLevel(m, t) / 4
+}
+
+// plan returns the plan of a call of job over d's dy, x and dx (nil where
+// the call writes none), on the current machine with the current tuning.
+func plan[T Element](d Dims, j job, dy, x, dx []T) Plan {
+	var zero T
+	c := call{dims: d, job: j}
+	switch any(zero).(type) {
+	case float32:
+		c.size = 4
+		dx32, _ := any(dx).([]float32)
+		c.ownAligned = simdApply != nil && aligned32(dx32) && &dx[0] != &dy[0] && &dx[0] != &x[0]
+	case float64:
+		c.size = 8
+	default:
+		c.size, c.half = 2, true
+	}
+	return planFor(c, CurrentMachine(), CurrentTuning())
+}

@@ -135,7 +135,8 @@ def log(*a):
 def cpu_plan(spec=None):
     """gobnCPUPlan's JSON (see capi/cpuplan.go), setting spec first; None
     where the library has no such export (one built before it)."""
-    from gobn import _library, _take_string
+    from gobn import _library
+    _take_string = _library._take_string
     lib = _library.handle()
     if lib is None or not hasattr(lib, "gobnCPUPlan"):
         return None

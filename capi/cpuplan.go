@@ -15,7 +15,7 @@ import (
 // library: GOBN_CPU_PLAN, read when the library loads, and gobnCPUPlan,
 // which scripts/bench_manycore.py calls through ctypes to sweep them in one
 // process. Both take kernels.ParseTuning's spec, e.g.
-// "per_worker=65536,wake=2" (docs/performance.md, "The plan").
+// "per_worker=131072,wake=2" (docs/performance.md, "The plan").
 
 // cpuPlanEnvError is what was wrong with GOBN_CPU_PLAN, if anything (the
 // defaults then stay).

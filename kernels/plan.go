@@ -61,16 +61,11 @@ func lastLevel(m Machine, t Tuning) int {
 // library loads and exports a setter, for benchmarking:
 // scripts/bench_manycore.py sweeps them on a many-core machine).
 type Tuning struct {
-	// PerWorker is the least number of float32 elements a worker takes (half
-	// as many Half or BFloat16 ones, whose conversions make them
-	// compute-bound): a call of n elements runs on at most n/PerWorker
-	// workers, on the calling thread alone below twice that. A helper must
-	// be woken and TensorFlow's idle threads spin for a while after each op,
-	// so it pays only on gradients of a few hundred microseconds. On 2 cores
-	// chains of NHWC training gradients in one tf.function (make bench's
-	// oneDNN table) chose 2^18: from 2^19 to 2^18 8x28x28x128 went from
-	// 0.335 to 0.249 ms a call, and 2^17 gained nothing more
-	// (docs/performance.md, "Block and range sizes").
+	// PerWorker, where positive, is the least number of float32 elements a
+	// worker takes (half as many Half or BFloat16 ones, whose conversions
+	// make them compute-bound): a call of n elements runs on at most
+	// n/PerWorker workers, on the calling thread alone below twice that.
+	// Zero (the default) takes it from the cores: perWorkerFor.
 	PerWorker int
 	// Workers caps a call's workers, the calling thread included; 0 leaves
 	// the cores the process may use. A cap leaves cores to TensorFlow's own
@@ -98,8 +93,20 @@ type Tuning struct {
 
 // DefaultTuning returns the tuning a process starts with.
 func DefaultTuning() Tuning {
-	return Tuning{PerWorker: 1 << 18, ByChannel: true, Affine: true}
+	return Tuning{ByChannel: true, Affine: true}
 }
+
+// perWorkerFor returns the least float32 elements a worker takes on a
+// machine of the given cores: 2^19/cores, from 2^16 to 2^18. A helper must
+// be woken, and TensorFlow's idle threads spin for a while after each op,
+// so a helper pays only on a share of a few hundred microseconds on few
+// cores; on many, the finer shares pay. Both ends were measured, on chains
+// of FusedBatchNormGradV3 in one tf.function: on 2 cores (make bench's
+// oneDNN table) 2^18, where from 2^19 8x28x28x128 went from 0.335 to 0.249
+// ms a call and 2^17 gained nothing more; on 16 (bench_manycore.py's sweep,
+// bench/manycore.json) 2^16, where 2^18 took 1.6 times as long over the
+// sweep's cases and 2^15 5 % longer.
+func perWorkerFor(cores int) int { return max(1<<16, min(1<<18, (1<<19)/max(1, cores))) }
 
 var tuning atomic.Pointer[Tuning]
 
@@ -114,7 +121,7 @@ func CurrentTuning() Tuning { return *tuning.Load() }
 // SetTuning replaces the tuning and returns the previous one. It is for
 // tests and benchmarks; every call plans with the tuning of its start.
 func SetTuning(t Tuning) Tuning {
-	t.PerWorker = max(1, t.PerWorker)
+	t.PerWorker = max(0, t.PerWorker)
 	t.Workers, t.Wake, t.L3, t.StreamBytes = max(0, t.Workers), max(0, t.Wake), max(0, t.L3), max(0, t.StreamBytes)
 	t.MaxChunks = max(0, t.MaxChunks)
 	return *tuning.Swap(&t)
@@ -134,8 +141,9 @@ var tuningFields = map[string]func(t *Tuning) any{
 
 // ParseTuning returns base with the fields that spec sets: comma-separated
 // name=value pairs, names as String writes them (per_worker, workers, wake,
-// l3, stream_bytes, max_chunks: non-negative integers, per_worker positive;
-// by_channel, affine: 0 or 1). An empty spec returns base.
+// l3, stream_bytes, max_chunks: non-negative integers, 0 the default, which
+// per_worker takes from the cores; by_channel, affine: 0 or 1). An empty
+// spec returns base.
 func ParseTuning(spec string, base Tuning) (Tuning, error) {
 	t := base
 	for _, pair := range strings.Split(spec, ",") {
@@ -153,8 +161,8 @@ func ParseTuning(spec string, base Tuning) (Tuning, error) {
 		switch p := field(&t).(type) {
 		case *int:
 			v, err := strconv.Atoi(value)
-			if err != nil || v < 0 || (name == "per_worker" && v == 0) {
-				return base, fmt.Errorf("gobn: CPU plan setting %q: want a non-negative integer (per_worker positive)", pair)
+			if err != nil || v < 0 {
+				return base, fmt.Errorf("gobn: CPU plan setting %q: want a non-negative integer", pair)
 			}
 			*p = int(v)
 		case *bool:
@@ -342,7 +350,11 @@ func planFor(c call, m Machine, t Tuning) Plan {
 		cores = min(cores, t.Workers)
 	}
 	p := Plan{Period: pd, L: L, Elements: n, Workers: 1, Cores: cores, Wake: t.Wake}
-	grain, per, unit := chunkGrain, max(1, t.PerWorker), unitElems
+	per := t.PerWorker
+	if per <= 0 {
+		per = perWorkerFor(cores)
+	}
+	grain, unit := chunkGrain, unitElems
 	if c.half {
 		grain, per, unit = grain/2, max(1, per/2), unit/2
 	}

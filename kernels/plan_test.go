@@ -233,6 +233,12 @@ func TestPlanTable(t *testing.T) {
 		// NCHW 8x2048x7x7: units of at least 21 channels (runs of 1029).
 		{planShape{8, 2048, 49, ChannelsFirst, 4}, jobTraining, 1 << 18, FormByChannel, 12,
 			[4]int{2, 3, 3, 3}, [4]int{4, 6, 7, 7}, [4]bool{}, 342},
+		// The default, from the cores: 2^18 elements a worker on 2, 2^16
+		// on 16 and more (perWorkerFor).
+		{planShape{16, 64, 784, ChannelsLast, 4}, jobTraining, 0, FormPasses, 12,
+			[4]int{2, 12, 12, 12}, [4]int{}, [4]bool{}, 0},
+		{planShape{8, 64, 784, ChannelsFirst, 4}, jobTraining, 0, FormByChannel, 6,
+			[4]int{1, 6, 6, 6}, [4]int{2, 11, 11, 11}, [4]bool{}, 6},
 		// NHWC 1x7x7x64: the calling thread alone.
 		{planShape{1, 64, 49, ChannelsLast, 4}, jobTraining, 1 << 18, FormPasses, 1,
 			[4]int{1, 1, 1, 1}, [4]int{}, [4]bool{}, 0},
@@ -252,6 +258,13 @@ func TestPlanTable(t *testing.T) {
 				require.Equal(t, r.unitChannels, p.UnitChannels, what)
 			}
 		}
+	}
+}
+
+// TestPerWorkerFor: 2^18 elements a worker on 2 cores, 2^16 from 8 on.
+func TestPerWorkerFor(t *testing.T) {
+	for cores, want := range map[int]int{0: 1 << 18, 1: 1 << 18, 2: 1 << 18, 4: 1 << 17, 8: 1 << 16, 16: 1 << 16, 128: 1 << 16} {
+		require.Equal(t, want, perWorkerFor(cores), "%d cores", cores)
 	}
 }
 
@@ -300,7 +313,7 @@ func TestParseTuning(t *testing.T) {
 	same, err := ParseTuning("", base)
 	require.NoError(t, err)
 	require.Equal(t, base, same)
-	for _, bad := range []string{"per_worker", "per_worker=0", "workers=-1", "wake=two", "affine=yes", "threads=4", "=3"} {
+	for _, bad := range []string{"per_worker", "per_worker=-1", "workers=-1", "wake=two", "affine=yes", "threads=4", "=3"} {
 		out, err := ParseTuning(bad, base)
 		require.Error(t, err, bad)
 		require.Equal(t, base, out, bad)
@@ -309,9 +322,9 @@ func TestParseTuning(t *testing.T) {
 }
 
 func TestSetTuningClamps(t *testing.T) {
-	prev := SetTuning(Tuning{PerWorker: 0, Workers: -3, Wake: -1, L3: -1, StreamBytes: -1, MaxChunks: -1})
+	prev := SetTuning(Tuning{PerWorker: -5, Workers: -3, Wake: -1, L3: -1, StreamBytes: -1, MaxChunks: -1})
 	defer SetTuning(prev)
-	require.Equal(t, Tuning{PerWorker: 1}, CurrentTuning())
+	require.Equal(t, Tuning{}, CurrentTuning())
 }
 
 // lastLevel counts on at most maxL3PerCore a CPU sharing the cache.

@@ -43,7 +43,7 @@ if len(sys.argv) > 1:
     report["set"] = call("gobnCPUPlan", sys.argv[1].encode())
     report["same_bits"] = bool(np.array_equal(grad(), first))
     report["split_then"] = call("gobnSplitStats")
-    report["bad"] = call("gobnCPUPlan", b"per_worker=0")
+    report["bad"] = call("gobnCPUPlan", b"per_worker=-1")
 print(json.dumps(report))
 """
 

@@ -257,9 +257,8 @@ gpu-bundle: $(GPU_BUNDLE)/libgobncheck.so $(GPU_BUNDLE)/cuda.test $(GPUCHECK_SCR
 # (scripts/gpu_tf_check.py), then ResNet50 training steps, stock against
 # gobn, by both routes in both layouts (scripts/bench_models.py --device gpu),
 # into bench/gpu_tf.json. GPU_TF_ARGS adds options to the first (--full:
-# ResNet-50's shapes; --async: every check with gobn's asynchronous kernels),
-# GPU_TF_MODELS_ARGS to the second (GPU_TF_MODELS_EXTRA adds to them, e.g.
-# --async, --batch-size 128, --precision mixed); GPU_TF_MODELS= skips the
+# ResNet-50's shapes), GPU_TF_MODELS_ARGS to the second (GPU_TF_MODELS_EXTRA
+# adds to them, e.g. --batch-size 128, --precision mixed); GPU_TF_MODELS= skips the
 # steps. Medians of 8 steps varied by up to 19 % (stock against itself);
 # steps take ~40 ms, so 40 cost little beside each process's start. Then
 # the steps compiled by XLA, stock against gobn (bench_models.py

@@ -1,13 +1,11 @@
 package main
 
-// #cgo CXXFLAGS: -fno-exceptions
 // #include "gobn.h"
 import "C"
 
 import (
 	"fmt"
 	"runtime/cgo"
-	"sync/atomic"
 
 	"github.com/gobn/gobn/opdef"
 )
@@ -52,32 +50,6 @@ func gobnCompute(handle C.uintptr_t, ctx *C.TF_OpKernelContext) {
 		setStatus(c.status, err)
 		C.TF_OpKernelContext_Failure(ctx, c.status)
 	}
-}
-
-// asyncCalls counts the calls of asynchronous kernels (GOBN_ASYNC=1 in
-// register.c), and asyncLate those whose goroutine told TensorFlow it was
-// done after gobnComputeAsync had returned, for the tests.
-var asyncCalls, asyncLate atomic.Uint64
-
-// gobnComputeAsync is an asynchronous kernel's compute callback: the call
-// runs on a goroutine, as gobnCompute, which then runs kept, the copy of
-// TensorFlow's done callback (async.cc). TensorFlow keeps ctx valid until
-// then. It cannot panic: gobnCompute recovers the call's panics.
-//
-//export gobnComputeAsync
-func gobnComputeAsync(handle C.uintptr_t, ctx *C.TF_OpKernelContext, kept *C.TF_AsyncOpKernelDoneCallback) {
-	asyncCalls.Add(1)
-	var returned atomic.Bool
-	go func() {
-		defer func() {
-			if returned.Load() {
-				asyncLate.Add(1)
-			}
-			C.gobn_run_done(kept)
-		}()
-		gobnCompute(handle, ctx)
-	}()
-	returned.Store(true)
 }
 
 //export gobnDelete

@@ -7,8 +7,7 @@
 // from the tables in registry_gen.c (generated from opdef) while the library
 // loads, after library.c has made sure it is the process's only copy;
 // callback.go holds TensorFlow's callbacks, the exported Go functions the C
-// trampolines call (async.cc, the one C++ file, keeps an asynchronous
-// kernel's done callback: GOBN_ASYNC=1); exports.go the exports for the Python package (kernel
+// trampolines call; exports.go the exports for the Python package (kernel
 // calls, split statistics, enable, XLA status); xla.c registers each op's
 // XLA FFI handlers (xla.h: XLA's C API as gobn reads it, checked against
 // XLA's header by xla_layout.c) and xla.go runs their calls. The other files that see C are call.go
@@ -23,7 +22,7 @@
 // (package kernels) or gpu.go (package kernels/cuda), one dtype switch each,
 // for the dtypes opdef binds.
 //
-// Building it takes a C and a C++ compiler. Build flags (include path of
+// Building it takes a C compiler. Build flags (include path of
 // TensorFlow's headers, libtensorflow_framework) come from the environment
 // (CGO_CFLAGS, CGO_LDFLAGS) as the Makefile sets them from tf.sysconfig.
 package main

@@ -13,7 +13,7 @@
 #   make pytest      the Python tests (python_tests) against build/libgobn.so and the wheel
 #   make wheel       dist/gobn-<version>-py3-none-manylinux_<glibc>_<arch>.whl: the package with libgobn.so
 #   make compat      the wheel's smoke and XLA tests in a fresh environment of each supported TensorFlow (bench/compat.json)
-#   make generate    regenerate capi/registry_gen.c, ops/ops_gen.go and python/gobn/_opdefs_gen.py from opdef
+#   make generate    regenerate capi/registry_gen.c and families_gen.go, ops/ops_gen.go and python/gobn/_opdefs_gen.py from opdef
 #   make env         print the exports a Go (tfgo) program needs: eval "$(make -s env)"
 #   make golden      stock TensorFlow golden files into build/golden, then check gobn on them
 #   make bench       benchmark against stock TensorFlow (bench/results.json, bench/ratios.png)

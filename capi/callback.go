@@ -12,7 +12,7 @@ import (
 
 // TensorFlow's and XLA's callbacks: the exported functions the C trampolines
 // of register.c, xla.c and registry_gen.c call. Each looks up its kernel,
-// calls the Go that does the work (kernel.go, shapes.go, xla.go) and
+// calls the Go that does the work (kernel.go and the families, shapes.go, xla.go) and
 // recovers from panics: a bug in gobn becomes an Internal error, never a
 // crash of the host process.
 

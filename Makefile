@@ -13,7 +13,7 @@
 #   make pytest      the Python tests (python_tests) against build/libgobn.so and the wheel
 #   make wheel       dist/gobn-<version>-py3-none-manylinux_<glibc>_<arch>.whl: the package with libgobn.so
 #   make compat      the wheel's smoke and XLA tests in a fresh environment of each supported TensorFlow (bench/compat.json)
-#   make generate    regenerate capi/registry_gen.c, ops/ops_gen.go and python/gobn/_opdefs_gen.py from opdef
+#   make generate    regenerate capi/registry_gen.c and families_gen.go, ops/ops_gen.go and python/gobn/_opdefs_gen.py from opdef
 #   make env         print the exports a Go (tfgo) program needs: eval "$(make -s env)"
 #   make golden      stock TensorFlow golden files into build/golden, then check gobn on them
 #   make bench       benchmark against stock TensorFlow (bench/results.json, bench/ratios.png)
@@ -257,9 +257,8 @@ gpu-bundle: $(GPU_BUNDLE)/libgobncheck.so $(GPU_BUNDLE)/cuda.test $(GPUCHECK_SCR
 # (scripts/gpu_tf_check.py), then ResNet50 training steps, stock against
 # gobn, by both routes in both layouts (scripts/bench_models.py --device gpu),
 # into bench/gpu_tf.json. GPU_TF_ARGS adds options to the first (--full:
-# ResNet-50's shapes; --async: every check with gobn's asynchronous kernels),
-# GPU_TF_MODELS_ARGS to the second (GPU_TF_MODELS_EXTRA adds to them, e.g.
-# --async, --batch-size 128, --precision mixed); GPU_TF_MODELS= skips the
+# ResNet-50's shapes), GPU_TF_MODELS_ARGS to the second (GPU_TF_MODELS_EXTRA
+# adds to them, e.g. --batch-size 128, --precision mixed); GPU_TF_MODELS= skips the
 # steps. Medians of 8 steps varied by up to 19 % (stock against itself);
 # steps take ~40 ms, so 40 cost little beside each process's start. Then
 # the steps compiled by XLA, stock against gobn (bench_models.py

@@ -1,20 +1,18 @@
 package main
 
-// #cgo CXXFLAGS: -fno-exceptions
 // #include "gobn.h"
 import "C"
 
 import (
 	"fmt"
 	"runtime/cgo"
-	"sync/atomic"
 
 	"github.com/gobn/gobn/opdef"
 )
 
 // TensorFlow's and XLA's callbacks: the exported functions the C trampolines
 // of register.c, xla.c and registry_gen.c call. Each looks up its kernel,
-// calls the Go that does the work (kernel.go, shapes.go, xla.go) and
+// calls the Go that does the work (kernel.go and the families, shapes.go, xla.go) and
 // recovers from panics: a bug in gobn becomes an Internal error, never a
 // crash of the host process.
 
@@ -52,32 +50,6 @@ func gobnCompute(handle C.uintptr_t, ctx *C.TF_OpKernelContext) {
 		setStatus(c.status, err)
 		C.TF_OpKernelContext_Failure(ctx, c.status)
 	}
-}
-
-// asyncCalls counts the calls of asynchronous kernels (GOBN_ASYNC=1 in
-// register.c), and asyncLate those whose goroutine told TensorFlow it was
-// done after gobnComputeAsync had returned, for the tests.
-var asyncCalls, asyncLate atomic.Uint64
-
-// gobnComputeAsync is an asynchronous kernel's compute callback: the call
-// runs on a goroutine, as gobnCompute, which then runs kept, the copy of
-// TensorFlow's done callback (async.cc). TensorFlow keeps ctx valid until
-// then. It cannot panic: gobnCompute recovers the call's panics.
-//
-//export gobnComputeAsync
-func gobnComputeAsync(handle C.uintptr_t, ctx *C.TF_OpKernelContext, kept *C.TF_AsyncOpKernelDoneCallback) {
-	asyncCalls.Add(1)
-	var returned atomic.Bool
-	go func() {
-		defer func() {
-			if returned.Load() {
-				asyncLate.Add(1)
-			}
-			C.gobn_run_done(kept)
-		}()
-		gobnCompute(handle, ctx)
-	}()
-	returned.Store(true)
 }
 
 //export gobnDelete

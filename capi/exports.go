@@ -119,22 +119,6 @@ func gobnSplitStats() (s *C.char) {
 	return jsonString(map[string]any{"calls": calls, "max_ranges": ranges, "max_workers": workers})
 }
 
-// gobnAsyncCalls returns, as JSON, the calls of asynchronous kernels since
-// the library was loaded (none unless GOBN_ASYNC=1 registered them so):
-// {"calls": n, "done_after_return": n, "callbacks_kept": n}, the last the
-// copies of TensorFlow's done callback not yet run (async.cc).
-//
-//export gobnAsyncCalls
-func gobnAsyncCalls() (s *C.char) {
-	defer func() {
-		if recover() != nil {
-			s = nil
-		}
-	}()
-	return jsonString(map[string]uint64{"calls": asyncCalls.Load(), "done_after_return": asyncLate.Load(),
-		"callbacks_kept": uint64(C.gobn_kept_callbacks())})
-}
-
 // gobnStreamStats returns, as JSON, how GPU calls have run since the
 // library was loaded (stream.go): {"enabled", "resolved", "on_stream",
 // "fallbacks", "first_fallback", "synchronized_calls", "enqueued_calls"}.

@@ -70,14 +70,6 @@ void* gobn_create(TF_OpKernelConstruction* ctx, int op, int flags);
 int gobn_enable(void);
 void gobn_shape(TF_ShapeInferenceContext* ctx, int op, TF_Status* status);
 
-// An asynchronous kernel's done callback (register.c, GOBN_ASYNC; async.cc):
-// gobn_keep_done copies the one TensorFlow passes, which lives only until
-// compute_async returns (NULL when out of memory); gobn_run_done runs the
-// copy and frees it; gobn_kept_callbacks counts the copies not yet run.
-TF_AsyncOpKernelDoneCallback* gobn_keep_done(TF_AsyncOpKernelDoneCallback* done);
-void gobn_run_done(TF_AsyncOpKernelDoneCallback* kept);
-long long gobn_kept_callbacks(void);
-
 // A tensor of a running kernel as Go sees it, filled in by one C call
 // instead of one per field: dims holds the first GOBN_INLINE_DIMS dims (Go asks
 // TF_Dim for the rest of a tensor of higher rank).

@@ -42,7 +42,7 @@ func view[E any](t tensor) []E {
 type allocator func(i int, dtype opdef.DType, dims []int64, reuse inputSet) (tensor, error)
 
 // inputSet is a set of inputs, by index: bit k is input k. An output
-// allocated with a set may take over the buffer of one of its inputs (the
+// allocated with a set (opdef.Arg.Forward names them) may take over the buffer of one of its inputs (the
 // lowest first) when TensorFlow finds that nothing else references it, as
 // its own kernels do for outputs computed element by element: the kernels
 // read an element of y_backprop and x before they write that element of
@@ -50,18 +50,12 @@ type allocator func(i int, dtype opdef.DType, dims []int64, reuse inputSet) (ten
 // has just read, instead of fetching fresh ones from memory.
 type inputSet uint32
 
-const (
-	dyOrX       inputSet = 1<<0 | 1<<1 // y_backprop, x: FusedBatchNormGrad*, BatchNormGradApply
-	backpropOrT inputSet = 1<<0 | 1<<4 // t, backprop: BatchNormWithGlobalNormalizationGrad
-)
-
 // A kernel call allocates nothing on Go's heap when it succeeds (each
 // allocation of a small op's call made the collector run more often, and its
-// background sweeper took CPU from TensorFlow's threads): outputs are held in
-// an array on the stack, and the dims handed to the allocator, which escape
-// through its func value, are an input's (which the call owns) or these.
-const maxOutputs = 8
-
+// background sweeper took CPU from TensorFlow's threads): a family's bound
+// inputs and outputs are structs on the stack, and the dims handed to the
+// allocator, which escape through its func value, are an input's (which the
+// call owns) or these.
 var (
 	emptyVectorDims = []int64{0}
 	scalarDims      = []int64{}
@@ -146,50 +140,31 @@ func (k *kernel) call(c *call) error {
 	return k.compute(inputs, c.allocate, c)
 }
 
-// compute validates the inputs with stock's rules, allocates the outputs and
-// runs the kernel. g is the call as a GPU kernel needs it; a CPU kernel
-// takes none (nil).
-func (k *kernel) compute(inputs []tensor, allocate allocator, dev gpuCall) error {
-	if err := k.checkDTypes(inputs); err != nil {
-		return err
-	}
-	switch k.op.Kind {
-	case opdef.GradReduce:
-		return k.gradReduce(inputs, allocate, dev)
-	case opdef.GradApply:
-		return k.gradApply(inputs, allocate, dev)
-	case opdef.GlobalNormalizationGrad:
-		return k.globalNormalizationGrad(inputs, allocate, dev)
-	}
-	return k.fusedGrad(inputs, allocate, dev)
-}
-
-// checkDTypes confirms what TensorFlow's type constraints already promise:
+// checkDTypes confirms what TensorFlow's type constraints already promise,
+// that input i has dtype want[i] (the family's binder reads it from opdef):
 // a mismatch is a bug (Internal), not bad input.
-func (k *kernel) checkDTypes(inputs []tensor) error {
-	for i, in := range k.op.Inputs {
-		want := k.dtype
-		if in.Type == "float" || in.Type == "U" {
-			want = opdef.Float
-		}
-		if in.Type == "int64" {
-			want = opdef.Int64
-		}
-		if inputs[i].dtype != want {
-			return internalError(fmt.Sprintf("%s: %s must be %s, got %s", k.op.Name, in.Name, want, inputs[i].dtype))
+func (k *kernel) checkDTypes(in []tensor, want []opdef.DType) error {
+	for i := range in {
+		if in[i].dtype != want[i] {
+			return internalError(fmt.Sprintf("%s: %s must be %s, got %s", k.op.Name, k.op.Inputs[i].Name, want[i], in[i].dtype))
 		}
 	}
 	return nil
 }
 
-// run runs the kernel on its device, once compute has validated the inputs
-// and allocated the outputs: d is x's geometry, count the element count of
-// BatchNormGradApply (R of BatchNormGradReduce is written by compute).
-func (k *kernel) run(d kernels.Dims, in, out []tensor, count int64, dev gpuCall) error {
-	if k.onGPU {
-		return gpu{}.run(k, d, in, out, count, dev)
+// check applies the op's rules (opdef.Op.Check) to the inputs' shapes.
+func (k *kernel) check(in []tensor) (opdef.Geometry, error) {
+	var shapes [maxInputs][]int64
+	for i := range in {
+		shapes[i] = in[i].dims
 	}
-	return cpu{}.run(k, d, in, out, count)
+	return k.op.Check(k.dataFormat, shapes[:len(in)])
+}
+
+// noKernel reports a T without a kernel on k's device, which bound has ruled
+// out when TensorFlow made the kernel.
+func (k *kernel) noKernel() error {
+	return internalError(fmt.Sprintf("capi: no %s kernel of %s for T=%s", deviceName(k.onGPU), k.op.Name, k.dtype))
 }
 
 func deviceName(onGPU bool) string {
@@ -199,55 +174,11 @@ func deviceName(onGPU bool) string {
 	return "CPU"
 }
 
-func (k *kernel) fusedGrad(in []tensor, allocate allocator, dev gpuCall) error {
-	g, err := opdef.CheckFusedGrad(k.dataFormat, opdef.FusedGradInputs{
-		YBackprop: in[0].dims, X: in[1].dims, Scale: in[2].dims,
-		ReserveSpace1: in[3].dims, ReserveSpace2: in[4].dims,
-	})
-	if err != nil {
-		return err
-	}
-	var buf [maxOutputs]tensor
-	out := buf[:len(k.op.Outputs)]
-	for i := range out {
-		dtype, dims, reuse := opdef.Float, in[2].dims, inputSet(0) // scale's: [C], as checked
-		switch {
-		case i == 0:
-			dtype, dims, reuse = k.dtype, in[1].dims, dyOrX
-		case k.op.Outputs[i].Shape.Empty:
-			dims = emptyVectorDims
-		}
-		if out[i], err = allocate(i, dtype, dims, reuse); err != nil {
-			return err
-		}
-	}
-	return k.run(kernels.Dims{N: g.N, C: g.C, S: g.S, Layout: layout(g)}, in, out, 0, dev)
-}
-
-func (k *kernel) globalNormalizationGrad(in []tensor, allocate allocator, dev gpuCall) error {
-	g, err := opdef.CheckGlobalNormalizationGrad(opdef.GlobalNormalizationGradInputs{
-		T: in[0].dims, M: in[1].dims, V: in[2].dims, Gamma: in[3].dims, Backprop: in[4].dims,
-	})
-	if err != nil {
-		return err
-	}
-	var buf [maxOutputs]tensor
-	out := buf[:len(k.op.Outputs)]
-	for i := range out {
-		dims, reuse := in[1].dims, inputSet(0) // m's: [C], as checked
-		if i == 0 {
-			dims, reuse = in[0].dims, backpropOrT
-		}
-		if out[i], err = allocate(i, k.dtype, dims, reuse); err != nil {
-			return err
-		}
-	}
-	return k.run(kernels.Dims{N: g.N, C: g.C, S: g.S, Layout: kernels.ChannelsLast}, in, out, 0, dev)
-}
-
-func layout(g opdef.Geometry) kernels.Layout {
+// kernelDims is the geometry g as the kernels take it.
+func kernelDims(g opdef.Geometry) kernels.Dims {
+	layout := kernels.ChannelsFirst
 	if g.ChannelsLast {
-		return kernels.ChannelsLast
+		layout = kernels.ChannelsLast
 	}
-	return kernels.ChannelsFirst
+	return kernels.Dims{N: g.N, C: g.C, S: g.S, Layout: layout}
 }

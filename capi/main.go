@@ -7,8 +7,7 @@
 // from the tables in registry_gen.c (generated from opdef) while the library
 // loads, after library.c has made sure it is the process's only copy;
 // callback.go holds TensorFlow's callbacks, the exported Go functions the C
-// trampolines call (async.cc, the one C++ file, keeps an asynchronous
-// kernel's done callback: GOBN_ASYNC=1); exports.go the exports for the Python package (kernel
+// trampolines call; exports.go the exports for the Python package (kernel
 // calls, split statistics, enable, XLA status); xla.c registers each op's
 // XLA FFI handlers (xla.h: XLA's C API as gobn reads it, checked against
 // XLA's header by xla_layout.c) and xla.go runs their calls. The other files that see C are call.go
@@ -17,17 +16,21 @@
 // attrs at construction), shapes.go (shape inference), status.go (TF_Status
 // and errors) and, with the cuda tag, cuda.go; stream.c finds TensorFlow's
 // compute stream for a GPU kernel, and stream.go decides, in plain Go,
-// whether a GPU call runs on it. In plain Go, kernel.go (and
-// crossreplica.go, for the synchronized batch-norm ops) validates inputs and
-// allocates outputs, and hands them to the device type's dispatch: cpu.go
-// (package kernels) or gpu.go (package kernels/cuda), one dtype switch each,
-// for the dtypes opdef binds.
+// whether a GPU call runs on it. In plain Go, each op family (opdef.Kind)
+// has one file that binds, validates, allocates and runs its ops on the CPU
+// (package kernels) and the GPU (package kernels/cuda), for TensorFlow's
+// calls and XLA's alike: fused_batch_norm_grad.go,
+// global_normalization_grad.go, grad_reduce.go and grad_apply.go. The binders
+// they call, which address inputs and outputs by name and read their dtypes,
+// shapes and ranks from opdef, are generated into families_gen.go, with
+// compute, which hands a call to its family; kernel.go holds what the
+// families share.
 //
-// Building it takes a C and a C++ compiler. Build flags (include path of
+// Building it takes a C compiler. Build flags (include path of
 // TensorFlow's headers, libtensorflow_framework) come from the environment
 // (CGO_CFLAGS, CGO_LDFLAGS) as the Makefile sets them from tf.sysconfig.
 package main
 
-//go:generate go run ../internal/gencapi -o registry_gen.c
+//go:generate go run ../internal/gencapi -c registry_gen.c -go families_gen.go
 
 func main() {}

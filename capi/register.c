@@ -9,8 +9,6 @@
 
 #include <pthread.h>
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "_cgo_export.h"
 #include "gobn.h"
@@ -31,23 +29,6 @@ void* gobn_create(TF_OpKernelConstruction* ctx, int op, int flags) {
 
 static void gobn_compute(void* kernel, TF_OpKernelContext* ctx) {
   gobnCompute((uintptr_t)kernel, ctx);
-}
-
-// With GOBN_ASYNC=1 in the environment when the library loads, every
-// kernel is registered as an asynchronous one (TF_NewAsyncKernelBuilder):
-// its compute callback starts the call on a goroutine and returns, and the
-// goroutine tells TensorFlow when the call is done. A GPU call waits for
-// the device (gpu.go); this frees the executor's thread meanwhile.
-static int async_kernels;
-
-static void gobn_compute_async(void* kernel, TF_OpKernelContext* ctx, TF_AsyncOpKernelDoneCallback* done) {
-  TF_AsyncOpKernelDoneCallback* kept = gobn_keep_done(done);
-  if (kept == NULL) {  // no memory for the copy: the call finishes here
-    gobn_compute(kernel, ctx);
-    TF_RunAsyncOpKernelDoneCallback(done);
-    return;
-  }
-  gobnComputeAsync((uintptr_t)kernel, ctx, kept);
 }
 
 static void gobn_delete(void* kernel) { gobnDelete((uintptr_t)kernel); }
@@ -73,9 +54,7 @@ static int register_kernel(const gobn_op_spec* op, int flags, const gobn_binding
   const int gpu = (flags & GOBN_ON_GPU) != 0;
   const char* device_type = gpu ? "GPU" : "CPU";
   const char* op_name = (flags & GOBN_AS_STOCK) ? op->stock : op->name;
-  TF_KernelBuilder* builder =
-      async_kernels ? TF_NewAsyncKernelBuilder(op_name, device_type, op->create[flags], gobn_compute_async, gobn_delete)
-                    : TF_NewKernelBuilder(op_name, device_type, op->create[flags], gobn_compute, gobn_delete);
+  TF_KernelBuilder* builder = TF_NewKernelBuilder(op_name, device_type, op->create[flags], gobn_compute, gobn_delete);
   TF_KernelBuilder_TypeConstraint(builder, "T", (TF_DataType)b->t, status);
   if (TF_GetCode(status) == TF_OK && b->u >= 0) {
     TF_KernelBuilder_TypeConstraint(builder, "U", (TF_DataType)b->u, status);
@@ -153,8 +132,6 @@ __attribute__((constructor)) static void gobn_register(void) {
     gobn_refuse_second_copy(first_copy);
     return;
   }
-  const char* async = getenv("GOBN_ASYNC");
-  async_kernels = async != NULL && strcmp(async, "1") == 0;
   TF_Status* status = TF_NewStatus();
   for (int i = 0; i < gobn_num_ops; i++) {
     register_op(&gobn_ops[i], status);

@@ -1,20 +1,19 @@
 package opdef
 
 // The rules of the synchronized batch-norm gradient ops, BatchNormGradReduce
-// and BatchNormGradApply. They follow the fused gradients' rules and order:
-// data_format, ranks of y_backprop and x, the 1-D (and 0-D) inputs, x and
-// y_backprop of the same shape, the per-channel inputs sized C.
+// and BatchNormGradApply: Check's, as for the fused gradients, and the value
+// of BatchNormGradApply's count.
 
 // GradReduceInputs are the shapes of the inputs of BatchNormGradReduce.
 type GradReduceInputs struct {
 	YBackprop, X, Mean []int64
 }
 
-// CheckGradReduce applies the rules of BatchNormGradReduce: y_backprop and x
-// of rank 4 or 5 and the same shape, mean 1-D and sized C, the channel
+// CheckGradReduce is Check for BatchNormGradReduce: y_backprop and x of
+// rank 4 or 5 and the same shape, mean 1-D and sized C, the channel
 // dimension of x under dataFormat. It returns x's geometry.
 func CheckGradReduce(dataFormat string, in GradReduceInputs) (Geometry, error) {
-	return checkActivationGrad(dataFormat, in.YBackprop, in.X, []named{{"mean", "", in.Mean}}, nil)
+	return firstOf(GradReduce).Check(dataFormat, [][]int64{in.YBackprop, in.X, in.Mean})
 }
 
 // GradApplyInputs are the shapes of the inputs of BatchNormGradApply.
@@ -22,16 +21,13 @@ type GradApplyInputs struct {
 	YBackprop, X, Scale, Mean, Variance, SumDy, SumDyXmu, Count []int64
 }
 
-// CheckGradApply applies the rules of BatchNormGradApply: y_backprop and x of
-// rank 4 or 5 and the same shape; scale, mean, variance, sum_dy and
-// sum_dy_xmu 1-D and sized C; count a scalar. It returns x's geometry. The
-// value of count is checked by CheckCount.
+// CheckGradApply is Check for BatchNormGradApply: y_backprop and x of rank
+// 4 or 5 and the same shape; scale, mean, variance, sum_dy and sum_dy_xmu
+// 1-D and sized C; count a scalar. It returns x's geometry. The value of
+// count is checked by CheckCount.
 func CheckGradApply(dataFormat string, in GradApplyInputs) (Geometry, error) {
-	perChannel := []named{
-		{"scale", "", in.Scale}, {"mean", "", in.Mean}, {"variance", "", in.Variance},
-		{"sum_dy", "", in.SumDy}, {"sum_dy_xmu", "", in.SumDyXmu},
-	}
-	return checkActivationGrad(dataFormat, in.YBackprop, in.X, perChannel, &named{"count", "", in.Count})
+	return firstOf(GradApply).Check(dataFormat,
+		[][]int64{in.YBackprop, in.X, in.Scale, in.Mean, in.Variance, in.SumDy, in.SumDyXmu, in.Count})
 }
 
 // CheckCount checks the count input of BatchNormGradApply against the

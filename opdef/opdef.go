@@ -1,6 +1,7 @@
 package opdef
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -21,6 +22,10 @@ type Op struct {
 	Inputs  []Arg
 	Outputs []Arg
 	Attrs   []Attr
+	// Activation names the input the kernels see as N × C × S (x, or t):
+	// the other inputs of its ranks must have its shape, and the
+	// per-channel inputs (rank 1) are sized as its channels (Check).
+	Activation string
 	// Kernels lists the dtype bindings for which CPU kernels are registered.
 	Kernels []TypeBinding
 	// GPUKernels lists the dtype bindings for which GPU kernels are
@@ -69,10 +74,18 @@ type Arg struct {
 	Name string
 	// Type is the type expression: an attr name ("T") or a fixed type ("float").
 	Type string
-	// Ranks lists the ranks an input may have (empty: any). Only inputs use it.
+	// Ranks lists the ranks an input may have, in increasing order (empty:
+	// any; [0]: a scalar; [1]: a per-channel vector). Only inputs use it.
 	Ranks []int
+	// Detail is what stock's rank message says after an input's name, e.g.
+	// "saved mean": "reserve_space_1 (saved mean) must be 1-dimensional".
+	Detail string
 	// Shape says how an output's static shape follows from the inputs.
 	Shape ShapeRule
+	// Forward names the inputs whose buffer an output may take over when
+	// nothing else references it (TensorFlow's forwarding): gobn's kernels
+	// read each element of those before they write that element of it.
+	Forward []string
 }
 
 // Spec returns the spec string TensorFlow's op builder takes, "name: type".
@@ -232,13 +245,18 @@ var ChannelsFirstFormats = []string{NCHW, NCDHW}
 var activation = []int{4, 5}
 var vector = []int{1}
 
+var scalar = []int{0}
+
+// dyOrX: x_backprop may take over y_backprop's or x's buffer.
+var dyOrX = []string{"y_backprop", "x"}
+
 func fusedInputs(scaleType, reserveType string, withReserve3 bool) []Arg {
 	in := []Arg{
 		{Name: "y_backprop", Type: "T", Ranks: activation},
 		{Name: "x", Type: "T", Ranks: activation},
 		{Name: "scale", Type: scaleType, Ranks: vector},
-		{Name: "reserve_space_1", Type: reserveType, Ranks: vector},
-		{Name: "reserve_space_2", Type: reserveType, Ranks: vector},
+		{Name: "reserve_space_1", Type: reserveType, Ranks: vector, Detail: "saved mean"},
+		{Name: "reserve_space_2", Type: reserveType, Ranks: vector, Detail: "saved variance"},
 	}
 	if withReserve3 {
 		in = append(in, Arg{Name: "reserve_space_3", Type: reserveType})
@@ -248,7 +266,7 @@ func fusedInputs(scaleType, reserveType string, withReserve3 bool) []Arg {
 
 func fusedOutputs(reserveType string, placeholders ...string) []Arg {
 	out := []Arg{
-		{Name: "x_backprop", Type: "T", Shape: ShapeRule{Like: 1}},
+		{Name: "x_backprop", Type: "T", Shape: ShapeRule{Like: 1}, Forward: dyOrX},
 		{Name: "scale_backprop", Type: reserveType, Shape: ShapeRule{Like: 2}},
 		{Name: "offset_backprop", Type: reserveType, Shape: ShapeRule{Like: 2}},
 	}
@@ -291,6 +309,7 @@ var All = []Op{
 		Name:       "Gobn>FusedBatchNormGrad",
 		Stock:      "FusedBatchNormGrad",
 		Kind:       FusedBatchNormGrad,
+		Activation: "x",
 		Inputs:     fusedInputs("T", "T", false),
 		Outputs:    fusedOutputs("T", "reserve_space_3", "reserve_space_4"),
 		Attrs:      fusedAttrs([]Attr{{Name: "T", Kind: TypeAttr, Types: []DType{Float}}}, formats4D),
@@ -301,6 +320,7 @@ var All = []Op{
 		Name:       "Gobn>FusedBatchNormGradV2",
 		Stock:      "FusedBatchNormGradV2",
 		Kind:       FusedBatchNormGrad,
+		Activation: "x",
 		Inputs:     fusedInputs("float", "U", false),
 		Outputs:    fusedOutputs("U", "reserve_space_3", "reserve_space_4"),
 		Attrs:      fusedAttrs(mixedPrecision, formats4D),
@@ -311,6 +331,7 @@ var All = []Op{
 		Name:       "Gobn>FusedBatchNormGradV3",
 		Stock:      "FusedBatchNormGradV3",
 		Kind:       FusedBatchNormGrad,
+		Activation: "x",
 		Inputs:     fusedInputs("float", "U", true),
 		Outputs:    fusedOutputs("U", "reserve_space_4", "reserve_space_5"),
 		Attrs:      fusedAttrs(mixedPrecision, allFormats),
@@ -322,14 +343,15 @@ var All = []Op{
 		Stock: "BatchNormWithGlobalNormalizationGrad",
 		Kind:  GlobalNormalizationGrad,
 		Inputs: []Arg{
-			{Name: "t", Type: "T", Ranks: []int{4}},
-			{Name: "m", Type: "T", Ranks: vector},
-			{Name: "v", Type: "T", Ranks: vector},
+			{Name: "t", Type: "T", Ranks: []int{4}, Detail: "input"},
+			{Name: "m", Type: "T", Ranks: vector, Detail: "mean"},
+			{Name: "v", Type: "T", Ranks: vector, Detail: "variance"},
 			{Name: "gamma", Type: "T", Ranks: vector},
 			{Name: "backprop", Type: "T", Ranks: []int{4}},
 		},
+		Activation: "t",
 		Outputs: []Arg{
-			{Name: "dx", Type: "T", Shape: ShapeRule{Like: 0}},
+			{Name: "dx", Type: "T", Shape: ShapeRule{Like: 0}, Forward: []string{"t", "backprop"}},
 			{Name: "dm", Type: "T", Shape: ShapeRule{Like: 1}},
 			{Name: "dv", Type: "T", Shape: ShapeRule{Like: 2}},
 			{Name: "db", Type: "T", Shape: ShapeRule{Like: 1}},
@@ -349,8 +371,9 @@ var All = []Op{
 	// replica runs BatchNormGradApply with the global sums. mean and variance
 	// are the global batch statistics (variance biased).
 	{
-		Name: "Gobn>BatchNormGradReduce",
-		Kind: GradReduce,
+		Name:       "Gobn>BatchNormGradReduce",
+		Kind:       GradReduce,
+		Activation: "x",
 		Inputs: []Arg{
 			{Name: "y_backprop", Type: "T", Ranks: activation},
 			{Name: "x", Type: "T", Ranks: activation},
@@ -367,8 +390,9 @@ var All = []Op{
 		HostMemory: []string{"count"},
 	},
 	{
-		Name: "Gobn>BatchNormGradApply",
-		Kind: GradApply,
+		Name:       "Gobn>BatchNormGradApply",
+		Kind:       GradApply,
+		Activation: "x",
 		Inputs: []Arg{
 			{Name: "y_backprop", Type: "T", Ranks: activation},
 			{Name: "x", Type: "T", Ranks: activation},
@@ -377,10 +401,10 @@ var All = []Op{
 			{Name: "variance", Type: "U", Ranks: vector},
 			{Name: "sum_dy", Type: "U", Ranks: vector},
 			{Name: "sum_dy_xmu", Type: "U", Ranks: vector},
-			{Name: "count", Type: "int64", Ranks: []int{0}},
+			{Name: "count", Type: "int64", Ranks: scalar},
 		},
 		Outputs: []Arg{
-			{Name: "x_backprop", Type: "T", Shape: ShapeRule{Like: 1}},
+			{Name: "x_backprop", Type: "T", Shape: ShapeRule{Like: 1}, Forward: dyOrX},
 		},
 		Attrs:      append(append([]Attr(nil), mixedPrecision...), epsilon, dataFormat(allFormats)),
 		Kernels:    mixedKernels,
@@ -451,3 +475,30 @@ func (op Op) InHostMemory(name string) bool {
 // "FusedBatchNormGradV3" or "BatchNormGradReduce": the stock name for the ops
 // that have a stock twin.
 func (op Op) BaseName() string { return strings.TrimPrefix(op.Name, "Gobn>") }
+
+// Kinds returns the kinds of the ops in All, each once, in the order of
+// their first op.
+func Kinds() []Kind {
+	var kinds []Kind
+	for _, op := range All {
+		if !slices.Contains(kinds, op.Kind) {
+			kinds = append(kinds, op.Kind)
+		}
+	}
+	return kinds
+}
+
+// ArgDTypes returns the dtypes the input or output a may have: the one its
+// fixed type names ("float", "int64"), or those its type attr allows (nil
+// for an attr restricted by a TypeClass only).
+func (op Op) ArgDTypes(a Arg) []DType {
+	for _, d := range []DType{Float, Double, Int64, BFloat16, Half} {
+		if d.String() == a.Type {
+			return []DType{d}
+		}
+	}
+	if attr, ok := op.Attr(a.Type); ok {
+		return attr.Types
+	}
+	return nil
+}

@@ -88,41 +88,109 @@ func geometry(name string, shape []int64, channelsLast bool) (Geometry, error) {
 	return g, nil
 }
 
+// Check applies the op's rules, in stock TensorFlow's order, to the shapes
+// of its inputs (shapes[i] is input i's; one for each of op.Inputs), and
+// returns the geometry of its activation input (Op.Activation) under
+// dataFormat. Every fact it checks is read from op:
+//
+//  1. data_format is one of the four, for an op with that attr (the others
+//     keep channels last);
+//  2. each input with Ranks has one of them, in input order;
+//  3. each other input of the activation's ranks has its shape;
+//  4. the activation's dims are non-negative and multiply to at most 2^63−1;
+//  5. each per-channel input (rank 1) is sized C, in input order.
+func (op Op) Check(dataFormat string, shapes [][]int64) (Geometry, error) {
+	channelsLast := true
+	if _, ok := op.Attr("data_format"); ok {
+		var err error
+		if channelsLast, err = ChannelsLast(dataFormat); err != nil {
+			return Geometry{}, err
+		}
+	}
+	for i, in := range op.Inputs {
+		if len(in.Ranks) > 0 && !slices.Contains(in.Ranks, len(shapes[i])) {
+			return Geometry{}, rankError(in, shapes[i])
+		}
+	}
+	act := op.InputIndex(op.Activation)
+	actArg := op.Inputs[act]
+	for i, in := range op.Inputs {
+		if i != act && slices.Equal(in.Ranks, actArg.Ranks) && !slices.Equal(shapes[act], shapes[i]) {
+			return Geometry{}, invalid("%s and %s must have same shape, but %s has shape %s and %s has shape %s",
+				actArg.Name, in.Name, actArg.Name, ShapeString(shapes[act]), in.Name, ShapeString(shapes[i]))
+		}
+	}
+	g, err := geometry(actArg.Name, shapes[act], channelsLast)
+	if err != nil {
+		return Geometry{}, err
+	}
+	for i, in := range op.Inputs {
+		if in.PerChannel() && shapes[i][0] != g.C {
+			return Geometry{}, invalid("%s must have the same number of elements as the channels of %s, got %d and %d",
+				in.Name, actArg.Name, shapes[i][0], g.C)
+		}
+	}
+	return g, nil
+}
+
+// PerChannel reports whether the input is a per-channel vector: rank 1,
+// sized as the activation's channels.
+func (a Arg) PerChannel() bool { return slices.Equal(a.Ranks, vector) }
+
+// rankError is stock's message for an input of a rank it does not allow,
+// e.g. "reserve_space_1 (saved mean) must be 1-dimensional, got shape [3,1]",
+// "y_backprop must be 4 or 5-dimensional", "count must be a scalar".
+func rankError(in Arg, shape []int64) error {
+	name := in.Name
+	if in.Detail != "" {
+		name += " (" + in.Detail + ")"
+	}
+	ranks := "a scalar"
+	if !slices.Equal(in.Ranks, scalar) {
+		parts := make([]string, len(in.Ranks))
+		for i, r := range in.Ranks {
+			parts[i] = strconv.Itoa(r)
+		}
+		ranks = strings.Join(parts, " or ") + "-dimensional"
+	}
+	return invalid("%s must be %s, got shape %s", name, ranks, ShapeString(shape))
+}
+
+// InputIndex returns the index of the op's input called name, or -1.
+func (op Op) InputIndex(name string) int {
+	for i, in := range op.Inputs {
+		if in.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// firstOf returns the first op of kind in All: the one whose inputs the
+// typed Check functions below describe.
+func firstOf(kind Kind) Op {
+	for _, op := range All {
+		if op.Kind == kind {
+			return op
+		}
+	}
+	panic("opdef: no op of kind " + kind.String())
+}
+
 // FusedGradInputs are the shapes of the inputs of FusedBatchNormGrad, V2 and V3
 // that the rules constrain.
 type FusedGradInputs struct {
 	YBackprop, X, Scale, ReserveSpace1, ReserveSpace2 []int64
 }
 
-// CheckFusedGrad applies stock TensorFlow's rules, in stock order, to the
-// inputs of a fused batch-norm gradient: y_backprop and x of rank 4 or 5;
-// scale, reserve_space_1 and reserve_space_2 of rank 1; x and y_backprop of
-// the same shape; scale, reserve_space_1 and reserve_space_2 sized C, the
-// channel dimension of x under dataFormat. It returns x's geometry.
+// CheckFusedGrad is Check for the FusedBatchNormGrad family: y_backprop and
+// x of rank 4 or 5; scale, reserve_space_1 and reserve_space_2 of rank 1; x
+// and y_backprop of the same shape; scale, reserve_space_1 and
+// reserve_space_2 sized C, the channel dimension of x under dataFormat. It
+// returns x's geometry.
 func CheckFusedGrad(dataFormat string, in FusedGradInputs) (Geometry, error) {
-	return checkActivationGrad(dataFormat, in.YBackprop, in.X, []named{{"scale", "", in.Scale},
-		{"reserve_space_1", " (saved mean)", in.ReserveSpace1}, {"reserve_space_2", " (saved variance)", in.ReserveSpace2}}, nil)
-}
-
-// checkActivationGrad applies the fused gradients' rules, in their order,
-// which the synchronized ops share: data_format; y_backprop and x of rank 4
-// or 5; the per-channel inputs of rank 1 (and scalar, when not nil, of rank
-// 0); x and y_backprop of the same shape; the per-channel inputs sized C.
-func checkActivationGrad(dataFormat string, yBackprop, x []int64, perChannel []named, scalar *named) (Geometry, error) {
-	channelsLast, err := ChannelsLast(dataFormat)
-	if err != nil {
-		return Geometry{}, err
-	}
-	if err := checkActivations(yBackprop, x); err != nil {
-		return Geometry{}, err
-	}
-	if err := checkVectors(perChannel); err != nil {
-		return Geometry{}, err
-	}
-	if scalar != nil && len(scalar.shape) != 0 {
-		return Geometry{}, invalid("%s must be a scalar, got shape %s", scalar.name, ShapeString(scalar.shape))
-	}
-	return checkSameShape(named{"x", "", x}, named{"y_backprop", "", yBackprop}, channelsLast, perChannel)
+	return firstOf(FusedBatchNormGrad).Check(dataFormat,
+		[][]int64{in.YBackprop, in.X, in.Scale, in.ReserveSpace1, in.ReserveSpace2})
 }
 
 // GlobalNormalizationGradInputs are the shapes of the inputs of
@@ -131,69 +199,11 @@ type GlobalNormalizationGradInputs struct {
 	T, M, V, Gamma, Backprop []int64
 }
 
-// CheckGlobalNormalizationGrad applies stock TensorFlow's rules, in stock
-// order, to the inputs of BatchNormWithGlobalNormalizationGrad: t of rank 4;
-// m, v and gamma of rank 1; backprop of rank 4. Stock stops there and reads
-// out of bounds when the sizes disagree; gobn also requires t and backprop to
-// have the same shape and m, v and gamma to be sized C, the last dimension of t.
+// CheckGlobalNormalizationGrad is Check for
+// BatchNormWithGlobalNormalizationGrad: t of rank 4; m, v and gamma of rank
+// 1; backprop of rank 4. Stock stops there and reads out of bounds when the
+// sizes disagree; gobn also requires t and backprop to have the same shape
+// and m, v and gamma to be sized C, the last dimension of t.
 func CheckGlobalNormalizationGrad(in GlobalNormalizationGradInputs) (Geometry, error) {
-	if len(in.T) != 4 {
-		return Geometry{}, invalid("t (input) must be 4-dimensional, got shape %s", ShapeString(in.T))
-	}
-	vectors := []named{{"m", " (mean)", in.M}, {"v", " (variance)", in.V}, {"gamma", "", in.Gamma}}
-	if err := checkVectors(vectors); err != nil {
-		return Geometry{}, err
-	}
-	if len(in.Backprop) != 4 {
-		return Geometry{}, invalid("backprop must be 4-dimensional, got shape %s", ShapeString(in.Backprop))
-	}
-	return checkSameShape(named{"t", "", in.T}, named{"backprop", "", in.Backprop}, true, vectors)
-}
-
-// named is an input as the error messages name it, and its shape. detail
-// follows the name in the rank messages of stock's, e.g. " (saved mean)".
-type named struct {
-	name, detail string
-	shape        []int64
-}
-
-// checkActivations checks that y_backprop and x have rank 4 or 5.
-func checkActivations(yBackprop, x []int64) error {
-	for _, a := range []named{{"y_backprop", "", yBackprop}, {"x", "", x}} {
-		if len(a.shape) != 4 && len(a.shape) != 5 {
-			return invalid("%s must be 4 or 5-dimensional, got shape %s", a.name, ShapeString(a.shape))
-		}
-	}
-	return nil
-}
-
-// checkVectors checks that each of vectors has rank 1.
-func checkVectors(vectors []named) error {
-	for _, a := range vectors {
-		if len(a.shape) != 1 {
-			return invalid("%s%s must be 1-dimensional, got shape %s", a.name, a.detail, ShapeString(a.shape))
-		}
-	}
-	return nil
-}
-
-// checkSameShape checks that act and other have the same shape and that
-// each of vectors (of rank 1) is sized as act's channels, and returns act's
-// geometry.
-func checkSameShape(act, other named, channelsLast bool, vectors []named) (Geometry, error) {
-	if !slices.Equal(act.shape, other.shape) {
-		return Geometry{}, invalid("%s and %s must have same shape, but %s has shape %s and %s has shape %s",
-			act.name, other.name, act.name, ShapeString(act.shape), other.name, ShapeString(other.shape))
-	}
-	g, err := geometry(act.name, act.shape, channelsLast)
-	if err != nil {
-		return Geometry{}, err
-	}
-	for _, a := range vectors {
-		if a.shape[0] != g.C {
-			return Geometry{}, invalid("%s must have the same number of elements as the channels of %s, got %d and %d",
-				a.name, act.name, a.shape[0], g.C)
-		}
-	}
-	return g, nil
+	return firstOf(GlobalNormalizationGrad).Check("", [][]int64{in.T, in.M, in.V, in.Gamma, in.Backprop})
 }

@@ -529,3 +529,38 @@ func TestDType(t *testing.T) {
 	assert.Equal(t, "unknown", opdef.DType(3).String())
 	assert.Zero(t, opdef.DType(3).Size())
 }
+
+// TestActivationAndForward checks the facts Check and the capi layer read
+// from each op: its activation is an input of rank 4 or more, and an
+// output forwarded from an input has that input's type and the shape of an
+// input of its ranks.
+func TestActivationAndForward(t *testing.T) {
+	want := map[string]string{
+		"Gobn>FusedBatchNormGrad": "x", "Gobn>FusedBatchNormGradV2": "x", "Gobn>FusedBatchNormGradV3": "x",
+		"Gobn>BatchNormWithGlobalNormalizationGrad": "t", "Gobn>BatchNormGradReduce": "x", "Gobn>BatchNormGradApply": "x",
+	}
+	require.Len(t, opdef.All, len(want))
+	for _, op := range opdef.All {
+		assert.Equal(t, want[op.Name], op.Activation, op.Name)
+		act := op.InputIndex(op.Activation)
+		require.GreaterOrEqual(t, act, 0, op.Name)
+		require.GreaterOrEqual(t, op.Inputs[act].Ranks[0], 4, op.Name)
+		assert.Equal(t, -1, op.InputIndex("no such input"))
+		for _, out := range op.Outputs {
+			for _, name := range out.Forward {
+				i := op.InputIndex(name)
+				require.GreaterOrEqual(t, i, 0, "%s: %s forwards %s", op.Name, out.Name, name)
+				assert.Equal(t, out.Type, op.Inputs[i].Type, "%s: %s forwards %s", op.Name, out.Name, name)
+				assert.Equal(t, op.Inputs[out.Shape.Like].Ranks, op.Inputs[i].Ranks, "%s: %s forwards %s", op.Name, out.Name, name)
+			}
+		}
+	}
+	assert.Equal(t, []opdef.Kind{opdef.FusedBatchNormGrad, opdef.GlobalNormalizationGrad, opdef.GradReduce, opdef.GradApply},
+		opdef.Kinds())
+	v2, _ := byName("Gobn>FusedBatchNormGradV2")
+	assert.Equal(t, []opdef.DType{opdef.Half, opdef.BFloat16, opdef.Float}, v2.ArgDTypes(v2.Inputs[0]))
+	assert.Equal(t, []opdef.DType{opdef.Float}, v2.ArgDTypes(v2.Inputs[2]))
+	assert.Equal(t, []opdef.DType{opdef.Float}, v2.ArgDTypes(v2.Inputs[3]))
+	global, _ := byName("Gobn>BatchNormWithGlobalNormalizationGrad")
+	assert.Nil(t, global.ArgDTypes(global.Inputs[0]), "numbertype")
+}

@@ -1,30 +1,38 @@
 package opdef
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+)
 
 // CheckStaticShapes applies, at graph-construction time, the rules that can be
 // checked on partially known shapes: dims[i] is input i's shape with -1 for an
 // unknown dimension, or nil when its rank is unknown. Ranks are checked by the
-// caller (TensorFlow's shape context). It reports only what is certainly wrong.
+// caller (TensorFlow's shape context). It reports only what is certainly
+// wrong: the other inputs of the activation's ranks must have its shape
+// (Check's rule 3), and, for an op without data_format, whose channels are
+// last, the per-channel inputs must be sized as its channels (rule 5).
 func (op Op) CheckStaticShapes(dims [][]int64) error {
-	a, b := 1, 0 // x, y_backprop
-	if op.Kind == GlobalNormalizationGrad {
-		a, b = 0, 4 // t, backprop
+	act := op.InputIndex(op.Activation)
+	for i, in := range op.Inputs {
+		if i == act || !slices.Equal(in.Ranks, op.Inputs[act].Ranks) {
+			continue
+		}
+		if err := compatible(op.Inputs[act].Name, dims[act], in.Name, dims[i]); err != nil {
+			return err
+		}
 	}
-	if err := compatible(op.Inputs[a].Name, dims[a], op.Inputs[b].Name, dims[b]); err != nil {
-		return err
+	if _, ok := op.Attr("data_format"); ok || dims[act] == nil {
+		return nil // the fused ops' channel axis depends on data_format
 	}
-	if op.Kind != GlobalNormalizationGrad || dims[0] == nil {
-		return nil // the channel axis of the fused ops depends on data_format
-	}
-	channels := dims[0][len(dims[0])-1]
-	for i := 1; i <= 3; i++ {
-		if dims[i] == nil || len(dims[i]) != 1 || dims[i][0] < 0 || channels < 0 {
+	channels := dims[act][len(dims[act])-1]
+	for i, in := range op.Inputs {
+		if !in.PerChannel() || dims[i] == nil || len(dims[i]) != 1 || dims[i][0] < 0 || channels < 0 {
 			continue
 		}
 		if dims[i][0] != channels {
-			return invalid("%s must have the same number of elements as the channels of t, got %d and %d",
-				op.Inputs[i].Name, dims[i][0], channels)
+			return invalid("%s must have the same number of elements as the channels of %s, got %d and %d",
+				in.Name, op.Inputs[act].Name, dims[i][0], channels)
 		}
 	}
 	return nil

@@ -98,8 +98,6 @@ def parse_args(argv=None):
     p.add_argument("--data-format", choices=("channels_last", "channels_first"), default="channels_last")
     p.add_argument("--precision", choices=("float32", "mixed"), default="float32",
                    help="mixed: Keras' mixed_float16 policy on a GPU, mixed_bfloat16 on the CPU")
-    p.add_argument("--async", dest="async_kernels", action="store_true",
-                   help="also time gobn with GOBN_ASYNC=1 (asynchronous kernels), as gobn_async")
     p.add_argument("--xla", action="store_true",
                    help="time stock's step compiled by XLA (jit_compile=True) too, as config stock_xla")
     p.add_argument("--under-xla", action="store_true",
@@ -190,9 +188,6 @@ def worker(route, name, config, options):
         return sum(d.get(device, 0) + d.get("XLA_" + device, 0) for op, d in gobn.kernel_calls().items()
                    if "BatchNormGrad" in op)
 
-    def async_calls():  # of every gobn op, batch norm's gradients among them
-        return gobn._async_calls()["calls"]
-
     def answer(**fields):
         print(json.dumps(fields), flush=True)
 
@@ -205,13 +200,13 @@ def worker(route, name, config, options):
             losses = [float(step()) for _ in range(max(int(arg), 1))]
             answer(first_loss=losses[0], loss_after_warmup=losses[-1], gobn_calls=calls() - before)
         elif command == "time":
-            before, before_async, before_stream, times = calls(), async_calls(), gobn._stream_stats(), []
+            before, before_stream, times = calls(), gobn._stream_stats(), []
             for _ in range(int(arg)):
                 t0 = time.perf_counter()
                 step().numpy()
                 times.append(time.perf_counter() - t0)
             stream = gobn._stream_stats()
-            answer(times=times, gobn_calls=calls() - before, async_calls=async_calls() - before_async,
+            answer(times=times, gobn_calls=calls() - before,
                    stream_fallbacks=stream["fallbacks"] - before_stream["fallbacks"],
                    synchronized_calls=stream["synchronized_calls"] - before_stream["synchronized_calls"])
         elif command == "profile":
@@ -305,9 +300,6 @@ class Worker:
                               "top": args.top, "under_xla": args.under_xla})
         env = dict(os.environ, TF_ENABLE_ONEDNN_OPTS="1" if onednn else "0")
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        env.pop("GOBN_ASYNC", None)  # read once, when the library loads: only gobn_async's has it
-        if config == "gobn_async":
-            env["GOBN_ASYNC"] = "1"
         if config == "gobn_plan":
             env["GOBN_CPU_PLAN"] = args.gobn_plan
         self.what, self.timeout = f"{route} {MODELS[name]} {config} (oneDNN {'on' if onednn else 'off'})", args.timeout
@@ -342,9 +334,8 @@ class Worker:
 
 def configs(args):
     """The timed configs: stock, stock' and gobn, stock_xla and gobn_xla
-    with --xla, gobn_async with --async and gobn_plan with --gobn-plan."""
-    return (CONFIGS + (("stock_xla", "gobn_xla") if args.xla else ()) + (("gobn_async",) if args.async_kernels else ())
-            + (("gobn_plan",) if args.gobn_plan else ()))
+    with --xla and gobn_plan with --gobn-plan."""
+    return CONFIGS + (("stock_xla", "gobn_xla") if args.xla else ()) + (("gobn_plan",) if args.gobn_plan else ())
 
 
 def measure(args, route, name, onednn):
@@ -357,7 +348,7 @@ def measure(args, route, name, onednn):
             workers.pop("float64").close()
         for w in workers.values():
             w.ask("time 1")  # one more step, not counted
-        times, calls, async_calls = {c: [] for c in timed}, {c: 0 for c in timed}, {c: 0 for c in timed}
+        times, calls = {c: [] for c in timed}, {c: 0 for c in timed}
         fallbacks, synchronized = {c: 0 for c in timed}, {c: 0 for c in timed}
         n = len(timed)
         for r in range(args.rounds):
@@ -365,7 +356,6 @@ def measure(args, route, name, onednn):
                 out = workers[c].ask(f"time {args.steps_per_round}")
                 times[c] += out["times"]
                 calls[c] += out["gobn_calls"]
-                async_calls[c] += out["async_calls"]
                 fallbacks[c] += out["stream_fallbacks"]
                 synchronized[c] += out["synchronized_calls"]
         op_ms = {c: {} for c in ("stock", "gobn")}
@@ -394,7 +384,6 @@ def measure(args, route, name, onednn):
         "ratio_stock_xla_over_gobn": median["stock_xla"] / median["gobn"] if args.xla else None,
         "ratio_stock_xla_over_gobn_xla": median["stock_xla"] / median["gobn_xla"] if args.xla else None,
         "first_loss_rel_diff_gobn_xla": rel(first["gobn_xla"], first["stock_xla"]) if args.xla else None,
-        "ratio_gobn_over_gobn_async": median["gobn"] / median["gobn_async"] if args.async_kernels else None,
         "gobn_plan": args.gobn_plan,
         "ratio_gobn_over_gobn_plan": median["gobn"] / median["gobn_plan"] if args.gobn_plan else None,
         "tensorflow": info["stock"]["tensorflow"], "keras": info["stock"]["keras"],
@@ -404,12 +393,10 @@ def measure(args, route, name, onednn):
         "first_loss": first, "loss_after_warmup": last,
         "first_loss_rel_diff_gobn": rel(first["gobn"], first["stock"]),
         "first_loss_rel_diff_stock2": rel(first["stock'"], first["stock"]),
-        "first_loss_rel_diff_gobn_async": rel(first["gobn_async"], first["stock"]) if args.async_kernels else None,
         "loss_rel_diff_gobn": rel(last["gobn"], last["stock"]),
         "loss_rel_diff_stock_float64": rel(last["stock"], last["float64"]),
         "loss_rel_diff_gobn_float64": rel(last["gobn"], last["float64"]),
         "gobn_calls_in_warmup": warm["gobn"]["gobn_calls"], "gobn_calls_timed": calls,
-        "async_calls_timed": async_calls,
         "stream_fallbacks_timed": fallbacks, "synchronized_calls_timed": synchronized,
         "timed_steps": len(times["gobn"]),
         "op_ms_per_step": op_ms if args.profile_rounds else None,
@@ -439,15 +426,11 @@ def problems(r):
     if any(timed[c] != (want if c.startswith("gobn") else 0) for c in timed):
         out.append(f"gobn's kernels ran {timed} times in the timed steps; want {want} for gobn's and none for "
                    "stock's")
-    timed_async = r.get("async_calls_timed", {})  # rows recorded before it have none
-    if any(timed_async[c] < want if c == "gobn_async" else timed_async[c] != 0 for c in timed_async):
-        out.append(f"asynchronous kernels ran {timed_async} times in the timed steps; want at least {want} for "
-                   "gobn_async's and none for the others'")
     if r["device"] == "gpu":  # gobn's GPU calls run on TensorFlow's stream: none synchronizes the device
         for what in ("stream_fallbacks_timed", "synchronized_calls_timed"):
             if any(r.get(what, {}).values()):
                 out.append(f"{what}: {r[what]}; want none")
-    for c in ("gobn", "gobn_async", "gobn_xla"):
+    for c in ("gobn", "gobn_xla"):
         diff = r.get(f"first_loss_rel_diff_{c}")
         if diff is not None and diff > first_loss_bound(r):
             out.append(f"{c}'s first loss differs from stock's by {diff:.1e}, over {first_loss_bound(r):.1e}")
@@ -473,9 +456,6 @@ def report(rows, args):
               f"{r['loss_rel_diff_stock_float64']:8.1e} {r['loss_rel_diff_gobn_float64']:8.1e}")
         if r["device"] == "gpu":
             print(f"  stock' first loss against stock's: {r['first_loss_rel_diff_stock2']:.1e}")
-        if r.get("ratio_gobn_over_gobn_async") is not None:
-            print(f"  gobn with GOBN_ASYNC=1: {m['gobn_async'] * 1e3:.1f} ms, gobn/gobn_async "
-                  f"{r['ratio_gobn_over_gobn_async']:.3f}")
         if r.get("ratio_gobn_over_gobn_plan") is not None:
             print(f"  gobn with GOBN_CPU_PLAN={r['gobn_plan']}: {m['gobn_plan'] * 1e3:.1f} ms, gobn/gobn_plan "
                   f"{r['ratio_gobn_over_gobn_plan']:.3f}")

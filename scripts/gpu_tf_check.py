@@ -28,17 +28,14 @@ placement off, so an op without a kernel there fails instead of moving):
             and every call ran on the device
   enable    after gobn.enable(), stock's FusedBatchNormGradV3 on the device
             runs gobn's kernel and equals stock's own result within the
-            tolerance (after the others but async: enable() lasts for the
-            process)
+            tolerance (last: enable() lasts for the process)
   tf_stream on a GPU, every gobn call so far ran on TensorFlow's own stream:
             the stream was found, no call fell back to the synchronizing
             rule, and none synchronized the device (docs/gpu.md)
-  async     every call of the run went through gobn's asynchronous kernel
-            under --async (some finishing after their compute callback
-            returned), none without it, and every done callback ran
 
 It prints a line per check and writes --json (bench/gpu_tf.json's device,
-tensorflow, command, registry, parity, errors, threads, enable and async);
+tensorflow, command and a list of rows per section; stream, the counts of
+gobn._stream_stats() and the --timing rows);
 the exit status is 0 only if every check passed; an unexpected error fails
 its case (or its section) and the run goes on.
 
@@ -47,10 +44,6 @@ TensorFlow, per call in a tf.function of dependent calls and eagerly, with
 gobn on TensorFlow's stream and, beside it, by the synchronizing rule (the
 stream record: bench/gpu_tf.json's "stream"). Training steps are
 bench_models.py --device gpu's (make gpu-tf-check runs both).
-
---async runs every check with GOBN_ASYNC=1 (gobn's kernels registered as
-asynchronous TensorFlow kernels); with --timing the sync rows then time the
-asynchronous kernel.
 
 --no-xla leaves out the XLA runs and section (they need TensorFlow 2.17 or
 later: gobn._xla).
@@ -86,19 +79,13 @@ def parse_args(argv=None):
     p.add_argument("--full", action="store_true", help="ResNet-50's shapes in parity too")
     p.add_argument("--timing", action="store_true",
                    help="time gobn's calls against stock's inside TensorFlow (the synchronization rule's cost)")
-    p.add_argument("--async", dest="use_async", action="store_true",
-                   help="gobn's kernels as asynchronous TensorFlow kernels (GOBN_ASYNC=1)")
     p.add_argument("--no-xla", dest="xla", action="store_false",
                    help="no runs inside XLA-compiled functions (jit_compile)")
     p.add_argument("--json", help="write the results here")
     return p.parse_args(argv)
 
 
-def setup(device, use_async):
-    if use_async:
-        os.environ["GOBN_ASYNC"] = "1"  # read once, when the library loads
-    else:
-        os.environ.pop("GOBN_ASYNC", None)
+def setup(device):
     if device.upper().startswith("CPU"):
         os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")  # stock's own CPU kernels, as python_tests
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -509,21 +496,6 @@ def check_stream(checks, gobn_package, device):
                and seen["enqueued_calls"] > 0, **seen)
 
 
-def check_async(checks, gobn_package, use_async):
-    """With --async every gobn call of the run went through the asynchronous
-    kernel and finished (its done callback ran: none kept), some of them
-    after their compute callback had returned; without it, none did. (XLA's
-    calls of gobn's handlers are no TensorFlow kernel's.)"""
-    seen = gobn_package._async_calls()
-    ran = sum(n for devs in gobn_package.kernel_calls().values() for dev, n in devs.items()
-              if not dev.startswith("XLA_"))
-    want = ran if use_async else 0
-    late = seen["done_after_return"] > 0 if use_async else seen["done_after_return"] == 0
-    checks.add("async", ran > 0 and seen["calls"] == want and late and seen["callbacks_kept"] == 0,
-               async_calls=seen["calls"], kernel_calls=ran, done_after_return=seen["done_after_return"],
-               callbacks_kept=seen["callbacks_kept"])
-
-
 SYNC_SHAPES = [[8, 8, 8, 32], [32, 7, 7, 512], [32, 14, 14, 256], [32, 56, 56, 64]]
 
 
@@ -588,7 +560,7 @@ def driver_version():
 
 def main(argv=None):
     args = parse_args(argv)
-    setup(args.device, args.use_async)
+    setup(args.device)
     import numpy as np
     import tensorflow as tf
 
@@ -621,7 +593,6 @@ def main(argv=None):
     if args.timing:
         checks.guard("stream", time_stream, checks, tf, np, lib, gobn_package, newest, device)
     checks.guard("enable", check_enable, checks, tf, np, gobn_package, newest, device)
-    checks.guard("async", check_async, checks, gobn_package, args.use_async)
 
     total = sum(len(rows) for rows in checks.sections.values())
     print(f"{total - checks.failed} of {total} checks passed on {args.device}")

@@ -1,10 +1,12 @@
-// Command gencapi writes capi/registry_gen.c: the C tables, generated from
-// opdef, that the library's load-time constructor registers with TensorFlow
-// and XLA, and the per-op C trampolines into Go.
+// Command gencapi writes capi's generated files from opdef:
+// registry_gen.c, the C tables that the library's load-time constructor
+// registers with TensorFlow and XLA, and the per-op C trampolines into Go;
+// and families_gen.go, the typed binders each op family's file calls
+// (GenerateFamilies).
 //
 // Usage (from capi/, through go generate):
 //
-//	go run ../internal/gencapi -o registry_gen.c
+//	go run ../internal/gencapi -c registry_gen.c -go families_gen.go
 package main
 
 import (
@@ -19,9 +21,17 @@ import (
 )
 
 func main() {
-	out := flag.String("o", "registry_gen.c", "output file")
+	cOut := flag.String("c", "registry_gen.c", "the C tables' file")
+	goOut := flag.String("go", "families_gen.go", "the Go binders' file")
 	flag.Parse()
-	if err := os.WriteFile(*out, Generate(opdef.All), 0o644); err != nil {
+	families, err := GenerateFamilies(opdef.All)
+	if err == nil {
+		err = os.WriteFile(*cOut, Generate(opdef.All), 0o644)
+	}
+	if err == nil {
+		err = os.WriteFile(*goOut, families, 0o644)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "gencapi:", err)
 		os.Exit(1)
 	}

@@ -8,7 +8,40 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestGeneratedFileIsCurrent fails when opdef changed without `go generate ./capi`.
-func TestGeneratedFileIsCurrent(t *testing.T) {
+// TestGeneratedFilesAreCurrent fails when opdef changed without `go generate ./capi`.
+func TestGeneratedFilesAreCurrent(t *testing.T) {
 	require.NoError(t, genfile.Current("../../capi/registry_gen.c", Generate(opdef.All), "go generate ./capi"))
+	families, err := GenerateFamilies(opdef.All)
+	require.NoError(t, err)
+	require.NoError(t, genfile.Current("../../capi/families_gen.go", families, "go generate ./capi"))
+}
+
+// TestFamiliesRefuseDisagreement: one field serves every op of a family,
+// so the generator refuses ops of a kind that name an arg differently at
+// one position, shape an output differently, or type an input neither T
+// nor one dtype everywhere.
+func TestFamiliesRefuseDisagreement(t *testing.T) {
+	v2, v3 := opdef.All[1], opdef.All[2]
+	require.Equal(t, "Gobn>FusedBatchNormGradV3", v3.Name)
+	renamed := v3
+	renamed.Inputs = append([]opdef.Arg{{Name: "dy", Type: "T", Ranks: []int{4, 5}}}, v3.Inputs[1:]...)
+	reshaped := v3
+	reshaped.Outputs = append([]opdef.Arg{{Name: "x_backprop", Type: "T", Shape: opdef.ShapeRule{Like: 0}}}, v3.Outputs[1:]...)
+	retyped := v3
+	retyped.Inputs = append(append([]opdef.Arg(nil), v3.Inputs...)[:2], opdef.Arg{Name: "scale", Type: "T", Ranks: []int{1}})
+	retyped.Inputs = append(retyped.Inputs, v3.Inputs[3:]...)
+	for want, op := range map[string]opdef.Op{"disagree on arg 0": renamed, "disagree on the shape of x_backprop": reshaped,
+		"scale has no one dtype": retyped} {
+		_, err := GenerateFamilies([]opdef.Op{v2, op})
+		require.ErrorContains(t, err, want)
+	}
+	_, err := GenerateFamilies([]opdef.Op{v2, v3})
+	require.NoError(t, err)
+}
+
+func TestFamilyFile(t *testing.T) {
+	require.Equal(t, "fused_batch_norm_grad.go", FamilyFile(opdef.FusedBatchNormGrad))
+	require.Equal(t, "grad_apply.go", FamilyFile(opdef.GradApply))
+	require.Equal(t, "yBackprop", fieldName("y_backprop"))
+	require.Equal(t, "reserveSpace1", fieldName("reserve_space_1"))
 }

@@ -124,13 +124,6 @@ def xla_status():
     return _xla.status()
 
 
-def _async_calls():
-    """The calls of asynchronous kernels (GOBN_ASYNC=1) since the library was
-    loaded: {"calls", "done_after_return", "callbacks_kept"} (capi's
-    gobnAsyncCalls), for the tests and bench_models."""
-    return _library.json_export("gobnAsyncCalls", "its asynchronous calls")
-
-
 def _stream_stats():
     """How gobn's GPU calls have run since the library was loaded: on
     TensorFlow's (or XLA's) stream ("on_stream") or by the synchronizing

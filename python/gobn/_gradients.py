@@ -189,7 +189,8 @@ def _grad_apply_grad(op, *grads):
     return _backprop(op, grads, list(op.inputs[:7]), outputs) + [None]
 
 
-# The gradient of each kernel family's ops (gobn._opdefs_gen).
+# The gradient of each kernel family's ops (gobn._opdefs_gen's kinds);
+# capi's TestEveryKindIsComplete requires one for every kind.
 GRADIENTS = {
     "FusedBatchNormGrad": _fused_grad_grad,
     "GlobalNormalizationGrad": _global_normalization_grad_grad,

@@ -188,13 +188,17 @@ def _map_iterations(pfor_input, attrs):
                      fn_output_signature=pfor_input.outputs[0].dtype)
 
 
-# The converter of each op, by its kernel family (gobn._opdefs_gen).
-CONVERTERS = {op.name: {
+# The converter of each kernel family (gobn._opdefs_gen's kinds); capi's
+# TestEveryKindIsComplete requires one for every kind.
+KIND_CONVERTERS = {
     "FusedBatchNormGrad": _convert_fused_grad,
     "GlobalNormalizationGrad": _convert_global_normalization_grad,
     "GradReduce": _convert_grad_reduce,
     "GradApply": _convert_grad_apply,
-}[op.kind] for op in OPS}
+}
+
+# The converter of each op.
+CONVERTERS = {op.name: KIND_CONVERTERS[op.kind] for op in OPS}
 
 if AVAILABLE:
     for _name, _fn in CONVERTERS.items():

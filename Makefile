@@ -254,30 +254,23 @@ gpu-bundle: $(GPU_BUNDLE)/libgobncheck.so $(GPU_BUNDLE)/cuda.test $(GPUCHECK_SCR
 # NVIDIA GPU whose $(GPU_TF_PYTHON) imports TensorFlow's GPU build, with
 # build/libgobn.so built beforehand by make (it is not rebuilt here: the GPU
 # machine need not have Go). It runs the checks and the per-call timing
-# (scripts/gpu_tf_check.py), then ResNet50 training steps, stock against
-# gobn, by both routes in both layouts (scripts/bench_models.py --device gpu),
-# into bench/gpu_tf.json. GPU_TF_ARGS adds options to the first (--full:
-# ResNet-50's shapes), GPU_TF_MODELS_ARGS to the second (GPU_TF_MODELS_EXTRA
-# adds to them, e.g. --batch-size 128, --precision mixed); GPU_TF_MODELS= skips the
-# steps. Medians of 8 steps varied by up to 19 % (stock against itself);
-# steps take ~40 ms, so 40 cost little beside each process's start. Then
-# the steps compiled by XLA, stock against gobn (bench_models.py
-# --under-xla, into bench/gpu_tf.json's "xla"), for each
-# route:layout:batch:precision of GPU_TF_XLA (GPU_TF_XLA= skips them).
+# (scripts/gpu_tf_check.py; GPU_TF_ARGS adds options, e.g. --full for
+# ResNet-50's shapes), then ResNet50 training steps, stock against gobn,
+# each also compiled by XLA (scripts/bench_models.py --device gpu --xla),
+# for each route:layout:batch:precision of GPU_TF_MODELS (GPU_TF_MODELS=
+# skips them; GPU_TF_MODELS_ARGS sets the rest), into bench/gpu_tf.json.
+# A configuration takes about 3 minutes on an H200, most of it the start
+# and the XLA compilation of each config's process.
 GPU_TF_PYTHON ?= python3
 GPU_TF_ARGS ?=
-GPU_TF_MODELS ?= tf_keras:channels_first keras3:channels_last tf_keras:channels_last keras3:channels_first
-GPU_TF_MODELS_ARGS ?= --models resnet50 --image 112 --batch-size 32 --warmup 5 --rounds 10 --steps-per-round 4 --no-float64 --xla
-GPU_TF_MODELS_EXTRA ?=
-GPU_TF_XLA ?= keras3:channels_last:32:float32 keras3:channels_last:128:float32 keras3:channels_last:32:mixed keras3:channels_last:128:mixed
-GPU_TF_XLA_ARGS ?= --models resnet50 --image 112 --warmup 5 --rounds 10 --steps-per-round 4 --no-float64 --under-xla
+GPU_TF_MODELS ?= tf_keras:channels_first:32:float32 keras3:channels_last:32:float32 \
+	tf_keras:channels_last:128:float32 keras3:channels_last:128:mixed
+GPU_TF_MODELS_ARGS ?= --models resnet50 --image 112 --warmup 3 --rounds 5 --steps-per-round 2 --no-float64 --xla
 gpu-tf-check:
 	$(GPU_TF_PYTHON) scripts/gpu_tf_check.py --timing --json bench/gpu_tf.json $(GPU_TF_ARGS)
 	$(foreach m,$(GPU_TF_MODELS),$(GPU_TF_PYTHON) scripts/bench_models.py --device gpu --routes $(word 1,$(subst :, ,$(m))) \
-		--data-format $(word 2,$(subst :, ,$(m))) $(GPU_TF_MODELS_ARGS) $(GPU_TF_MODELS_EXTRA) --merge-into bench/gpu_tf.json &&) true
-	$(foreach m,$(GPU_TF_XLA),$(GPU_TF_PYTHON) scripts/bench_models.py --device gpu --routes $(word 1,$(subst :, ,$(m))) \
 		--data-format $(word 2,$(subst :, ,$(m))) --batch-size $(word 3,$(subst :, ,$(m))) \
-		--precision $(word 4,$(subst :, ,$(m))) $(GPU_TF_XLA_ARGS) --merge-into bench/gpu_tf.json &&) true
+		--precision $(word 4,$(subst :, ,$(m))) $(GPU_TF_MODELS_ARGS) --merge-into bench/gpu_tf.json &&) true
 
 # ---------------------------------------------------------------------------
 # Beyond one machine: tf.distribute.MultiWorkerMirroredStrategy on local

@@ -120,14 +120,14 @@ struct unroll {
   static constexpr int U = 16 / V;
 };
 
-// deep<T, V>::U is the rows of the deep channels-last kernels (16-bit
-// elements, V ≥ 4): 64 bytes of each tensor per thread and step, as the
-// float kernels' 16 elements are, where unroll gives 16-bit elements half
-// that. Switched on by GOBN_CUDA_DEEP until a GPU has timed both.
+// cl_rows returns the rows of the channels-last kernels: unroll's, but for
+// 16-bit elements with V ≥ 4, which load 64 bytes of each tensor per thread
+// and step, as the float kernels' 16 elements are, where unroll gives them
+// half that (measured faster on an H200: bench/gpu.json).
 template <typename T, int V>
-struct deep {
-  static constexpr int U = 64 / (V * static_cast<int>(sizeof(T)));
-};
+__host__ __device__ constexpr int cl_rows() {
+  return sizeof(T) == 2 && V >= 4 ? 64 / (V * static_cast<int>(sizeof(T))) : unroll<V>::U;
+}
 
 // The same for channels first, whose per-element offsets are 64-bit
 // registers of their own: half as many (at least two), so that no kernel
@@ -165,8 +165,8 @@ __device__ __forceinline__ void block_partials(double (*sh)[kThreads], const gob
 // for each channel c: sum_dy = Σ_r dy[r·C+c], sum_dy_xmu = Σ_r dy[r·C+c]·(x[r·C+c]−μ[c]),
 // and for the sweeps dx[r·C+c] = dy[r·C+c]·A[c].
 // Launch: block (tx, ty), tx·V channels by ty rows; grid (⌈C/(V·tx)⌉, splits).
-// U: rows a thread loads per unrolled step (unroll, or deep's).
-template <typename T, typename P, int V, Mode M, int U = unroll<V>::U>
+// U: rows a thread loads per unrolled step (cl_rows).
+template <typename T, typename P, int V, Mode M, int U = cl_rows<T, V>()>
 __device__ __forceinline__ void reduce_cl(const gobn_params& p) {
   __shared__ double sh[2 * V][kThreads];
   const long long C = p.c;
@@ -352,7 +352,7 @@ __device__ __forceinline__ void reduce_cf(const gobn_params& p) {
 // apply_cl writes x_backprop for channels last. Plain loop it equals:
 // dx[r·C+c] = A[c]·(dy[r·C+c] − M[c]) + B[c]·(x[r·C+c] − μ[c]), with A, B, M
 // the rows of coef. Launch as reduce_cl.
-template <typename T, int V, int U = unroll<V>::U>
+template <typename T, int V, int U = cl_rows<T, V>()>
 __device__ __forceinline__ void apply_cl(const gobn_params& p) {
   const long long C = p.c;
   const long long R = p.n * p.s;
@@ -750,18 +750,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks) gobn_finalize
   GOBN_KERNEL(gobn_sweep_cf_##tn##_v##V, (reduce_cf<T, float, V, kSweep>(p)))             \
   GOBN_KERNEL(gobn_apply_cf_##tn##_v##V, (apply_cf<T, V>(p)))
 
-// The deep channels-last kernels: gobn_<job>_cl_<f16|bf16>_v<V>_u<U>.
-// (DU: deep<T, V>::U, written out for the names; a parameter named U would
-// replace deep's member U.)
-#define GOBN_DEEP_KERNELS(T, tn, V, DU)                                                      \
-  static_assert(DU == deep<T, V>::U, "U of the deep kernels " #tn " v" #V);                   \
-  GOBN_KERNEL(gobn_reduce_cl_##tn##_v##V##_u##DU, (reduce_cl<T, float, V, kSums, DU>(p)))    \
-  GOBN_KERNEL(gobn_sweep_cl_##tn##_v##V##_u##DU, (reduce_cl<T, float, V, kSweep, DU>(p)))    \
-  GOBN_KERNEL(gobn_apply_cl_##tn##_v##V##_u##DU, (apply_cl<T, V, DU>(p)))
-
-#define GOBN_DEEP_GLOBAL_KERNELS(T, tn, V, DU) \
-  GOBN_KERNEL(gobn_global_cl_##tn##_v##V##_u##DU, (reduce_cl<T, T, V, kGlobal, DU>(p)))
-
 #define GOBN_GLOBAL_KERNELS(T, tn, V) \
   GOBN_KERNEL(gobn_global_cl_##tn##_v##V, (reduce_cl<T, T, V, kGlobal>(p)))
 
@@ -783,12 +771,6 @@ GOBN_GLOBAL_KERNELS(f16, f16, 1)
 GOBN_GLOBAL_KERNELS(f16, f16, 2)
 GOBN_GLOBAL_KERNELS(f16, f16, 4)
 GOBN_GLOBAL_KERNELS(f16, f16, 8)
-GOBN_DEEP_KERNELS(f16, f16, 4, 8)
-GOBN_DEEP_KERNELS(f16, f16, 8, 4)
-GOBN_DEEP_KERNELS(bf16, bf16, 4, 8)
-GOBN_DEEP_KERNELS(bf16, bf16, 8, 4)
-GOBN_DEEP_GLOBAL_KERNELS(f16, f16, 4, 8)
-GOBN_DEEP_GLOBAL_KERNELS(f16, f16, 8, 4)
 
 // The persistent training gradient, channels last: one kernel per element
 // type and vector width, K its tasks a block (kPersistRegs / persist_regs).

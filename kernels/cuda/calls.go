@@ -40,19 +40,14 @@ func (a FusedGradArgs) anchor() Ptr { return anchor(a.XBackprop, a.ScaleBackprop
 // asks the driver nothing more.
 func (a FusedGradArgs) facts() gpuFacts {
 	if !a.Training || !Persistent() {
-		return switchFacts()
+		return gpuFacts{}
 	}
 	return factsOf(a.anchor())
 }
 
-// switchFacts returns the facts of the switches that need no device's
-// facts: the deep kernels'. (The persistent kernel's needs them: factsOf
-// sets both.)
-func switchFacts() gpuFacts { return gpuFacts{deep: Deep()} }
-
 // GlobalNormalizationGrad runs BatchNormWithGlobalNormalizationGrad.
 func GlobalNormalizationGrad(a GlobalNormalizationArgs, pl Placement) error {
-	p, err := a.plan(switchFacts())
+	p, err := a.plan(gpuFacts{})
 	if err != nil {
 		return err
 	}
@@ -61,7 +56,7 @@ func GlobalNormalizationGrad(a GlobalNormalizationArgs, pl Placement) error {
 
 // GradReduce runs BatchNormGradReduce's sums.
 func GradReduce(a GradReduceArgs, pl Placement) error {
-	p, err := a.plan(switchFacts())
+	p, err := a.plan(gpuFacts{})
 	if err != nil {
 		return err
 	}
@@ -70,7 +65,7 @@ func GradReduce(a GradReduceArgs, pl Placement) error {
 
 // GradApply runs BatchNormGradApply.
 func GradApply(a GradApplyArgs, pl Placement) error {
-	p, err := a.plan(switchFacts())
+	p, err := a.plan(gpuFacts{})
 	if err != nil {
 		return err
 	}

@@ -114,7 +114,7 @@ var (
 	// S=6), 4 (C=12, or float C=64, S=16), 8 (half C=64); several partial
 	// sums (R=4096; S=4096); empty. C=12 with R=1275 gives a thread 15 rows,
 	// so the unrolled loop runs as well as the tail, for every U (8 in the
-	// deep 16-bit kernels), as does 8×14×14×128 among the small shapes.
+	// 16-bit v4 channels-last kernels), as does 8×14×14×128 among the small shapes.
 	sanitizeShapes = []shape{sh(2, []int64{3, 5}, 7), sh(2, []int64{4, 4}, 64), sh(2, []int64{3, 3}, 34),
 		sh(5, []int64{15, 17}, 12), sh(0, []int64{2, 2}, 8), sh(16, []int64{16, 16}, 64), sh(2, []int64{64, 64}, 3)}
 )

@@ -412,10 +412,10 @@ func runOn(t *target, oc *opCase, g group, guardBytes int) (p *placed, kernelsRu
 	return p, kernelsRun, ms, nil
 }
 
-var vectorWidthRE = regexp.MustCompile(`_c[lf]_.*_v(\d+)(_[ku]\d+)?$`)
+var vectorWidthRE = regexp.MustCompile(`_c[lf]_.*_v(\d+)(_k\d+)?$`)
 
 // vectorWidth returns V of a layout kernel's name
-// (gobn_<job>_<cl|cf>_<type>_v<V>[_k<K>|_u<U>]), 0 for other kernels.
+// (gobn_<job>_<cl|cf>_<type>_v<V>[_k<K>]), 0 for other kernels.
 func vectorWidth(kernel string) int {
 	m := vectorWidthRE.FindStringSubmatch(kernel)
 	if m == nil {

@@ -32,7 +32,7 @@ import (
 //
 // Without a GPU, TestGPU skips, unless -gpucheck.require makes that a
 // failure. GOBN_CUDA_PERSISTENT=1 checks with the persistent training
-// kernel switched on, GOBN_CUDA_DEEP=1 with the deep channels-last kernels.
+// kernel switched on.
 var (
 	requireGPU = flag.Bool("gpucheck.require", false, "fail, not skip, when no GPU can be used")
 	small      = flag.Bool("gpucheck.small", false, "a few small groups, every kernel, each tensor its own exact-size allocation (for compute-sanitizer)")
@@ -42,13 +42,6 @@ var (
 	jsonPath   = flag.String("gpucheck.json", "", "write the results here")
 	maxSeconds = flag.Float64("gpucheck.max-seconds", 0, "start no ResNet-50 group, nor the tensor over 2^31 elements, after this many seconds (0: no limit)")
 	show       = flag.Int("gpucheck.show", 40, "failures to print")
-)
-
-// deepKernelRE matches the deep channels-last kernels, shallowKernelRE
-// the default ones they replace when switched on.
-var (
-	deepKernelRE    = regexp.MustCompile(`^gobn_\w+_cl_(f16|bf16)_v[48]_u\d+$`)
-	shallowKernelRE = regexp.MustCompile(`^gobn_\w+_cl_(f16|bf16)_v[48]$`)
 )
 
 func TestGPU(t *testing.T) {
@@ -93,18 +86,17 @@ func TestGPU(t *testing.T) {
 	if *maxSeconds > 0 {
 		o.deadline = time.Now().Add(time.Duration(*maxSeconds * float64(time.Second)))
 	}
-	t.Logf("TestGPU: %s (%.0f GiB, driver %d), persistent kernel %v, deep kernels %v, %d groups", dev.Name,
-		float64(dev.MemoryBytes)/(1<<30), dev.Driver, cuda.Persistent(), cuda.Deep(), len(o.groups))
+	t.Logf("TestGPU: %s (%.0f GiB, driver %d), persistent kernel %v, %d groups", dev.Name,
+		float64(dev.MemoryBytes)/(1<<30), dev.Driver, cuda.Persistent(), len(o.groups))
 	rep := runCheck(o, gpu, cpuTarget())
 	rep.Facts = map[string]any{"gpu": dev.Name, "memory_gib": float64(dev.MemoryBytes) / (1 << 30),
 		"driver_cuda": dev.Driver, "go": runtime.Version(), "simd": kernels.SIMD(), "gomaxprocs": runtime.GOMAXPROCS(0),
-		"persistent": cuda.Persistent(), "deep": cuda.Deep(), "argv": argv()}
+		"persistent": cuda.Persistent(), "argv": argv()}
 
 	// Both the scalar and the vector kernels ran; with the persistent
-	// kernel on, it ran and no call that fits it fell back; with the deep
-	// kernels on, they ran and the default 16-bit ones they replace did not.
+	// kernel on, it ran and no call that fits it fell back.
 	if o.filter == nil && !rep.Fatal {
-		var v1, wide, persist, deep, shallow uint64
+		var v1, wide, persist uint64
 		for k, n := range rep.Launches {
 			switch v := vectorWidth(k); {
 			case v == 1:
@@ -115,18 +107,9 @@ func TestGPU(t *testing.T) {
 			if strings.HasPrefix(k, "gobn_persist_") {
 				persist += n
 			}
-			if deepKernelRE.MatchString(k) {
-				deep += n
-			} else if shallowKernelRE.MatchString(k) {
-				shallow += n
-			}
 		}
 		ok := v1 > 0 && wide > 0
 		rep.LaunchCheck = map[string]any{"checked": true, "v1": v1, "v4_v8": wide}
-		if cuda.Deep() {
-			ok = ok && deep > 0 && shallow == 0
-			rep.LaunchCheck["deep"], rep.LaunchCheck["replaced"] = deep, shallow
-		}
 		if cuda.Persistent() {
 			ok = ok && persist > 0 && cuda.Fallbacks() == 0
 			rep.LaunchCheck["persistent"], rep.LaunchCheck["fallbacks"] = persist, cuda.Fallbacks()
@@ -144,10 +127,10 @@ func TestGPU(t *testing.T) {
 		}
 		rep.LaunchCheck["ok"] = ok
 		rep.OK = rep.OK && ok
-		t.Logf("launches: %d kernels; _v1: %d, _v4/_v8: %d, persistent: %d, fallbacks: %d, deep: %d, replaced by deep: %d",
-			len(rep.Launches), v1, wide, persist, cuda.Fallbacks(), deep, shallow)
+		t.Logf("launches: %d kernels; _v1: %d, _v4/_v8: %d, persistent: %d, fallbacks: %d",
+			len(rep.Launches), v1, wide, persist, cuda.Fallbacks())
 		if !ok {
-			t.Errorf("want launches of _v1 and of _v4/_v8 kernels (and, persistent, of it with no fallback and its barrier words left with a zero count; deep, of the deep kernels and none of those they replace)")
+			t.Errorf("want launches of _v1 and of _v4/_v8 kernels (and, persistent, of it with no fallback and its barrier words left with a zero count)")
 		}
 	}
 	logReport(t, rep, *show)

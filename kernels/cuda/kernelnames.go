@@ -41,16 +41,6 @@ var kernelNames = func() []string {
 			names = append(names, fmt.Sprintf("gobn_global_cl_%s_v%d", typeName(t), v))
 		}
 	}
-	for _, t := range []DType{Float16, BFloat16} {
-		for _, v := range deepWidths {
-			for _, job := range []string{"reduce", "sweep", "apply"} {
-				names = append(names, deepName(job, t, v))
-			}
-		}
-	}
-	for _, v := range deepWidths {
-		names = append(names, deepName("global", Float16, v))
-	}
 	for _, t := range []DType{Float32, Float16, BFloat16} {
 		for _, v := range widths[t] {
 			names = append(names, persistName(t, int64(v)))
@@ -115,17 +105,3 @@ func SetPersistent(on bool) { persistentOn.Store(on) }
 
 // Persistent reports whether the persistent training kernel is switched on.
 func Persistent() bool { return persistentOn.Load() }
-
-// deepOn is the deep kernels' switch: GOBN_CUDA_DEEP=1 when the process
-// starts (off by default until a GPU has timed them against the default
-// ones), SetDeep after.
-var deepOn atomic.Bool
-
-func init() { deepOn.Store(os.Getenv("GOBN_CUDA_DEEP") == "1") }
-
-// SetDeep switches the deep channels-last kernels (deepRows) on or off for
-// the calls that follow, so that a benchmark can time both in one process.
-func SetDeep(on bool) { deepOn.Store(on) }
-
-// Deep reports whether the deep channels-last kernels are switched on.
-func Deep() bool { return deepOn.Load() }

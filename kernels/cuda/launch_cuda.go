@@ -164,7 +164,7 @@ func deviceAt(anchor Ptr) (*device, error) {
 }
 
 // factsOf returns the facts of the device that holds address anchor, with
-// the switches, or none (which plans the three-launch path) when it cannot
+// the persistent kernel's switch, or none (which plans the three-launch path) when it cannot
 // be told; the call then fails in execute, saying why.
 func factsOf(anchor Ptr) gpuFacts {
 	if anchor == 0 {
@@ -176,7 +176,6 @@ func factsOf(anchor Ptr) gpuFacts {
 	}
 	f := d.facts
 	f.persistent = Persistent()
-	f.deep = Deep()
 	return f
 }
 

@@ -36,8 +36,6 @@ type gpuFacts struct {
 	cooperative bool
 	// persistent: the persistent kernel is switched on (Persistent).
 	persistent bool
-	// deep: the deep channels-last kernels are switched on (Deep).
-	deep bool
 	// resident is, by kernelID, how many blocks of threads threads one
 	// multiprocessor holds at once (0 where unknown).
 	resident []int64
@@ -165,38 +163,13 @@ func layoutGeometry(d kernels.Dims, t DType, target int64, ptrs ...Ptr) geometry
 }
 
 // name returns the layout kernel of job for g and t, e.g.
-// "gobn_reduce_cl_f32_v4", or its deep form where deep is set and g has
-// one (deepName).
-func (g geometry) name(job string, t DType, deep bool) string {
-	if deep && g.channelsLast && deepRows(t, g.v) > 0 {
-		return deepName(job, t, g.v)
-	}
+// "gobn_reduce_cl_f32_v4".
+func (g geometry) name(job string, t DType) string {
 	layout := "cf"
 	if g.channelsLast {
 		layout = "cl"
 	}
 	return fmt.Sprintf("gobn_%s_%s_%s_v%d", job, layout, typeName(t), g.v)
-}
-
-// deepWidths are the vector widths with deep channels-last kernels: the
-// 16-bit types' vector paths.
-var deepWidths = []int64{4, 8}
-
-// deepRows returns U, the rows a thread of a deep channels-last kernel
-// loads per unrolled step (batchnorm.cu's deep<T, V>): 64 bytes of x and of
-// dy, as the float kernels load, where the default 16-bit kernels load 32;
-// 0 where t and v have no deep kernel.
-func deepRows(t DType, v int64) int64 {
-	if t.Size() != 2 || (v != 4 && v != 8) {
-		return 0
-	}
-	return 64 / (v * t.Size())
-}
-
-// deepName returns the deep channels-last kernel of job, e.g.
-// "gobn_reduce_cl_f16_v8_u4".
-func deepName(job string, t DType, v int64) string {
-	return fmt.Sprintf("gobn_%s_cl_%s_v%d_u%d", job, typeName(t), v, deepRows(t, v))
 }
 
 func typeName(t DType) string {
@@ -249,11 +222,11 @@ func reducePlan(d kernels.Dims, t DType, job string, finalize kernelID, withAppl
 	w := workspaceLayout(g.splits, C)
 	base.partial, base.coef, base.splits = Ptr(w.partial), Ptr(w.coef), int32(g.splits)
 	p := plan{workspace: w.total, launches: []launch{
-		{kernel: kernelByName(g.name(job, t, f.deep)), grid: g.grid, block: g.block, params: base},
+		{kernel: kernelByName(g.name(job, t)), grid: g.grid, block: g.block, params: base},
 		finalizeLaunch(finalize, C, base),
 	}}
 	if withApply {
-		p.launches = append(p.launches, launch{kernel: kernelByName(g.name("apply", t, f.deep)), grid: g.grid, block: g.block, params: base})
+		p.launches = append(p.launches, launch{kernel: kernelByName(g.name("apply", t)), grid: g.grid, block: g.block, params: base})
 	}
 	return p
 }
@@ -397,7 +370,7 @@ func (a GradApplyArgs) plan(f gpuFacts) (plan, error) {
 	}
 	return plan{workspace: w.total, launches: []launch{
 		finalizeLaunch(kFinalizeApply, C, base),
-		{kernel: kernelByName(g.name("apply", a.DType, f.deep)), grid: g.grid, block: g.block, params: base},
+		{kernel: kernelByName(g.name("apply", a.DType)), grid: g.grid, block: g.block, params: base},
 	}}, nil
 }
 
@@ -436,15 +409,15 @@ func (a FusedGradArgs) workspaceOn(f gpuFacts) int64 {
 
 // WorkspaceBytes is as FusedGradArgs.WorkspaceBytes.
 func (a GlobalNormalizationArgs) WorkspaceBytes() int64 {
-	p, _ := a.plan(switchFacts())
+	p, _ := a.plan(gpuFacts{})
 	return p.workspace
 }
 
 // WorkspaceBytes is as FusedGradArgs.WorkspaceBytes.
-func (a GradReduceArgs) WorkspaceBytes() int64 { p, _ := a.plan(switchFacts()); return p.workspace }
+func (a GradReduceArgs) WorkspaceBytes() int64 { p, _ := a.plan(gpuFacts{}); return p.workspace }
 
 // WorkspaceBytes is as FusedGradArgs.WorkspaceBytes.
-func (a GradApplyArgs) WorkspaceBytes() int64 { p, _ := a.plan(switchFacts()); return p.workspace }
+func (a GradApplyArgs) WorkspaceBytes() int64 { p, _ := a.plan(gpuFacts{}); return p.workspace }
 
 // bind places the plan's workspace arrays at ws.
 func (p *plan) bind(ws Ptr) {

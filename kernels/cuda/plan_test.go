@@ -29,14 +29,6 @@ func TestKernelNamesMatchSource(t *testing.T) {
 	for _, m := range regexp.MustCompile(`(?m)^GOBN_GLOBAL_KERNELS\((\w+), (\w+), (\d)\)`).FindAllSubmatch(src, -1) {
 		want[fmt.Sprintf("gobn_global_cl_%s_v%s", m[2], m[3])] = true
 	}
-	for _, m := range regexp.MustCompile(`(?m)^GOBN_DEEP_KERNELS\((\w+), (\w+), (\d), (\d)\)`).FindAllSubmatch(src, -1) {
-		for _, job := range []string{"reduce", "sweep", "apply"} {
-			want[fmt.Sprintf("gobn_%s_cl_%s_v%s_u%s", job, m[2], m[3], m[4])] = true
-		}
-	}
-	for _, m := range regexp.MustCompile(`(?m)^GOBN_DEEP_GLOBAL_KERNELS\((\w+), (\w+), (\d), (\d)\)`).FindAllSubmatch(src, -1) {
-		want[fmt.Sprintf("gobn_global_cl_%s_v%s_u%s", m[2], m[3], m[4])] = true
-	}
 	for _, m := range regexp.MustCompile(`(?m)^GOBN_PERSIST_KERNEL\((\w+), (\w+), (\d), (\d)\)`).FindAllSubmatch(src, -1) {
 		want[fmt.Sprintf("gobn_persist_cl_%s_v%s_k%s", m[2], m[3], m[4])] = true
 	}
@@ -168,94 +160,14 @@ func TestPlansPerOp(t *testing.T) {
 	require.Error(t, err)
 }
 
-// TestDeepPlans checks what the deep switch changes: the layout kernels of
-// 16-bit channels-last tensors with 4- or 8-wide vectors become their deep
-// forms (U = deepRows: 8 and 4 rows, 64 bytes of x and of dy a step), with
-// the same grid, block, parameters and workspace; every other plan, and
-// every finalize launch, stays as it is.
-func TestDeepPlans(t *testing.T) {
-	require.Equal(t, int64(4), deepRows(Float16, 8))
-	require.Equal(t, int64(8), deepRows(BFloat16, 4))
-	require.Zero(t, deepRows(Float32, 4))
-	require.Zero(t, deepRows(Float16, 2))
-	deepened := 0
-	for _, tc := range planCases() {
-		base := Ptr(1 << 32)
-		if tc.align == 1 {
-			base += Ptr(tc.t.Size())
-		}
-		for _, training := range []bool{true, false} {
-			name := fmt.Sprintf("%+v/%s/align%d/training=%v", tc.d, tc.t, tc.align, training)
-			args := FusedGradArgs{Dims: tc.d, DType: tc.t, Training: training, YBackprop: base, X: base + 1<<30, XBackprop: base + 2<<30}
-			off, err := args.plan(gpuFacts{})
-			require.NoError(t, err, name)
-			on, err := args.plan(gpuFacts{deep: true})
-			require.NoError(t, err, name)
-			require.Equal(t, off.workspace, on.workspace, name)
-			require.Len(t, on.launches, len(off.launches), name)
-			if tc.d.Len() == 0 {
-				require.Equal(t, off, on, name) // finalize alone, or nothing
-				continue
-			}
-			g := layoutGeometry(tc.d, tc.t, targetBlocks, args.YBackprop, args.X, args.XBackprop)
-			for i := range on.launches {
-				a, b := off.launches[i], on.launches[i]
-				require.Equal(t, a.grid, b.grid, name)
-				require.Equal(t, a.block, b.block, name)
-				require.Equal(t, a.params, b.params, name)
-				nameOff, nameOn := kernelNames[a.kernel], kernelNames[b.kernel]
-				if a.kernel < numFinalize || !g.channelsLast || deepRows(tc.t, g.v) == 0 {
-					require.Equal(t, nameOff, nameOn, name)
-					continue
-				}
-				require.Equal(t, fmt.Sprintf("%s_u%d", nameOff, 64/(g.v*2)), nameOn, name)
-				deepened++
-			}
-		}
-	}
-	require.Positive(t, deepened, "no plan took a deep kernel")
-
-	// The GPU check's 5×15×17×12 (small and sanitizer groups) gives a thread
-	// of the deep v4 kernels more than U rows: their unrolled loop runs.
+// TestUnrolledLoopRuns checks that the GPU check's 5×15×17×12 (small and
+// sanitizer groups) gives a thread of the 16-bit v4 channels-last kernels
+// more than their U = 8 rows a step (cl_rows in batchnorm.cu): their
+// unrolled loop runs, not only its tail.
+func TestUnrolledLoopRuns(t *testing.T) {
 	g := layoutGeometry(kernels.Dims{N: 5, C: 12, S: 15 * 17, Layout: kernels.ChannelsLast}, Float16, targetBlocks, 1<<32)
 	require.Equal(t, int64(4), g.v)
-	require.Greater(t, 5*15*17/(g.splits*int64(g.block[1])), deepRows(Float16, 4))
-
-	// The other ops: the same plans, but for the layout kernel's name.
-	d := kernels.Dims{N: 8, C: 64, S: 56 * 56, Layout: kernels.ChannelsLast}
-	const a = Ptr(1 << 32)
-	for _, tc := range []struct {
-		plan   func(gpuFacts) (plan, error)
-		layout int // the index of the layout kernel's launch
-		want   string
-	}{
-		{GlobalNormalizationArgs{Dims: d, DType: Float16, Backprop: a, T: a, DX: a}.plan, 0, "gobn_global_cl_f16_v8_u4"},
-		{GradReduceArgs{Dims: d, DType: BFloat16, YBackprop: a, X: a}.plan, 0, "gobn_reduce_cl_bf16_v8_u4"},
-		{GradApplyArgs{Dims: d, DType: Float16, YBackprop: a, X: a, XBackprop: a + 8, Count: 8 * 56 * 56}.plan, 1,
-			"gobn_apply_cl_f16_v4_u8"},
-	} {
-		off, err := tc.plan(gpuFacts{})
-		require.NoError(t, err, tc.want)
-		on, err := tc.plan(gpuFacts{deep: true})
-		require.NoError(t, err, tc.want)
-		require.Equal(t, tc.want, kernelNames[on.launches[tc.layout].kernel])
-		on.launches[tc.layout].kernel = off.launches[tc.layout].kernel
-		require.Equal(t, off, on, tc.want)
-	}
-
-	// With the persistent kernel on too, a tensor it holds still takes it,
-	// and the three launches it falls back to are the deep ones.
-	f := h100(true)
-	f.deep = true
-	held := kernels.Dims{N: 32, C: 512, S: 7 * 7, Layout: kernels.ChannelsLast}
-	p, err := trainingArgs(held, Float16, 256).plan(f)
-	require.NoError(t, err)
-	require.Equal(t, []string{"gobn_persist_cl_f16_v8_k4"}, launchNames(p))
-	f.cooperative = false
-	p, err = trainingArgs(held, Float16, 256).plan(f)
-	require.NoError(t, err)
-	require.True(t, p.fallback)
-	require.Equal(t, []string{"gobn_reduce_cl_f16_v8_u4", "gobn_finalize_train", "gobn_apply_cl_f16_v8_u4"}, launchNames(p))
+	require.Greater(t, 5*15*17/(g.splits*int64(g.block[1])), int64(8))
 }
 
 // launchNames returns the kernels of p's launches, in order.

@@ -15,8 +15,7 @@ allocated beforehand. 'native#2' is native again, as a separate entry: its
 ratio to native is the method's noise. In training, 'gobn_p' is gobn with its
 persistent kernel switched on (one cooperative launch where x and dy fit on
 chip; the same three launches as 'gobn' where they do not), 'gobn' with it
-off. For half channels-last tensors, 'gobn_d' is gobn with its deep kernels
-switched on (twice the rows in flight a thread), 'gobn' with them off.
+off.
 
 Reported per shape: median microseconds, ratios gobn/peer, and GB/s at 12
 bytes per element for float32 (read dy and x, write dx) or 6 for half; the
@@ -120,19 +119,15 @@ class Config:
         ws_bytes = max(lib.workspace("fused", dt, lay, N, C, S, scal, a) for a in args)
         lib.set_persistent(False)
         ws_bytes = max([ws_bytes] + [lib.workspace("fused", dt, lay, N, C, S, scal, a) for a in args])
-        # the deep kernels: 16-bit channels last (NCHW with S = 1 runs as it)
-        deep = dt == "half" and (lay == "NHWC" or S == 1) and lib.set_deep(False)
         self.ws = torch.empty(max(ws_bytes, 1), dtype=torch.uint8, device=ctx.dev)
         ws_ptr = self.ws.data_ptr() if ws_bytes else 0
 
-        def variant(persistent, deep_on):
+        def variant(persistent):
             def call(i):
                 lib.set_persistent(persistent)
-                if deep:
-                    lib.set_deep(deep_on)
                 lib.gpu("fused", dt, lay, N, C, S, scal, args[i], stream, ws_ptr, ws_bytes)
             return call
-        gobn, gobn_p, gobn_d = variant(False, False), variant(True, False), variant(False, True)
+        gobn, gobn_p = variant(False), variant(True)
 
         bnb = torch.ops.aten.native_batch_norm_backward
         mask = [True, True, True]
@@ -154,8 +149,6 @@ class Config:
         out = {"gobn": gobn, "native": native}
         if persist:
             out["gobn_p"] = gobn_p
-        if deep:
-            out["gobn_d"] = gobn_d
         if train and self.cudnn:
             cbb = torch.ops.aten.cudnn_batch_norm_backward
 
@@ -168,7 +161,7 @@ class Config:
 
     def agreement(self, impls):
         """gobn's outputs against native's and cuDNN's on set 0, and its
-        variants' (gobn_p, gobn_d) against gobn's: max |diff| / max |theirs|."""
+        variant gobn_p against gobn's: max |diff| / max |theirs|."""
         s = self.sets[0]
 
         def outputs(f):  # f's dx, dscale and doffset, copied: the next call overwrites them
@@ -180,7 +173,7 @@ class Config:
                     for a, b in zip(ours, theirs)]
 
         mine = outputs(impls["gobn"])
-        res = {v: rel(outputs(impls[v]), mine) for v in ("gobn_p", "gobn_d") if v in impls}
+        res = {v: rel(outputs(impls[v]), mine) for v in ("gobn_p",) if v in impls}
         for peer in ("native", "cudnn"):
             if peer in impls:
                 res[peer] = rel(mine, impls[peer](0))
@@ -337,9 +330,9 @@ def main():
               tf_rule["enqueue_and_wait_us"], tf_rule["empty_synchronize_us"], tf_rule["device_us"]))
     print("device-to-device copy: %.0f GB/s (median; best %.0f), counting bytes read and written" % (
         bw["gbs"], bw["best_gbs"]))
-    print("\n%-16s %-4s %-5s %-5s %9s %9s %9s %6s %6s %8s %6s %9s %6s %9s %6s" % (
+    print("\n%-16s %-4s %-5s %-5s %9s %9s %9s %6s %6s %8s %6s %9s %6s" % (
         "shape", "lay", "dtype", "mode", "gobn_us", "native_us", "cudnn_us", "g/nat", "g/cud", "gobnGB/s", "noise",
-        "gobn_p_us", "p/cud", "gobn_d_us", "d/g"))
+        "gobn_p_us", "p/cud"))
     rows, errors, fatal = [], [], None
     with torch.cuda.stream(ctx.stream):
         for (N, H, W, C), lay, dt in configs:
@@ -361,24 +354,20 @@ def main():
                            "ratio": {p: g / med[p] for p in ("native", "cudnn") if p in med},
                            "ratio_persistent": {p: med["gobn_p"] / med[p] for p in ("native", "cudnn", "gobn")
                                                 if "gobn_p" in med and p in med},
-                           "ratio_deep": {p: med["gobn_d"] / med[p] for p in ("native", "cudnn", "gobn")
-                                          if "gobn_d" in med and p in med},
                            "noise": med["native#2"] / med["native"],
                            "gbs": {k: elts * BYTES_PER_ELT[dt] / (v * 1e-3) / 1e9 for k, v in med.items()},
                            "agreement": agree}
                     if cfg.cudnn_error and mode == "train":
                         row["cudnn_error"] = cfg.cudnn_error
                     rows.append(row)
-                    rp, rd = row["ratio_persistent"], row["ratio_deep"]
-                    print("%-16s %-4s %-5s %-5s %9.1f %9.1f %9s %6.2f %6s %8.0f %6.3f %9s %6s %9s %6s" % (
+                    rp = row["ratio_persistent"]
+                    print("%-16s %-4s %-5s %-5s %9.1f %9.1f %9s %6.2f %6s %8.0f %6.3f %9s %6s" % (
                         shape, lay, dt, mode, g * 1e3, med["native"] * 1e3,
                         "%.1f" % (med["cudnn"] * 1e3) if "cudnn" in med else "-", row["ratio"]["native"],
                         "%.2f" % row["ratio"]["cudnn"] if "cudnn" in row["ratio"] else "-",
                         row["gbs"]["gobn"], row["noise"],
                         "%.1f" % (med["gobn_p"] * 1e3) if "gobn_p" in med else "-",
-                        "%.2f" % rp["cudnn"] if "cudnn" in rp else "-",
-                        "%.1f" % (med["gobn_d"] * 1e3) if "gobn_d" in med else "-",
-                        "%.2f" % rd["gobn"] if "gobn" in rd else "-"))
+                        "%.2f" % rp["cudnn"] if "cudnn" in rp else "-"))
                 del cfg
             except Exception as e:  # noqa: BLE001
                 msg = "%s %s %s: %s: %s" % (shape, lay, dt, type(e).__name__, e)
@@ -398,20 +387,16 @@ def main():
             "gobn_gbs": geomean([r["gbs"]["gobn"] for r in sel]),
             "gobn_p/cudnn": geomean([r["ratio_persistent"].get("cudnn") for r in sel]),
             "gobn_p/gobn": geomean([r["ratio_persistent"].get("gobn") for r in sel]),
-            "gobn_d/cudnn": geomean([r["ratio_deep"].get("cudnn") for r in sel]),
-            "gobn_d/gobn": geomean([r["ratio_deep"].get("gobn") for r in sel]),
             "n": len(sel)}
     noise = [abs(math.log(r["noise"])) for r in rows if r["noise"] > 0]
     print("\ngeometric means (ratio < 1: gobn faster)")
-    print("%-22s %4s %11s %10s %8s %9s %12s %11s %12s %11s" % (
-        "group", "n", "gobn/native", "gobn/cudnn", "noise", "gobnGB/s", "gobn_p/cudnn", "gobn_p/gobn", "gobn_d/cudnn",
-        "gobn_d/gobn"))
+    print("%-22s %4s %11s %10s %8s %9s %12s %11s" % (
+        "group", "n", "gobn/native", "gobn/cudnn", "noise", "gobnGB/s", "gobn_p/cudnn", "gobn_p/gobn"))
     fmt = lambda v, f: (f % v) if v else "-"  # noqa: E731
     for k, v in geo.items():
-        print("%-22s %4d %11s %10s %8s %9s %12s %11s %12s %11s" % (
+        print("%-22s %4d %11s %10s %8s %9s %12s %11s" % (
             k, v["n"], fmt(v["gobn/native"], "%.3f"), fmt(v["gobn/cudnn"], "%.3f"), fmt(v["noise"], "%.3f"),
-            fmt(v["gobn_gbs"], "%.0f"), fmt(v["gobn_p/cudnn"], "%.3f"), fmt(v["gobn_p/gobn"], "%.3f"),
-            fmt(v["gobn_d/cudnn"], "%.3f"), fmt(v["gobn_d/gobn"], "%.3f")))
+            fmt(v["gobn_gbs"], "%.0f"), fmt(v["gobn_p/cudnn"], "%.3f"), fmt(v["gobn_p/gobn"], "%.3f")))
     if noise:
         print("noise: native#2/native within %.1f%% on half the shapes, %.1f%% at worst" % (
             100 * (math.exp(statistics.median(noise)) - 1), 100 * (math.exp(max(noise)) - 1)))

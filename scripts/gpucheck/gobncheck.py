@@ -98,11 +98,6 @@ class Lib:
         the library has no such switch)."""
         return self._switch("gobncheck_set_persistent", on)
 
-    def set_deep(self, on):
-        """Switches the deep channels-last kernels on or off (False where
-        the library has no such switch)."""
-        return self._switch("gobncheck_set_deep", on)
-
     @staticmethod
     def _head(dtype, layout, N, C, S):
         return [DTYPE_CODE[dtype], LAYOUT_CODE[layout], int(N), int(C), int(S)]

@@ -24,8 +24,6 @@
 #                         -gpucheck.no-huge, ...: ./cuda.test -help) and bench.py
 #   GOBN_CUDA_PERSISTENT=1  check (and sanitize) with the persistent training kernel switched
 #                         on; bench.py times it either way, as gobn_p
-#   GOBN_CUDA_DEEP=1      check (and sanitize) with the deep channels-last kernels switched on;
-#                         bench.py times them either way, as gobn_d
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

@@ -48,8 +48,6 @@ func infoJSON() string {
 		// the persistent kernel's switch, and its fallbacks so far
 		"persistent": cuda.Persistent(),
 		"fallbacks":  cuda.Fallbacks(),
-		// the deep channels-last kernels' switch
-		"deep": cuda.Deep(),
 	})
 	return string(b)
 }

@@ -41,9 +41,8 @@
 // Besides: gobncheck_available (NULL when the CUDA path can run, else why
 // not), gobncheck_launches (kernel launches per kernel name as a JSON
 // object), gobncheck_info (a JSON object: Go version, cuda build tag, SIMD
-// loops, GOMAXPROCS, the persistent kernel's switch and fallbacks, the deep
-// kernels' switch), gobncheck_set_persistent (cuda.SetPersistent),
-// gobncheck_set_deep (cuda.SetDeep) and gobncheck_error.
+// loops, GOMAXPROCS, the persistent kernel's switch and fallbacks),
+// gobncheck_set_persistent (cuda.SetPersistent) and gobncheck_error.
 package main
 
 /*
@@ -157,12 +156,6 @@ func gobncheck_launches() (out *C.char) {
 //
 //export gobncheck_set_persistent
 func gobncheck_set_persistent(on C.int) { cuda.SetPersistent(on != 0) }
-
-// gobncheck_set_deep switches the deep channels-last kernels on (non-zero)
-// or off for the calls that follow.
-//
-//export gobncheck_set_deep
-func gobncheck_set_deep(on C.int) { cuda.SetDeep(on != 0) }
 
 // gobncheck_info returns the build facts as a JSON object.
 //

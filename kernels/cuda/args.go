@@ -44,12 +44,7 @@ type Stream uintptr
 // context of the device that holds the tensors, so that its inputs are
 // complete, launches on gobn's own stream for that device, and waits for it
 // before returning. With a Stream, the call only enqueues its kernels on that
-// stream, as a CUDA library does; the caller orders and waits. (The
-// persistent kernel, switched on by Persistent, keeps a word of device memory
-// for each stream it runs on, for the life of the process: a stream's first
-// such call allocates and zeroes it on gobn's own stream and waits for that.
-// On CU_STREAM_PER_THREAD, a stream being captured into a graph, or with a
-// driver before CUDA 12.0, it runs the three ordinary launches instead.)
+// stream, as a CUDA library does; the caller orders and waits.
 //
 // CheckStream has the call check Stream before it enqueues anything on it,
 // once per stream (the stream is remembered): the stream must belong to the

@@ -11,8 +11,6 @@ enum {
   kPointerAttributeDeviceOrdinal = 9,   // CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
   kErrorInvalidContext = 201,           // CUDA_ERROR_INVALID_CONTEXT
   kProcAddressVersion = 11030,          // the ABI gobn asks for: CUDA 11.3's
-  kAttributeMultiprocessorCount = 16,   // CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
-  kAttributeCooperativeLaunch = 95,     // CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH
 };
 
 typedef gobn_cu_result (*get_proc_address_fn)(const char*, void**, int, uint64_t);
@@ -29,18 +27,8 @@ static struct {
   gobn_cu_result (*module_get_function)(gobn_cu_function*, gobn_cu_module, const char*);
   gobn_cu_result (*launch_kernel)(gobn_cu_function, unsigned int, unsigned int, unsigned int, unsigned int,
                                   unsigned int, unsigned int, unsigned int, gobn_cu_stream, void**, void**);
-  gobn_cu_result (*launch_cooperative_kernel)(gobn_cu_function, unsigned int, unsigned int, unsigned int,
-                                              unsigned int, unsigned int, unsigned int, unsigned int,
-                                              gobn_cu_stream, void**);
-  gobn_cu_result (*mem_alloc)(gobn_ptr*, size_t);
-  gobn_cu_result (*mem_free)(gobn_ptr);
-  gobn_cu_result (*memset_d32_async)(gobn_ptr, unsigned int, size_t, gobn_cu_stream);
-  gobn_cu_result (*device_get_attribute)(int*, int, int);
-  gobn_cu_result (*occupancy_max_active_blocks)(int*, gobn_cu_function, int, size_t);
   gobn_cu_result (*stream_create)(gobn_cu_stream*, unsigned int);
   gobn_cu_result (*stream_synchronize)(gobn_cu_stream);
-  gobn_cu_result (*stream_is_capturing)(gobn_cu_stream, int*);
-  gobn_cu_result (*stream_get_id)(gobn_cu_stream, unsigned long long*);  // CUDA 12.0 on; may be NULL
   gobn_cu_result (*stream_get_ctx)(gobn_cu_stream, gobn_cu_context*);
   gobn_cu_result (*stream_get_flags)(gobn_cu_stream, unsigned int*);
   gobn_cu_result (*pointer_get_attribute)(void*, int, uint64_t);
@@ -75,15 +63,8 @@ int gobn_cuda_open(char* err, int err_len) {
       {"cuModuleLoadData", (void**)&cu.module_load_data},
       {"cuModuleGetFunction", (void**)&cu.module_get_function},
       {"cuLaunchKernel", (void**)&cu.launch_kernel},
-      {"cuLaunchCooperativeKernel", (void**)&cu.launch_cooperative_kernel},
-      {"cuMemAlloc", (void**)&cu.mem_alloc},
-      {"cuMemFree", (void**)&cu.mem_free},
-      {"cuMemsetD32Async", (void**)&cu.memset_d32_async},
-      {"cuDeviceGetAttribute", (void**)&cu.device_get_attribute},
-      {"cuOccupancyMaxActiveBlocksPerMultiprocessor", (void**)&cu.occupancy_max_active_blocks},
       {"cuStreamCreate", (void**)&cu.stream_create},
       {"cuStreamSynchronize", (void**)&cu.stream_synchronize},
-      {"cuStreamIsCapturing", (void**)&cu.stream_is_capturing},
       {"cuStreamGetCtx", (void**)&cu.stream_get_ctx},
       {"cuStreamGetFlags", (void**)&cu.stream_get_flags},
       {"cuPointerGetAttribute", (void**)&cu.pointer_get_attribute},
@@ -97,8 +78,6 @@ int gobn_cuda_open(char* err, int err_len) {
       return -1;
     }
   }
-  // Optional: drivers before CUDA 12.0 have none.
-  if (get("cuStreamGetId", (void**)&cu.stream_get_id, 12000, 0) != 0) cu.stream_get_id = NULL;
   return cu.init(0);
 }
 
@@ -111,9 +90,6 @@ int gobn_cuda_device_open(int ordinal, const void* image, gobn_device* d) {
   int r = cu.device_get(&dev, ordinal);
   if (r != 0) return r;
   d->ordinal = ordinal;
-  r = cu.device_get_attribute(&d->sms, kAttributeMultiprocessorCount, dev);
-  if (r == 0) r = cu.device_get_attribute(&d->cooperative, kAttributeCooperativeLaunch, dev);
-  if (r != 0) return r;
   r = cu.primary_ctx_retain(&d->ctx, dev);  // kept for the life of the process
   if (r != 0) return r;
   r = cu.ctx_push_current(d->ctx);
@@ -125,44 +101,8 @@ int gobn_cuda_device_open(int ordinal, const void* image, gobn_device* d) {
   return r;
 }
 
-int gobn_cuda_function(const gobn_device* d, const char* name, int threads, gobn_cu_function* fn, int* resident) {
-  int r = cu.module_get_function(fn, d->module, name);
-  if (r != 0) return r;
-  // The occupancy query wants the module's context current.
-  r = cu.ctx_push_current(d->ctx);
-  if (r != 0) return r;
-  r = cu.occupancy_max_active_blocks(resident, *fn, threads, 0);
-  gobn_cu_context popped;
-  cu.ctx_pop_current(&popped);
-  return r;
-}
-
-int gobn_cuda_alloc_zeroed(const gobn_device* d, size_t words, gobn_ptr* p) {
-  int r = cu.ctx_push_current(d->ctx);
-  if (r != 0) return r;
-  r = cu.mem_alloc(p, words * 4);
-  if (r == 0) {
-    r = cu.memset_d32_async(*p, 0, words, d->stream);
-    if (r == 0) r = cu.stream_synchronize(d->stream);
-    if (r != 0) {
-      cu.mem_free(*p);
-      *p = 0;
-    }
-  }
-  gobn_cu_context popped;
-  cu.ctx_pop_current(&popped);
-  return r;
-}
-
-int gobn_cuda_stream_state(const gobn_device* d, uintptr_t stream, unsigned long long* id, int* capturing) {
-  if (cu.stream_get_id == NULL) return -1;
-  int r = cu.ctx_push_current(d->ctx);
-  if (r != 0) return r;
-  r = cu.stream_get_id((gobn_cu_stream)stream, id);
-  if (r == 0) r = cu.stream_is_capturing((gobn_cu_stream)stream, capturing);
-  gobn_cu_context popped;
-  cu.ctx_pop_current(&popped);
-  return r;
+int gobn_cuda_function(const gobn_device* d, const char* name, gobn_cu_function* fn) {
+  return cu.module_get_function(fn, d->module, name);
 }
 
 int gobn_cuda_stream_check(const gobn_device* d, uintptr_t stream, unsigned int* flags) {
@@ -192,13 +132,8 @@ int gobn_cuda_run(const gobn_device* d, uintptr_t caller_stream, const gobn_laun
   for (int i = 0; r == 0 && i < n; i++) {
     const gobn_launch* l = &launches[i];
     void* args[] = {(void*)&l->params};
-    if (l->cooperative) {
-      r = cu.launch_cooperative_kernel(l->fn, l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1],
-                                       l->block[2], 0, stream, args);
-    } else {
-      r = cu.launch_kernel(l->fn, l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1], l->block[2], 0,
-                           stream, args, NULL);
-    }
+    r = cu.launch_kernel(l->fn, l->grid[0], l->grid[1], l->grid[2], l->block[0], l->block[1], l->block[2], 0,
+                         stream, args, NULL);
     if (r != 0) *failed = i;
   }
   if (own && r == 0) {

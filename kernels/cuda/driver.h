@@ -4,7 +4,6 @@
 #ifndef GOBN_KERNELS_CUDA_DRIVER_H_
 #define GOBN_KERNELS_CUDA_DRIVER_H_
 
-#include <stddef.h>
 #include <stdint.h>
 
 #include "params.h"
@@ -23,19 +22,14 @@ typedef struct {
   gobn_cu_context ctx;
   gobn_cu_module module;
   gobn_cu_stream stream;
-  // The device's multiprocessors, and whether it takes cooperative launches.
-  int sms;
-  int cooperative;
 } gobn_device;
 
-// One kernel launch: grid and block shape and the kernel's one argument,
-// cooperative (the whole grid resident at once) or not.
+// One kernel launch: grid and block shape and the kernel's one argument.
 typedef struct {
   gobn_cu_function fn;
   unsigned int grid[3];
   unsigned int block[3];
   gobn_params params;
-  int cooperative;
 } gobn_launch;
 
 // gobn_cuda_open loads libcuda.so.1, resolves the entry points through
@@ -46,26 +40,12 @@ int gobn_cuda_open(char* err, int err_len);
 // gobn_cuda_device_of sets *ordinal to the device that holds address p.
 int gobn_cuda_device_of(uint64_t p, int* ordinal);
 
-// gobn_cuda_device_open retains the device's primary context, loads image
-// (a fatbin) and creates gobn's stream in it, and reads the device's
-// multiprocessor count and whether it takes cooperative launches.
+// gobn_cuda_device_open retains the device's primary context, and loads
+// image (a fatbin) and creates gobn's stream in it.
 int gobn_cuda_device_open(int ordinal, const void* image, gobn_device* d);
 
-// gobn_cuda_function looks up a kernel of the device's module by name, and
-// sets *resident to how many blocks of `threads` threads of it one
-// multiprocessor holds at once.
-int gobn_cuda_function(const gobn_device* d, const char* name, int threads, gobn_cu_function* fn, int* resident);
-
-// gobn_cuda_alloc_zeroed allocates words 32-bit words of device memory in
-// the device's primary context, kept for the life of the process, and
-// zeroes them (on gobn's stream, waited for) before it returns.
-int gobn_cuda_alloc_zeroed(const gobn_device* d, size_t words, gobn_ptr* p);
-
-// gobn_cuda_stream_state sets *id to the unique ID of stream (a CUstream of
-// the device's primary context) and *capturing to whether it is being
-// captured into a graph. It returns -1 where the driver has no
-// cuStreamGetId (before CUDA 12.0).
-int gobn_cuda_stream_state(const gobn_device* d, uintptr_t stream, unsigned long long* id, int* capturing);
+// gobn_cuda_function looks up a kernel of the device's module by name.
+int gobn_cuda_function(const gobn_device* d, const char* name, gobn_cu_function* fn);
 
 // gobn_cuda_stream_check sets *flags to the creation flags of stream (a
 // CUstream), and returns 0 when the stream belongs to the device's primary

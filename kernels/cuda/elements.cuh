@@ -23,8 +23,6 @@ __device__ __forceinline__ float to_float(f16 v) {
   return f;
 }
 
-// As PTX rather than a shift, which is the same bits: with the shift, ptxas
-// spilled in the bfloat16 persistent kernels that issue all their loads first.
 __device__ __forceinline__ float to_float(bf16 v) {
   float f;
   asm("mov.b32 %0, {0, %1};" : "=f"(f) : "h"(v.bits));

@@ -2,7 +2,6 @@ package cuda
 
 import (
 	"fmt"
-	"os"
 	"sync/atomic"
 )
 
@@ -41,11 +40,6 @@ var kernelNames = func() []string {
 			names = append(names, fmt.Sprintf("gobn_global_cl_%s_v%d", typeName(t), v))
 		}
 	}
-	for _, t := range []DType{Float32, Float16, BFloat16} {
-		for _, v := range widths[t] {
-			names = append(names, persistName(t, int64(v)))
-		}
-	}
 	return names
 }()
 
@@ -82,26 +76,3 @@ func Launches() map[string]uint64 {
 	}
 	return m
 }
-
-// fallbacks counts the training calls that fit the persistent kernel, with
-// it switched on, that ran the three-launch path because it could not be
-// launched: a device without cooperative launches, or one that refused the
-// launch, or a stream without a grid-barrier word of its own (barrierKey).
-var fallbacks atomic.Uint64
-
-// Fallbacks returns that count since the process started.
-func Fallbacks() uint64 { return fallbacks.Load() }
-
-// persistentOn is the persistent kernel's switch: GOBN_CUDA_PERSISTENT=1
-// when the process starts (off by default until the GPU check has run the
-// kernel on a GPU), SetPersistent after.
-var persistentOn atomic.Bool
-
-func init() { persistentOn.Store(os.Getenv("GOBN_CUDA_PERSISTENT") == "1") }
-
-// SetPersistent switches the persistent training kernel on or off for the
-// calls that follow, so that a benchmark can time both in one process.
-func SetPersistent(on bool) { persistentOn.Store(on) }
-
-// Persistent reports whether the persistent training kernel is switched on.
-func Persistent() bool { return persistentOn.Load() }

@@ -19,6 +19,3 @@ func execute(p plan, pl Placement, anchor Ptr) error {
 	}
 	return errNotBuilt
 }
-
-// factsOf returns no facts: there is no device.
-func factsOf(Ptr) gpuFacts { return gpuFacts{} }

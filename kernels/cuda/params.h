@@ -26,9 +26,6 @@ typedef struct {
   // and the apply pass's coefficients, float [3][C] (A, B, mean of dy).
   gobn_ptr partial;
   gobn_ptr coef;
-  // The persistent kernel's grid-barrier word (grid_barrier), the
-  // stream's: zeroed once, when allocated, never before a launch.
-  gobn_ptr barrier;
   // Per-channel outputs, C elements each, in the finalize kernel's order.
   gobn_ptr out[5];
   long long n, c, s;
@@ -36,10 +33,6 @@ typedef struct {
   long long count;
   // Partial sums per channel in partial (0: the sums are zero).
   int splits;
-  // The persistent kernel's tasks, and its tiles of the channels (a task is
-  // tile t % tiles of split t / tiles).
-  int tasks;
-  int tiles;
   float epsilon;
   int scale_after_normalization;
 } gobn_params;

@@ -12,9 +12,6 @@ type plan struct {
 	launches []launch
 	// workspace is the bytes of device memory the launches need.
 	workspace int64
-	// fallback: the call fits the persistent kernel, which is switched on,
-	// but the device cannot launch it (no cooperative launch).
-	fallback bool
 }
 
 // launch is one kernel launch.
@@ -23,42 +20,18 @@ type launch struct {
 	grid   [3]uint32
 	block  [3]uint32
 	params params
-	// cooperative: a cooperative launch (the grid resident at once), whose
-	// grid-barrier word (params.barrier) is the stream's, set by execute.
-	cooperative bool
-}
-
-// gpuFacts is what a plan knows of the device that runs it.
-type gpuFacts struct {
-	// sms is the device's multiprocessor count.
-	sms int64
-	// cooperative: the device takes cooperative launches.
-	cooperative bool
-	// persistent: the persistent kernel is switched on (Persistent).
-	persistent bool
-	// resident is, by kernelID, how many blocks of threads threads one
-	// multiprocessor holds at once (0 where unknown).
-	resident []int64
-}
-
-// residentGrid returns how many blocks of kernel k the device holds at once.
-func (f gpuFacts) residentGrid(k kernelID) int64 {
-	if int(k) >= len(f.resident) {
-		return 0
-	}
-	return f.sms * f.resident[k]
 }
 
 // params mirrors gobn_params (params.h), with device addresses as Ptr and
 // the partial-sum and coefficient arrays as byte offsets into the workspace
-// until bind places them (barrier: set by execute).
+// until bind places them.
 type params struct {
 	dy, x, dx, mean, scale, variance Ptr
 	sumDy, sumDyXmu                  Ptr
-	partial, coef, barrier           Ptr
+	partial, coef                    Ptr
 	out                              [5]Ptr
 	n, c, s, count                   int64
-	splits, tasks, tiles             int32
+	splits                           int32
 	epsilon                          float32
 	scaleAfterNormalization          int32
 }
@@ -211,7 +184,7 @@ func finalizeLaunch(k kernelID, C int64, p params) launch {
 // writes x_backprop. A tensor with no elements runs finalize alone, its sums
 // being zero. base holds the call's tensors and scalars; ptrs are the
 // activation tensors' addresses, whose alignment sets the vector width.
-func reducePlan(d kernels.Dims, t DType, job string, finalize kernelID, withApply bool, f gpuFacts, base params, ptrs ...Ptr) plan {
+func reducePlan(d kernels.Dims, t DType, job string, finalize kernelID, withApply bool, base params, ptrs ...Ptr) plan {
 	C := d.C
 	if d.Len() == 0 {
 		w := workspaceLayout(0, C)
@@ -231,50 +204,7 @@ func reducePlan(d kernels.Dims, t DType, job string, finalize kernelID, withAppl
 	return p
 }
 
-// persistTasks returns K, the tasks a block of the persistent kernel holds
-// for element type t and vector width v: batchnorm.cu's kPersistRegs (64)
-// over the registers a task's rows of x and dy take, U = 16/v rows of v
-// elements each as 32-bit words.
-func persistTasks(t DType, v int64) int64 {
-	const persistRegs = 64
-	words := ceilDiv(v*t.Size(), 4)
-	return persistRegs / (2 * (16 / v) * words)
-}
-
-// persistName returns the persistent kernel for t and v, e.g.
-// "gobn_persist_cl_f16_v8_k4".
-func persistName(t DType, v int64) string {
-	return fmt.Sprintf("gobn_persist_cl_%s_v%d_k%d", typeName(t), v, persistTasks(t, v))
-}
-
-// persistentPlan plans the training gradient of the channels-last tensor d
-// (not empty) as one cooperative launch of the persistent kernel. Its tasks
-// are the layout kernels' blocks (tiles of the channels) by splits of the
-// rows small enough that each thread holds one unrolled step of them (U rows
-// of V channels); a block holds up to K tasks in registers. onChip is false
-// when the tasks do not fit the grid the device holds at once.
-func persistentPlan(d kernels.Dims, t DType, f gpuFacts, base params, ptrs ...Ptr) (p plan, onChip bool) {
-	g := layoutGeometry(d, t, targetBlocks, ptrs...)
-	if !g.channelsLast {
-		return plan{}, false
-	}
-	k := kernelByName(persistName(t, g.v))
-	tiles := int64(g.grid[0])
-	splits := ceilDiv(d.N*d.S, int64(g.block[1])*(16/g.v))
-	tasks := tiles * splits
-	grid := min(tasks, f.residentGrid(k))
-	if grid == 0 || tasks > grid*persistTasks(t, g.v) {
-		return plan{}, false
-	}
-	w := workspaceLayout(splits, d.C)
-	base.partial, base.coef = Ptr(w.partial), Ptr(w.coef)
-	base.splits, base.tasks, base.tiles = int32(splits), int32(tasks), int32(tiles)
-	return plan{workspace: w.total, launches: []launch{{
-		kernel: k, grid: [3]uint32{uint32(grid), 1, 1}, block: g.block, params: base, cooperative: true,
-	}}}, true
-}
-
-func (a FusedGradArgs) plan(f gpuFacts) (plan, error) {
+func (a FusedGradArgs) plan() (plan, error) {
 	if err := checkDims(a.Dims, a.DType); err != nil || a.Dims.C == 0 {
 		return plan{}, err // no channels: nothing to launch
 	}
@@ -287,25 +217,13 @@ func (a FusedGradArgs) plan(f gpuFacts) (plan, error) {
 		epsilon: a.Epsilon,
 	}
 	if a.Training {
-		ptrs := []Ptr{a.YBackprop, a.X, a.XBackprop}
-		fallback := false
-		if f.persistent && d.Len() > 0 {
-			if p, onChip := persistentPlan(d, a.DType, f, base, ptrs...); onChip {
-				if f.cooperative {
-					return p, nil
-				}
-				fallback = true
-			}
-		}
-		p := reducePlan(d, a.DType, "reduce", kFinalizeTrain, true, f, base, ptrs...)
-		p.fallback = fallback
-		return p, nil
+		return reducePlan(d, a.DType, "reduce", kFinalizeTrain, true, base, a.YBackprop, a.X, a.XBackprop), nil
 	}
 	// Inference: x_backprop does not depend on the sums; the sweep writes it.
-	return reducePlan(d, a.DType, "sweep", kFinalizeInfer, false, f, base, a.YBackprop, a.X, a.XBackprop), nil
+	return reducePlan(d, a.DType, "sweep", kFinalizeInfer, false, base, a.YBackprop, a.X, a.XBackprop), nil
 }
 
-func (a GlobalNormalizationArgs) plan(f gpuFacts) (plan, error) {
+func (a GlobalNormalizationArgs) plan() (plan, error) {
 	if err := checkDims(a.Dims, a.DType); err != nil {
 		return plan{}, err
 	}
@@ -333,10 +251,10 @@ func (a GlobalNormalizationArgs) plan(f gpuFacts) (plan, error) {
 		n:   d.N, c: d.C, s: d.S, count: d.PerChannel(),
 		epsilon: a.VarianceEpsilon, scaleAfterNormalization: sa,
 	}
-	return reducePlan(d, a.DType, "global", finalize, false, f, base, a.Backprop, a.T, a.DX), nil
+	return reducePlan(d, a.DType, "global", finalize, false, base, a.Backprop, a.T, a.DX), nil
 }
 
-func (a GradReduceArgs) plan(f gpuFacts) (plan, error) {
+func (a GradReduceArgs) plan() (plan, error) {
 	if err := checkDims(a.Dims, a.DType); err != nil || a.Dims.C == 0 {
 		return plan{}, err // no channels: nothing to launch
 	}
@@ -346,10 +264,10 @@ func (a GradReduceArgs) plan(f gpuFacts) (plan, error) {
 		out: [5]Ptr{a.SumDy, a.SumDyXmu},
 		n:   d.N, c: d.C, s: d.S, count: d.PerChannel(),
 	}
-	return reducePlan(d, a.DType, "reduce", kFinalizeReduce, false, f, base, a.YBackprop, a.X), nil
+	return reducePlan(d, a.DType, "reduce", kFinalizeReduce, false, base, a.YBackprop, a.X), nil
 }
 
-func (a GradApplyArgs) plan(f gpuFacts) (plan, error) {
+func (a GradApplyArgs) plan() (plan, error) {
 	if err := checkDims(a.Dims, a.DType); err != nil {
 		return plan{}, err
 	}
@@ -390,34 +308,17 @@ func checkDims(d kernels.Dims, t DType) error {
 }
 
 // WorkspaceBytes returns the device memory the call needs for the args'
-// dims, dtype and addresses (the vector width depends on their alignment,
-// the kernels on the device that holds them).
-//
-// A call planned as the persistent kernel gets room for the three launches
-// too, which it runs if the device refuses the cooperative launch.
-func (a FusedGradArgs) WorkspaceBytes() int64 { return a.workspaceOn(a.facts()) }
-
-func (a FusedGradArgs) workspaceOn(f gpuFacts) int64 {
-	p, _ := a.plan(f)
-	if len(p.launches) != 1 || !p.launches[0].cooperative {
-		return p.workspace
-	}
-	f.persistent = false
-	q, _ := a.plan(f)
-	return max(p.workspace, q.workspace)
-}
+// dims, dtype and addresses (the vector width depends on their alignment).
+func (a FusedGradArgs) WorkspaceBytes() int64 { p, _ := a.plan(); return p.workspace }
 
 // WorkspaceBytes is as FusedGradArgs.WorkspaceBytes.
-func (a GlobalNormalizationArgs) WorkspaceBytes() int64 {
-	p, _ := a.plan(gpuFacts{})
-	return p.workspace
-}
+func (a GlobalNormalizationArgs) WorkspaceBytes() int64 { p, _ := a.plan(); return p.workspace }
 
 // WorkspaceBytes is as FusedGradArgs.WorkspaceBytes.
-func (a GradReduceArgs) WorkspaceBytes() int64 { p, _ := a.plan(gpuFacts{}); return p.workspace }
+func (a GradReduceArgs) WorkspaceBytes() int64 { p, _ := a.plan(); return p.workspace }
 
 // WorkspaceBytes is as FusedGradArgs.WorkspaceBytes.
-func (a GradApplyArgs) WorkspaceBytes() int64 { p, _ := a.plan(gpuFacts{}); return p.workspace }
+func (a GradApplyArgs) WorkspaceBytes() int64 { p, _ := a.plan(); return p.workspace }
 
 // bind places the plan's workspace arrays at ws.
 func (p *plan) bind(ws Ptr) {

@@ -29,9 +29,6 @@ func TestKernelNamesMatchSource(t *testing.T) {
 	for _, m := range regexp.MustCompile(`(?m)^GOBN_GLOBAL_KERNELS\((\w+), (\w+), (\d)\)`).FindAllSubmatch(src, -1) {
 		want[fmt.Sprintf("gobn_global_cl_%s_v%s", m[2], m[3])] = true
 	}
-	for _, m := range regexp.MustCompile(`(?m)^GOBN_PERSIST_KERNEL\((\w+), (\w+), (\d), (\d)\)`).FindAllSubmatch(src, -1) {
-		want[fmt.Sprintf("gobn_persist_cl_%s_v%s_k%s", m[2], m[3], m[4])] = true
-	}
 	got := map[string]bool{}
 	for _, n := range kernelNames {
 		got[n] = true
@@ -78,7 +75,7 @@ func TestPlansCoverEveryElement(t *testing.T) {
 		}
 		args := FusedGradArgs{Dims: tc.d, DType: tc.t, Training: true, YBackprop: base, X: base + 1<<30, XBackprop: base + 2<<30,
 			Scale: 1 << 40, ReserveSpace1: 1<<40 + 1<<20, ReserveSpace2: 1<<40 + 2<<20, ScaleBackprop: 1 << 41, OffsetBackprop: 1<<41 + 1<<20}
-		p, err := args.plan(gpuFacts{})
+		p, err := args.plan()
 		require.NoError(t, err, name)
 		if tc.d.C == 0 {
 			require.Empty(t, p.launches, name)
@@ -142,21 +139,21 @@ func TestPlansPerOp(t *testing.T) {
 	d := kernels.Dims{N: 8, C: 64, S: 56 * 56, Layout: kernels.ChannelsLast}
 	names := launchNames
 	const a = Ptr(1 << 32)
-	p, err := FusedGradArgs{Dims: d, DType: Float16, Training: false, YBackprop: a, X: a, XBackprop: a}.plan(h100(true))
+	p, err := FusedGradArgs{Dims: d, DType: Float16, Training: false, YBackprop: a, X: a, XBackprop: a}.plan()
 	require.NoError(t, err)
 	require.Equal(t, []string{"gobn_sweep_cl_f16_v8", "gobn_finalize_infer"}, names(p))
-	p, err = GlobalNormalizationArgs{Dims: d, DType: Float32, Backprop: a, T: a, DX: a}.plan(gpuFacts{})
+	p, err = GlobalNormalizationArgs{Dims: d, DType: Float32, Backprop: a, T: a, DX: a}.plan()
 	require.NoError(t, err)
 	require.Equal(t, []string{"gobn_global_cl_f32_v4", "gobn_finalize_global_f32"}, names(p))
-	p, err = GradReduceArgs{Dims: kernels.Dims{N: 8, C: 64, S: 49, Layout: kernels.ChannelsFirst}, DType: BFloat16, YBackprop: a, X: a}.plan(gpuFacts{})
+	p, err = GradReduceArgs{Dims: kernels.Dims{N: 8, C: 64, S: 49, Layout: kernels.ChannelsFirst}, DType: BFloat16, YBackprop: a, X: a}.plan()
 	require.NoError(t, err)
 	require.Equal(t, []string{"gobn_reduce_cf_bf16_v1", "gobn_finalize_reduce"}, names(p))
-	p, err = GradApplyArgs{Dims: d, DType: Float32, YBackprop: a, X: a, XBackprop: a, Count: 8 * 56 * 56}.plan(gpuFacts{})
+	p, err = GradApplyArgs{Dims: d, DType: Float32, YBackprop: a, X: a, XBackprop: a, Count: 8 * 56 * 56}.plan()
 	require.NoError(t, err)
 	require.Equal(t, []string{"gobn_finalize_apply", "gobn_apply_cl_f32_v4"}, names(p))
-	_, err = GradApplyArgs{Dims: d, DType: Float32, YBackprop: a, X: a, XBackprop: a}.plan(gpuFacts{})
+	_, err = GradApplyArgs{Dims: d, DType: Float32, YBackprop: a, X: a, XBackprop: a}.plan()
 	require.ErrorContains(t, err, "positive count")
-	_, err = GlobalNormalizationArgs{Dims: d, DType: BFloat16}.plan(gpuFacts{})
+	_, err = GlobalNormalizationArgs{Dims: d, DType: BFloat16}.plan()
 	require.Error(t, err)
 }
 

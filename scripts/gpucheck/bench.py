@@ -12,10 +12,7 @@ events. A round starts behind torch.cuda._sleep so that the host has queued
 all its calls before the GPU reaches them: the events time the device, not
 Python. gobn is called with Placement.Stream = that stream and a workspace
 allocated beforehand. 'native#2' is native again, as a separate entry: its
-ratio to native is the method's noise. In training, 'gobn_p' is gobn with its
-persistent kernel switched on (one cooperative launch where x and dy fit on
-chip; the same three launches as 'gobn' where they do not), 'gobn' with it
-off.
+ratio to native is the method's noise.
 
 Reported per shape: median microseconds, ratios gobn/peer, and GB/s at 12
 bytes per element for float32 (read dy and x, write dx) or 6 for half; the
@@ -115,19 +112,12 @@ class Config:
         lib, dt, lay, stream = ctx.lib, self.dtype, self.layout, ctx.stream_handle
         # one workspace for every set: the most any of them needs (it
         # depends on the addresses' alignment)
-        persist = train and lib.set_persistent(True)
         ws_bytes = max(lib.workspace("fused", dt, lay, N, C, S, scal, a) for a in args)
-        lib.set_persistent(False)
-        ws_bytes = max([ws_bytes] + [lib.workspace("fused", dt, lay, N, C, S, scal, a) for a in args])
         self.ws = torch.empty(max(ws_bytes, 1), dtype=torch.uint8, device=ctx.dev)
         ws_ptr = self.ws.data_ptr() if ws_bytes else 0
 
-        def variant(persistent):
-            def call(i):
-                lib.set_persistent(persistent)
-                lib.gpu("fused", dt, lay, N, C, S, scal, args[i], stream, ws_ptr, ws_bytes)
-            return call
-        gobn, gobn_p = variant(False), variant(True)
+        def gobn(i):
+            lib.gpu("fused", dt, lay, N, C, S, scal, args[i], stream, ws_ptr, ws_bytes)
 
         bnb = torch.ops.aten.native_batch_norm_backward
         mask = [True, True, True]
@@ -147,8 +137,6 @@ class Config:
                     return bnb(s["dy"], s["x"], s["w"], s["rm"], s["rv"], s["rm"], s["rinv"], False, EPS, mask)
                 return bnb(s["dy"], s["x"], s["w"], s["rm"], s["rv"], None, None, False, EPS, mask)
         out = {"gobn": gobn, "native": native}
-        if persist:
-            out["gobn_p"] = gobn_p
         if train and self.cudnn:
             cbb = torch.ops.aten.cudnn_batch_norm_backward
 
@@ -160,8 +148,8 @@ class Config:
         return out
 
     def agreement(self, impls):
-        """gobn's outputs against native's and cuDNN's on set 0, and its
-        variant gobn_p against gobn's: max |diff| / max |theirs|."""
+        """gobn's outputs against native's and cuDNN's on set 0: max |diff| /
+        max |theirs|."""
         s = self.sets[0]
 
         def outputs(f):  # f's dx, dscale and doffset, copied: the next call overwrites them
@@ -173,11 +161,7 @@ class Config:
                     for a, b in zip(ours, theirs)]
 
         mine = outputs(impls["gobn"])
-        res = {v: rel(outputs(impls[v]), mine) for v in ("gobn_p",) if v in impls}
-        for peer in ("native", "cudnn"):
-            if peer in impls:
-                res[peer] = rel(mine, impls[peer](0))
-        return res
+        return {peer: rel(mine, impls[peer](0)) for peer in ("native", "cudnn") if peer in impls}
 
 
 class Ctx:
@@ -330,9 +314,8 @@ def main():
               tf_rule["enqueue_and_wait_us"], tf_rule["empty_synchronize_us"], tf_rule["device_us"]))
     print("device-to-device copy: %.0f GB/s (median; best %.0f), counting bytes read and written" % (
         bw["gbs"], bw["best_gbs"]))
-    print("\n%-16s %-4s %-5s %-5s %9s %9s %9s %6s %6s %8s %6s %9s %6s" % (
-        "shape", "lay", "dtype", "mode", "gobn_us", "native_us", "cudnn_us", "g/nat", "g/cud", "gobnGB/s", "noise",
-        "gobn_p_us", "p/cud"))
+    print("\n%-16s %-4s %-5s %-5s %9s %9s %9s %6s %6s %8s %6s" % (
+        "shape", "lay", "dtype", "mode", "gobn_us", "native_us", "cudnn_us", "g/nat", "g/cud", "gobnGB/s", "noise"))
     rows, errors, fatal = [], [], None
     with torch.cuda.stream(ctx.stream):
         for (N, H, W, C), lay, dt in configs:
@@ -352,22 +335,17 @@ def main():
                            "median_us": {k: round(v * 1e3, 2) for k, v in med.items()},
                            "best_us": {k: round(v * 1e3, 2) for k, v in best.items()},
                            "ratio": {p: g / med[p] for p in ("native", "cudnn") if p in med},
-                           "ratio_persistent": {p: med["gobn_p"] / med[p] for p in ("native", "cudnn", "gobn")
-                                                if "gobn_p" in med and p in med},
                            "noise": med["native#2"] / med["native"],
                            "gbs": {k: elts * BYTES_PER_ELT[dt] / (v * 1e-3) / 1e9 for k, v in med.items()},
                            "agreement": agree}
                     if cfg.cudnn_error and mode == "train":
                         row["cudnn_error"] = cfg.cudnn_error
                     rows.append(row)
-                    rp = row["ratio_persistent"]
-                    print("%-16s %-4s %-5s %-5s %9.1f %9.1f %9s %6.2f %6s %8.0f %6.3f %9s %6s" % (
+                    print("%-16s %-4s %-5s %-5s %9.1f %9.1f %9s %6.2f %6s %8.0f %6.3f" % (
                         shape, lay, dt, mode, g * 1e3, med["native"] * 1e3,
                         "%.1f" % (med["cudnn"] * 1e3) if "cudnn" in med else "-", row["ratio"]["native"],
                         "%.2f" % row["ratio"]["cudnn"] if "cudnn" in row["ratio"] else "-",
-                        row["gbs"]["gobn"], row["noise"],
-                        "%.1f" % (med["gobn_p"] * 1e3) if "gobn_p" in med else "-",
-                        "%.2f" % rp["cudnn"] if "cudnn" in rp else "-"))
+                        row["gbs"]["gobn"], row["noise"]))
                 del cfg
             except Exception as e:  # noqa: BLE001
                 msg = "%s %s %s: %s: %s" % (shape, lay, dt, type(e).__name__, e)
@@ -385,18 +363,15 @@ def main():
             "gobn/cudnn": geomean([r["ratio"].get("cudnn") for r in sel]),
             "noise": geomean([r["noise"] for r in sel]),
             "gobn_gbs": geomean([r["gbs"]["gobn"] for r in sel]),
-            "gobn_p/cudnn": geomean([r["ratio_persistent"].get("cudnn") for r in sel]),
-            "gobn_p/gobn": geomean([r["ratio_persistent"].get("gobn") for r in sel]),
             "n": len(sel)}
     noise = [abs(math.log(r["noise"])) for r in rows if r["noise"] > 0]
     print("\ngeometric means (ratio < 1: gobn faster)")
-    print("%-22s %4s %11s %10s %8s %9s %12s %11s" % (
-        "group", "n", "gobn/native", "gobn/cudnn", "noise", "gobnGB/s", "gobn_p/cudnn", "gobn_p/gobn"))
+    print("%-22s %4s %11s %10s %8s %9s" % ("group", "n", "gobn/native", "gobn/cudnn", "noise", "gobnGB/s"))
     fmt = lambda v, f: (f % v) if v else "-"  # noqa: E731
     for k, v in geo.items():
-        print("%-22s %4d %11s %10s %8s %9s %12s %11s" % (
+        print("%-22s %4d %11s %10s %8s %9s" % (
             k, v["n"], fmt(v["gobn/native"], "%.3f"), fmt(v["gobn/cudnn"], "%.3f"), fmt(v["noise"], "%.3f"),
-            fmt(v["gobn_gbs"], "%.0f"), fmt(v["gobn_p/cudnn"], "%.3f"), fmt(v["gobn_p/gobn"], "%.3f")))
+            fmt(v["gobn_gbs"], "%.0f")))
     if noise:
         print("noise: native#2/native within %.1f%% on half the shapes, %.1f%% at worst" % (
             100 * (math.exp(statistics.median(noise)) - 1), 100 * (math.exp(max(noise)) - 1)))

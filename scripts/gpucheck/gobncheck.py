@@ -84,20 +84,6 @@ class Lib:
     def info(self):
         return json.loads(self._so.gobncheck_info().decode())
 
-    def _switch(self, name, on):
-        fn = getattr(self._so, name, None)
-        if fn is None:
-            return False
-        fn.argtypes = [ctypes.c_int]
-        fn.restype = None
-        fn(int(bool(on)))
-        return True
-
-    def set_persistent(self, on):
-        """Switches the persistent training kernel on or off (False where
-        the library has no such switch)."""
-        return self._switch("gobncheck_set_persistent", on)
-
     @staticmethod
     def _head(dtype, layout, N, C, S):
         return [DTYPE_CODE[dtype], LAYOUT_CODE[layout], int(N), int(C), int(S)]

@@ -22,8 +22,6 @@
 #   GPUCHECK_SANITIZER_OPTS  more compute-sanitizer options (default "--report-api-errors no")
 #   CHECK_ARGS, BENCH_ARGS  extra arguments for cuda.test (-gpucheck.filter RE,
 #                         -gpucheck.no-huge, ...: ./cuda.test -help) and bench.py
-#   GOBN_CUDA_PERSISTENT=1  check (and sanitize) with the persistent training kernel switched
-#                         on; bench.py times it either way, as gobn_p
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)

@@ -45,9 +45,6 @@ func infoJSON() string {
 		"simd":       kernels.SIMD(),
 		"gomaxprocs": runtime.GOMAXPROCS(0),
 		"goarch":     runtime.GOARCH,
-		// the persistent kernel's switch, and its fallbacks so far
-		"persistent": cuda.Persistent(),
-		"fallbacks":  cuda.Fallbacks(),
 	})
 	return string(b)
 }

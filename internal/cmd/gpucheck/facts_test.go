@@ -22,7 +22,7 @@ func TestMakeDims(t *testing.T) {
 func TestFactsJSON(t *testing.T) {
 	var info map[string]any
 	require.NoError(t, json.Unmarshal([]byte(infoJSON()), &info))
-	for _, k := range []string{"go", "cuda_tag", "simd", "gomaxprocs", "persistent", "fallbacks"} {
+	for _, k := range []string{"go", "cuda_tag", "simd", "gomaxprocs", "goarch"} {
 		require.Contains(t, info, k)
 	}
 	s, err := launchesJSON()

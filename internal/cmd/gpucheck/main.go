@@ -41,8 +41,7 @@
 // Besides: gobncheck_available (NULL when the CUDA path can run, else why
 // not), gobncheck_launches (kernel launches per kernel name as a JSON
 // object), gobncheck_info (a JSON object: Go version, cuda build tag, SIMD
-// loops, GOMAXPROCS, the persistent kernel's switch and fallbacks),
-// gobncheck_set_persistent (cuda.SetPersistent) and gobncheck_error.
+// loops, GOMAXPROCS) and gobncheck_error.
 package main
 
 /*
@@ -150,12 +149,6 @@ func gobncheck_launches() (out *C.char) {
 	}
 	return keep("launches", s)
 }
-
-// gobncheck_set_persistent switches the persistent training kernel on
-// (non-zero) or off for the calls that follow.
-//
-//export gobncheck_set_persistent
-func gobncheck_set_persistent(on C.int) { cuda.SetPersistent(on != 0) }
 
 // gobncheck_info returns the build facts as a JSON object.
 //

@@ -13,7 +13,7 @@
 #   make pytest      the Python tests (python_tests) against build/libgobn.so and the wheel
 #   make wheel       dist/gobn-<version>-py3-none-manylinux_<glibc>_<arch>.whl: the package with libgobn.so
 #   make compat      the wheel's smoke and XLA tests in a fresh environment of each supported TensorFlow (bench/compat.json)
-#   make generate    regenerate capi/registry_gen.c and families_gen.go, ops/ops_gen.go and python/gobn/_opdefs_gen.py from opdef
+#   make generate    regenerate capi/registry_gen.c and families_gen.go, ops/ops_gen.go and python/gobn/_opdefs_gen.py from opdef, and kernels/cuda's C headers from internal/cudaspec
 #   make env         print the exports a Go (tfgo) program needs: eval "$(make -s env)"
 #   make golden      stock TensorFlow golden files into build/golden, then check gobn on them
 #   make bench       benchmark against stock TensorFlow (bench/results.json, bench/ratios.png)
@@ -67,7 +67,7 @@ export CGO_LDFLAGS := -L$(TF_LIBDIR) -l:libtensorflow_framework.so.2 -Wl,-rpath,
 # process that loads gobn (no rpath).
 LIB_LDFLAGS := -L$(TF_LIBDIR) -l:libtensorflow_framework.so.2
 
-GO_SOURCES := $(shell find opdef kernels capi -name '*.go' -o -name '*.c' -o -name '*.cc' -o -name '*.h' -o -name '*.s') go.mod go.sum
+GO_SOURCES := $(shell find opdef kernels capi internal/cudaspec -name '*.go' -o -name '*.c' -o -name '*.cc' -o -name '*.h' -o -name '*.s') go.mod go.sum
 
 # The CUDA path. scripts/cuda_fatbin.py compiles kernels/cuda/batchnorm.cu
 # (with the headers beside it) with NVRTC for every GPU architecture
@@ -125,7 +125,7 @@ env: $(TFLIB)
 	@echo "export GOBN_LIBRARY='$(CURDIR)/$(LIB)'"
 
 generate:
-	go generate ./capi ./ops ./internal/genpy ./kernels
+	go generate ./capi ./ops ./internal/genpy ./kernels ./kernels/cuda
 
 demo: $(LIB)
 	$(VPY) scripts/demo.py
@@ -223,9 +223,8 @@ help:
 # ---------------------------------------------------------------------------
 # The GPU check bundle: make gpu-bundle fills build/gpu with what a machine
 # with an NVIDIA GPU and PyTorch (no Go, no TensorFlow) needs to check gobn's
-# CUDA path: cuda.test (the Go tests of kernels/cuda as a binary, with
-# batchnorm.cu, which one of them reads: every CUDA kernel against gobn's CPU
-# kernels and a float64 reference), libgobncheck.so (internal/cmd/gpucheck:
+# CUDA path: cuda.test (the Go tests of kernels/cuda as a binary: every CUDA
+# kernel against gobn's CPU kernels and a float64 reference), libgobncheck.so (internal/cmd/gpucheck:
 # the CUDA kernels behind a ctypes ABI, linking no TensorFlow, for timing)
 # and the scripts of scripts/gpucheck. There: bash build/gpu/run.sh
 # (correctness, compute-sanitizer, speed beside PyTorch's and cuDNN's
@@ -247,7 +246,7 @@ $(GPU_BUNDLE)/cuda.test: kernels/cuda/gobn.fatbin $(GO_SOURCES) $(wildcard inter
 	CGO_LDFLAGS="$(GPUCHECK_LDFLAGS)" GOEXPERIMENT=simd go test -c -tags cuda -o $@ ./kernels/cuda
 
 gpu-bundle: $(GPU_BUNDLE)/libgobncheck.so $(GPU_BUNDLE)/cuda.test $(GPUCHECK_SCRIPTS)
-	cp $(GPUCHECK_SCRIPTS) kernels/cuda/batchnorm.cu $(GPU_BUNDLE)/
+	cp $(GPUCHECK_SCRIPTS) $(GPU_BUNDLE)/
 	@du -sh $(GPU_BUNDLE) | sed 's/^/gpu-bundle: /'
 
 # gobn inside TensorFlow's GPU build (docs/gpu.md): on a machine with an

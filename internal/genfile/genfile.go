@@ -1,6 +1,6 @@
 // Package genfile is what the repository's generators (internal/gencapi,
-// genops, genpy, gensimd) share: the check, run by each one's test, that a
-// generated file on disk is what the generator writes now.
+// gencuda, genops, genpy, gensimd) share: the check, run by each one's test,
+// that a generated file on disk is what the generator writes now.
 package genfile
 
 import (

@@ -1,6 +1,9 @@
 package cuda
 
-import "github.com/gobn/gobn/kernels"
+import (
+	"github.com/gobn/gobn/internal/cudaspec"
+	"github.com/gobn/gobn/kernels"
+)
 
 // DType is the element type T of an activation tensor on the device.
 type DType int
@@ -12,11 +15,17 @@ const (
 )
 
 // Size returns the bytes of one element.
-func (t DType) Size() int64 {
-	if t == Float32 {
-		return 4
+func (t DType) Size() int64 { return int64(t.elem().Size) }
+
+// elem returns t as the kernels' table (cudaspec) names it.
+func (t DType) elem() cudaspec.Elem {
+	switch t {
+	case Float16:
+		return cudaspec.Float16
+	case BFloat16:
+		return cudaspec.BFloat16
 	}
-	return 2
+	return cudaspec.Float32
 }
 
 func (t DType) String() string {
@@ -33,7 +42,7 @@ func (t DType) String() string {
 
 // Ptr is a device address (a CUdeviceptr). Zero is allowed only for a tensor
 // of no elements.
-type Ptr uintptr
+type Ptr = cudaspec.Ptr
 
 // Stream is a CUstream.
 type Stream uintptr

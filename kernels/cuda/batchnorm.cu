@@ -1,6 +1,7 @@
 // gobn's batch-normalization gradients on NVIDIA GPUs.
 //
-// Every op is built from three kinds of kernel, all taking one gobn_params:
+// Every op is built from three kinds of kernel, all taking one gobn_params
+// (params_gen.h):
 //
 //   reduce    per-channel partial sums Σdy and Σdy·(x−μ) over a slice of
 //             the rows, one pair per block, into the workspace (double);
@@ -11,6 +12,10 @@
 //             does not depend on scheduling), and forms the 1-D outputs and
 //             the apply pass's coefficients.
 //   apply     x_backprop = A[c]·(dy − M[c]) + B[c]·(x − μ[c]).
+//
+// Which kernels there are, each with its element type T, vector width V and
+// rows a step U, is internal/cudaspec's table: kernels_gen.cuh lists them
+// (GOBN_KERNELS), and the end of this file defines them.
 //
 // The training gradient (FusedBatchNormGrad*, is_training) is reduce,
 // finalize, apply: x and dy are read twice, and where they fit in L2 the
@@ -40,11 +45,11 @@
 // elements work.
 
 #include "elements.cuh"
-#include "params.h"
+#include "kernels_gen.cuh"
+#include "params_gen.h"
 
 namespace {
 
-constexpr int kThreads = 256;  // every kernel's block size is at most this
 // Blocks of kThreads per multiprocessor every kernel must fit (so at most 128
 // registers a thread): with ptxas' own register choice a few kernels spilled
 // (python_tests/test_cuda_build.py checks that none does).
@@ -104,31 +109,6 @@ __device__ __forceinline__ void tree_sum(double (*sh)[kThreads], int base, int s
   }
 }
 
-// Rows (channels last) or row pieces (channels first) a thread handles per
-// unrolled step: U·V = 16 elements, so that each thread has several loads
-// in flight before the first use.
-template <int V>
-struct unroll {
-  static constexpr int U = 16 / V;
-};
-
-// cl_rows returns the rows of the channels-last kernels: unroll's, but for
-// 16-bit elements with V ≥ 4, which load 64 bytes of each tensor per thread
-// and step, as the float kernels' 16 elements are, where unroll gives them
-// half that (measured faster on an H200: bench/gpu.json).
-template <typename T, int V>
-__host__ __device__ constexpr int cl_rows() {
-  return sizeof(T) == 2 && V >= 4 ? 64 / (V * static_cast<int>(sizeof(T))) : unroll<V>::U;
-}
-
-// The same for channels first, whose per-element offsets are 64-bit
-// registers of their own: half as many (at least two), so that no kernel
-// spills.
-template <int V>
-struct unroll_cf {
-  static constexpr int U = 8 / V > 2 ? 8 / V : 2;
-};
-
 // block_partials adds the sums sdy (Σdy) and sdx (Σdy·(x−μ)) of the V
 // channels from c0 over the block's thread rows (threadIdx.y) in sh, and
 // thread row 0 writes them as split's partial sums of those channels,
@@ -157,8 +137,8 @@ __device__ __forceinline__ void block_partials(double (*sh)[kThreads], const gob
 // for each channel c: sum_dy = Σ_r dy[r·C+c], sum_dy_xmu = Σ_r dy[r·C+c]·(x[r·C+c]−μ[c]),
 // and for the sweeps dx[r·C+c] = dy[r·C+c]·A[c].
 // Launch: block (tx, ty), tx·V channels by ty rows; grid (⌈C/(V·tx)⌉, splits).
-// U: rows a thread loads per unrolled step (cl_rows).
-template <typename T, typename P, int V, Mode M, int U = cl_rows<T, V>()>
+// U: rows a thread loads per unrolled step.
+template <typename T, typename P, int V, Mode M, int U>
 __device__ __forceinline__ void reduce_cl(const gobn_params& p) {
   __shared__ double sh[2 * V][kThreads];
   const long long C = p.c;
@@ -295,10 +275,10 @@ struct cf_cursor {
 // sum_dy_xmu = Σ_n Σ_s dy[(n·C+c)·S+s]·(x[(n·C+c)·S+s]−μ[c]), and for the
 // sweep dx[(n·C+c)·S+s] = dy[(n·C+c)·S+s]·A[c].
 // Launch: block (tx, ty), tx vectors of s by ty values of n; grid
-// (C, splits of n, splits of s).
-template <typename T, typename P, int V, Mode M>
+// (C, splits of n, splits of s). U: row pieces (vectors) a thread loads per
+// unrolled step.
+template <typename T, typename P, int V, Mode M, int U>
 __device__ __forceinline__ void reduce_cf(const gobn_params& p) {
-  constexpr int U = unroll_cf<V>::U;
   __shared__ double sh[2][kThreads];
   const T* dy = at<const T>(p.dy);
   const T* x = at<const T>(p.x);
@@ -344,7 +324,7 @@ __device__ __forceinline__ void reduce_cf(const gobn_params& p) {
 // apply_cl writes x_backprop for channels last. Plain loop it equals:
 // dx[r·C+c] = A[c]·(dy[r·C+c] − M[c]) + B[c]·(x[r·C+c] − μ[c]), with A, B, M
 // the rows of coef. Launch as reduce_cl.
-template <typename T, int V, int U = cl_rows<T, V>()>
+template <typename T, int V, int U>
 __device__ __forceinline__ void apply_cl(const gobn_params& p) {
   const long long C = p.c;
   const long long R = p.n * p.s;
@@ -388,9 +368,8 @@ __device__ __forceinline__ void apply_cl(const gobn_params& p) {
 
 // apply_cf writes x_backprop for channels first, as apply_cl. Launch as
 // reduce_cf.
-template <typename T, int V>
+template <typename T, int V, int U>
 __device__ __forceinline__ void apply_cf(const gobn_params& p) {
-  constexpr int U = unroll_cf<V>::U;
   const T* dy = at<const T>(p.dy);
   const T* x = at<const T>(p.x);
   T* dx = at<T>(p.dx);
@@ -418,9 +397,7 @@ __device__ __forceinline__ void apply_cf(const gobn_params& p) {
 // The finalize kernels run blocks of (kLanes, kSplitLanes): threadIdx.x over
 // kLanes adjacent channels, threadIdx.y over the splits, so that a block's
 // loads of one split are one coalesced run and each thread adds a fraction
-// of the splits.
-constexpr int kLanes = 32;
-constexpr int kSplitLanes = 8;
+// of the splits. Grid: ⌈C/kLanes⌉ blocks.
 
 // channel_sums adds channel c's partial sums: each thread those of splits
 // threadIdx.y, threadIdx.y + kSplitLanes, ..., then the block's threads of
@@ -482,13 +459,9 @@ __device__ __forceinline__ void global_finalize(const gobn_params& p) {
   at<T>(p.out[3])[c] = from_float<T>(static_cast<float>(dg));
 }
 
-}  // namespace
-
-// Finalize kernels: grid ⌈C/kLanes⌉ blocks of (kLanes, kSplitLanes).
-
 // The training gradient: var is reserve_space_2, the inverse standard
 // deviation; out: scale_backprop, offset_backprop; coef for apply.
-extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks) gobn_finalize_train(gobn_params p) {
+__device__ __forceinline__ void finalize_train(const gobn_params& p) {
   const long long c = channel_index();
   double sdy, sdx;
   channel_sums(p, c, sdy, sdx);
@@ -501,7 +474,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks) gobn_finalize
 
 // The inference gradient: var is the population variance; out:
 // scale_backprop, offset_backprop (x_backprop is the sweep's).
-extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks) gobn_finalize_infer(gobn_params p) {
+__device__ __forceinline__ void finalize_infer(const gobn_params& p) {
   const long long c = channel_index();
   double sdy, sdx;
   channel_sums(p, c, sdy, sdx);
@@ -512,7 +485,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks) gobn_finalize
 }
 
 // BatchNormGradReduce: out: sum_dy, sum_dy_xmu.
-extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks) gobn_finalize_reduce(gobn_params p) {
+__device__ __forceinline__ void finalize_reduce(const gobn_params& p) {
   const long long c = channel_index();
   double sdy, sdx;
   channel_sums(p, c, sdy, sdx);
@@ -523,52 +496,18 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks) gobn_finalize
 
 // BatchNormGradApply: coef from the global sums sum_dy, sum_dy_xmu, the
 // variance var and R = count.
-extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks) gobn_finalize_apply(gobn_params p) {
+__device__ __forceinline__ void finalize_apply(const gobn_params& p) {
   const long long c = channel_index();
   if (c >= p.c || threadIdx.y != 0) return;
   const double inv = inv_std(at<const float>(p.var)[c], p.epsilon);
   coefficients(p, c, inv, at<const float>(p.sum_dy)[c], at<const float>(p.sum_dy_xmu)[c]);
 }
 
-extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks) gobn_finalize_global_f32(gobn_params p) {
-  global_finalize<float>(p);
-}
+}  // namespace
 
-extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks) gobn_finalize_global_f16(gobn_params p) {
-  global_finalize<f16>(p);
-}
-
-// The layout kernels, one per element type and vector width V. Names:
-// gobn_<job>_<cl|cf>_<f32|f16|bf16>_v<V>.
+// The kernels, one a row of internal/cudaspec's table (kernels_gen.cuh):
+// each calls its job's device function with its T, V and U.
 #define GOBN_KERNEL(name, body) \
   extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks) name(gobn_params p) { body; }
 
-#define GOBN_LAYOUT_KERNELS(T, tn, V)                                                     \
-  GOBN_KERNEL(gobn_reduce_cl_##tn##_v##V, (reduce_cl<T, float, V, kSums>(p)))             \
-  GOBN_KERNEL(gobn_sweep_cl_##tn##_v##V, (reduce_cl<T, float, V, kSweep>(p)))             \
-  GOBN_KERNEL(gobn_apply_cl_##tn##_v##V, (apply_cl<T, V>(p)))                             \
-  GOBN_KERNEL(gobn_reduce_cf_##tn##_v##V, (reduce_cf<T, float, V, kSums>(p)))             \
-  GOBN_KERNEL(gobn_sweep_cf_##tn##_v##V, (reduce_cf<T, float, V, kSweep>(p)))             \
-  GOBN_KERNEL(gobn_apply_cf_##tn##_v##V, (apply_cf<T, V>(p)))
-
-#define GOBN_GLOBAL_KERNELS(T, tn, V) \
-  GOBN_KERNEL(gobn_global_cl_##tn##_v##V, (reduce_cl<T, T, V, kGlobal>(p)))
-
-GOBN_LAYOUT_KERNELS(float, f32, 1)
-GOBN_LAYOUT_KERNELS(float, f32, 2)
-GOBN_LAYOUT_KERNELS(float, f32, 4)
-GOBN_LAYOUT_KERNELS(f16, f16, 1)
-GOBN_LAYOUT_KERNELS(f16, f16, 2)
-GOBN_LAYOUT_KERNELS(f16, f16, 4)
-GOBN_LAYOUT_KERNELS(f16, f16, 8)
-GOBN_LAYOUT_KERNELS(bf16, bf16, 1)
-GOBN_LAYOUT_KERNELS(bf16, bf16, 2)
-GOBN_LAYOUT_KERNELS(bf16, bf16, 4)
-GOBN_LAYOUT_KERNELS(bf16, bf16, 8)
-GOBN_GLOBAL_KERNELS(float, f32, 1)
-GOBN_GLOBAL_KERNELS(float, f32, 2)
-GOBN_GLOBAL_KERNELS(float, f32, 4)
-GOBN_GLOBAL_KERNELS(f16, f16, 1)
-GOBN_GLOBAL_KERNELS(f16, f16, 2)
-GOBN_GLOBAL_KERNELS(f16, f16, 4)
-GOBN_GLOBAL_KERNELS(f16, f16, 8)
+GOBN_KERNELS(GOBN_KERNEL)

@@ -36,11 +36,11 @@ import (
 	"regexp"
 	"runtime"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gobn/gobn/internal/cudaspec"
 	"github.com/gobn/gobn/internal/tolerance"
 	"github.com/gobn/gobn/kernels"
 	"github.com/gobn/gobn/kernels/cuda"
@@ -412,17 +412,14 @@ func runOn(t *target, oc *opCase, g group, guardBytes int) (p *placed, kernelsRu
 	return p, kernelsRun, ms, nil
 }
 
-var vectorWidthRE = regexp.MustCompile(`_c[lf]_.*_v(\d+)(_k\d+)?$`)
-
-// vectorWidth returns V of a layout kernel's name
-// (gobn_<job>_<cl|cf>_<type>_v<V>[_k<K>]), 0 for other kernels.
+// vectorWidth returns V of the kernel named kernel, 0 for a finalize kernel.
 func vectorWidth(kernel string) int {
-	m := vectorWidthRE.FindStringSubmatch(kernel)
-	if m == nil {
-		return 0
+	for _, k := range cudaspec.Kernels {
+		if k.Name() == kernel {
+			return k.V
+		}
 	}
-	v, _ := strconv.Atoi(m[1])
-	return v
+	panic("no kernel " + kernel)
 }
 
 // runCase runs oc on the target under test and on the CPU, compares, and

@@ -1,10 +1,13 @@
 // Package cuda runs gobn's batch-normalization gradients on NVIDIA GPUs.
 //
-// The kernels are CUDA C in batchnorm.cu (with elements.cuh and params.h),
-// compiled by make into gobn.fatbin (scripts/cuda_fatbin.py: NVRTC, SASS for
-// every architecture TensorFlow's GPU build targets and PTX for the newest)
-// and embedded in the package when it is built with the cuda tag. Without
-// the tag every call returns an error saying so.
+// The kernels are CUDA C in batchnorm.cu (with elements.cuh), compiled by
+// make into gobn.fatbin (scripts/cuda_fatbin.py: NVRTC, SASS for every
+// architecture TensorFlow's GPU build targets and PTX for the newest) and
+// embedded in the package when it is built with the cuda tag. Without the
+// tag every call returns an error saying so. Which kernels there are, the
+// struct they take and the launch constants are internal/cudaspec's table:
+// this package reads it, and go generate writes the C side from it
+// (params_gen.h, kernels_gen.cuh; internal/gencuda).
 //
 // Conventions:
 //
@@ -27,3 +30,5 @@
 //     context, run on gobn's own stream, wait); a stream is a library
 //     caller's, on which a call only enqueues.
 package cuda
+
+//go:generate go run ../../internal/gencuda -dir .

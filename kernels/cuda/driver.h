@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#include "params.h"
+#include "params_gen.h"
 
 // The driver's handle types, declared as cuda.h declares them.
 typedef int gobn_cu_result;

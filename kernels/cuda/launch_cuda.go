@@ -73,6 +73,11 @@ func (d *device) checkStream(stream Stream) error {
 	return nil
 }
 
+// gobn_params is params laid out alike: params_gen.h asserts each field's
+// offset in cgo's C compiler and in NVRTC, and this its size in Go's, so a
+// launch hands the kernels the Go struct's bytes as they are.
+var _ = [1]struct{}{}[unsafe.Sizeof(C.gobn_params{})-unsafe.Sizeof(params{})]
+
 var devices struct {
 	sync.Mutex
 	byOrdinal map[int]*device
@@ -141,7 +146,7 @@ func execute(p plan, pl Placement, anchor Ptr) error {
 			fn:     d.functions[l.kernel],
 			grid:   [3]C.uint{C.uint(l.grid[0]), C.uint(l.grid[1]), C.uint(l.grid[2])},
 			block:  [3]C.uint{C.uint(l.block[0]), C.uint(l.block[1]), C.uint(l.block[2])},
-			params: cParams(l.params),
+			params: *(*C.gobn_params)(unsafe.Pointer(&l.params)),
 		}
 	}
 	var failed C.int
@@ -173,20 +178,4 @@ func launched(failed int, r C.int, n int) int {
 		return n
 	}
 	return max(failed, 0)
-}
-
-func cParams(p params) C.gobn_params {
-	var out [5]C.gobn_ptr
-	for i, o := range p.out {
-		out[i] = C.gobn_ptr(o)
-	}
-	return C.gobn_params{
-		dy: C.gobn_ptr(p.dy), x: C.gobn_ptr(p.x), dx: C.gobn_ptr(p.dx),
-		mean: C.gobn_ptr(p.mean), scale: C.gobn_ptr(p.scale), _var: C.gobn_ptr(p.variance),
-		sum_dy: C.gobn_ptr(p.sumDy), sum_dy_xmu: C.gobn_ptr(p.sumDyXmu),
-		partial: C.gobn_ptr(p.partial), coef: C.gobn_ptr(p.coef), out: out,
-		n: C.longlong(p.n), c: C.longlong(p.c), s: C.longlong(p.s), count: C.longlong(p.count),
-		splits: C.int(p.splits), epsilon: C.float(p.epsilon),
-		scale_after_normalization: C.int(p.scaleAfterNormalization),
-	}
 }

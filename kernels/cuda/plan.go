@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 
+	"github.com/gobn/gobn/internal/cudaspec"
 	"github.com/gobn/gobn/kernels"
 )
 
@@ -22,23 +23,13 @@ type launch struct {
 	params params
 }
 
-// params mirrors gobn_params (params.h), with device addresses as Ptr and
-// the partial-sum and coefficient arrays as byte offsets into the workspace
-// until bind places them.
-type params struct {
-	dy, x, dx, mean, scale, variance Ptr
-	sumDy, sumDyXmu                  Ptr
-	partial, coef                    Ptr
-	out                              [5]Ptr
-	n, c, s, count                   int64
-	splits                           int32
-	epsilon                          float32
-	scaleAfterNormalization          int32
-}
+// params is a launch's gobn_params, with the partial-sum and coefficient
+// arrays as byte offsets into the workspace until bind places them.
+type params = cudaspec.Params
 
 const (
-	// threads is the block size of every kernel (kThreads in batchnorm.cu).
-	threads = 256
+	// threads is every kernel's largest block.
+	threads = cudaspec.Threads
 	// targetBlocks is about the blocks of 256 threads that fill a large GPU
 	// (132 multiprocessors on an H100, 2 to 4 blocks each at our register
 	// counts): layouts are split until a launch has this many blocks or
@@ -50,9 +41,6 @@ const (
 	// a whole 128-byte cache line. Blocks are that narrow where the channels
 	// allow, so that a launch fills the GPU with few partial sums per channel.
 	segmentBytes = 128
-	// finalizeLanes and finalizeSplitLanes shape the finalize kernels' blocks.
-	finalizeLanes      = 32
-	finalizeSplitLanes = 8
 	// maxGridYZ is CUDA's limit on gridDim.y and gridDim.z.
 	maxGridYZ = 65535
 	// workspaceAlign aligns each workspace array (the allocators' 256).
@@ -78,7 +66,7 @@ func layoutOf(d kernels.Dims) bool {
 // vectorWidth returns the widest V in {16 bytes of T, ..., 2, 1} that
 // divides period and at which every address in ptrs is aligned to V·size.
 func vectorWidth(t DType, period int64, ptrs ...Ptr) int64 {
-	for v := 16 / t.Size(); v > 1; v /= 2 {
+	for v := cudaspec.VectorBytes / t.Size(); v > 1; v /= 2 {
 		if period%v != 0 {
 			continue
 		}
@@ -135,24 +123,23 @@ func layoutGeometry(d kernels.Dims, t DType, target int64, ptrs ...Ptr) geometry
 	return g
 }
 
-// name returns the layout kernel of job for g and t, e.g.
-// "gobn_reduce_cl_f32_v4".
-func (g geometry) name(job string, t DType) string {
-	layout := "cf"
+// kernel returns the layout kernel of job for g and t.
+func (g geometry) kernel(job cudaspec.Job, t DType) kernelID {
+	layout := cudaspec.ChannelsFirst
 	if g.channelsLast {
-		layout = "cl"
+		layout = cudaspec.ChannelsLast
 	}
-	return fmt.Sprintf("gobn_%s_%s_%s_v%d", job, layout, typeName(t), g.v)
+	return kernelFor(cudaspec.Key{Job: job, Layout: layout, Elem: t.elem(), V: int(g.v)})
 }
 
-func typeName(t DType) string {
-	switch t {
-	case Float16:
-		return "f16"
-	case BFloat16:
-		return "bf16"
+// finalizeKernel returns the finalize kernel of job (and element type t,
+// for FinalizeGlobal).
+func finalizeKernel(job cudaspec.Job, t DType) kernelID {
+	key := cudaspec.Key{Job: job}
+	if job == cudaspec.FinalizeGlobal {
+		key.Elem = t.elem()
 	}
-	return "f32"
+	return kernelFor(key)
 }
 
 // workspace is where a plan's arrays lie in its workspace: byte offsets,
@@ -171,11 +158,10 @@ func workspaceLayout(splits, C int64) workspace {
 }
 
 // finalizeLaunch is the finalize kernel over C channels: blocks of
-// finalizeLanes channels by finalizeSplitLanes threads over the splits
-// (kLanes, kSplitLanes in batchnorm.cu).
+// FinalizeLanes channels by FinalizeSplitLanes threads over the splits.
 func finalizeLaunch(k kernelID, C int64, p params) launch {
-	return launch{kernel: k, grid: [3]uint32{uint32(ceilDiv(C, finalizeLanes)), 1, 1},
-		block: [3]uint32{finalizeLanes, finalizeSplitLanes, 1}, params: p}
+	return launch{kernel: k, grid: [3]uint32{uint32(ceilDiv(C, cudaspec.FinalizeLanes)), 1, 1},
+		block: [3]uint32{cudaspec.FinalizeLanes, cudaspec.FinalizeSplitLanes, 1}, params: p}
 }
 
 // reducePlan plans the calls built on a reduce: job's layout kernel
@@ -184,22 +170,22 @@ func finalizeLaunch(k kernelID, C int64, p params) launch {
 // writes x_backprop. A tensor with no elements runs finalize alone, its sums
 // being zero. base holds the call's tensors and scalars; ptrs are the
 // activation tensors' addresses, whose alignment sets the vector width.
-func reducePlan(d kernels.Dims, t DType, job string, finalize kernelID, withApply bool, base params, ptrs ...Ptr) plan {
+func reducePlan(d kernels.Dims, t DType, job cudaspec.Job, finalize kernelID, withApply bool, base params, ptrs ...Ptr) plan {
 	C := d.C
 	if d.Len() == 0 {
 		w := workspaceLayout(0, C)
-		base.coef = Ptr(w.coef)
+		base.Coef = Ptr(w.coef)
 		return plan{launches: []launch{finalizeLaunch(finalize, C, base)}, workspace: w.total}
 	}
 	g := layoutGeometry(d, t, targetBlocks, ptrs...)
 	w := workspaceLayout(g.splits, C)
-	base.partial, base.coef, base.splits = Ptr(w.partial), Ptr(w.coef), int32(g.splits)
+	base.Partial, base.Coef, base.Splits = Ptr(w.partial), Ptr(w.coef), int32(g.splits)
 	p := plan{workspace: w.total, launches: []launch{
-		{kernel: kernelByName(g.name(job, t)), grid: g.grid, block: g.block, params: base},
+		{kernel: g.kernel(job, t), grid: g.grid, block: g.block, params: base},
 		finalizeLaunch(finalize, C, base),
 	}}
 	if withApply {
-		p.launches = append(p.launches, launch{kernel: kernelByName(g.name("apply", t)), grid: g.grid, block: g.block, params: base})
+		p.launches = append(p.launches, launch{kernel: g.kernel(cudaspec.Apply, t), grid: g.grid, block: g.block, params: base})
 	}
 	return p
 }
@@ -210,17 +196,19 @@ func (a FusedGradArgs) plan() (plan, error) {
 	}
 	d := a.Dims
 	base := params{
-		dy: a.YBackprop, x: a.X, dx: a.XBackprop,
-		mean: a.ReserveSpace1, scale: a.Scale, variance: a.ReserveSpace2,
-		out: [5]Ptr{a.ScaleBackprop, a.OffsetBackprop},
-		n:   d.N, c: d.C, s: d.S, count: d.PerChannel(),
-		epsilon: a.Epsilon,
+		Dy: a.YBackprop, X: a.X, DX: a.XBackprop,
+		Mean: a.ReserveSpace1, Scale: a.Scale, Var: a.ReserveSpace2,
+		Out: [5]Ptr{a.ScaleBackprop, a.OffsetBackprop},
+		N:   d.N, C: d.C, S: d.S, Count: d.PerChannel(),
+		Epsilon: a.Epsilon,
 	}
 	if a.Training {
-		return reducePlan(d, a.DType, "reduce", kFinalizeTrain, true, base, a.YBackprop, a.X, a.XBackprop), nil
+		return reducePlan(d, a.DType, cudaspec.Reduce, finalizeKernel(cudaspec.FinalizeTrain, a.DType), true, base,
+			a.YBackprop, a.X, a.XBackprop), nil
 	}
 	// Inference: x_backprop does not depend on the sums; the sweep writes it.
-	return reducePlan(d, a.DType, "sweep", kFinalizeInfer, false, base, a.YBackprop, a.X, a.XBackprop), nil
+	return reducePlan(d, a.DType, cudaspec.Sweep, finalizeKernel(cudaspec.FinalizeInfer, a.DType), false, base,
+		a.YBackprop, a.X, a.XBackprop), nil
 }
 
 func (a GlobalNormalizationArgs) plan() (plan, error) {
@@ -237,21 +225,18 @@ func (a GlobalNormalizationArgs) plan() (plan, error) {
 	if C == 0 {
 		return plan{}, nil
 	}
-	finalize := kFinalizeGlobalF32
-	if a.DType == Float16 {
-		finalize = kFinalizeGlobalF16
-	}
 	sa := int32(0)
 	if a.ScaleAfterNormalization {
 		sa = 1
 	}
 	base := params{
-		dy: a.Backprop, x: a.T, dx: a.DX, mean: a.M, scale: a.Gamma, variance: a.V,
-		out: [5]Ptr{a.DM, a.DV, a.DB, a.DG},
-		n:   d.N, c: d.C, s: d.S, count: d.PerChannel(),
-		epsilon: a.VarianceEpsilon, scaleAfterNormalization: sa,
+		Dy: a.Backprop, X: a.T, DX: a.DX, Mean: a.M, Scale: a.Gamma, Var: a.V,
+		Out: [5]Ptr{a.DM, a.DV, a.DB, a.DG},
+		N:   d.N, C: d.C, S: d.S, Count: d.PerChannel(),
+		Epsilon: a.VarianceEpsilon, ScaleAfterNormalization: sa,
 	}
-	return reducePlan(d, a.DType, "global", finalize, false, base, a.Backprop, a.T, a.DX), nil
+	return reducePlan(d, a.DType, cudaspec.Global, finalizeKernel(cudaspec.FinalizeGlobal, a.DType), false, base,
+		a.Backprop, a.T, a.DX), nil
 }
 
 func (a GradReduceArgs) plan() (plan, error) {
@@ -260,11 +245,12 @@ func (a GradReduceArgs) plan() (plan, error) {
 	}
 	d := a.Dims
 	base := params{
-		dy: a.YBackprop, x: a.X, mean: a.Mean,
-		out: [5]Ptr{a.SumDy, a.SumDyXmu},
-		n:   d.N, c: d.C, s: d.S, count: d.PerChannel(),
+		Dy: a.YBackprop, X: a.X, Mean: a.Mean,
+		Out: [5]Ptr{a.SumDy, a.SumDyXmu},
+		N:   d.N, C: d.C, S: d.S, Count: d.PerChannel(),
 	}
-	return reducePlan(d, a.DType, "reduce", kFinalizeReduce, false, base, a.YBackprop, a.X), nil
+	return reducePlan(d, a.DType, cudaspec.Reduce, finalizeKernel(cudaspec.FinalizeReduce, a.DType), false, base,
+		a.YBackprop, a.X), nil
 }
 
 func (a GradApplyArgs) plan() (plan, error) {
@@ -281,14 +267,14 @@ func (a GradApplyArgs) plan() (plan, error) {
 	g := layoutGeometry(d, a.DType, targetBlocks, a.YBackprop, a.X, a.XBackprop)
 	w := workspaceLayout(0, C)
 	base := params{
-		dy: a.YBackprop, x: a.X, dx: a.XBackprop,
-		mean: a.Mean, scale: a.Scale, variance: a.Variance,
-		sumDy: a.SumDy, sumDyXmu: a.SumDyXmu, coef: Ptr(w.coef),
-		n: d.N, c: d.C, s: d.S, count: a.Count, epsilon: a.Epsilon,
+		Dy: a.YBackprop, X: a.X, DX: a.XBackprop,
+		Mean: a.Mean, Scale: a.Scale, Var: a.Variance,
+		SumDy: a.SumDy, SumDyXmu: a.SumDyXmu, Coef: Ptr(w.coef),
+		N: d.N, C: d.C, S: d.S, Count: a.Count, Epsilon: a.Epsilon,
 	}
 	return plan{workspace: w.total, launches: []launch{
-		finalizeLaunch(kFinalizeApply, C, base),
-		{kernel: kernelByName(g.name("apply", a.DType)), grid: g.grid, block: g.block, params: base},
+		finalizeLaunch(finalizeKernel(cudaspec.FinalizeApply, a.DType), C, base),
+		{kernel: g.kernel(cudaspec.Apply, a.DType), grid: g.grid, block: g.block, params: base},
 	}}, nil
 }
 
@@ -324,7 +310,7 @@ func (a GradApplyArgs) WorkspaceBytes() int64 { p, _ := a.plan(); return p.works
 func (p *plan) bind(ws Ptr) {
 	for i := range p.launches {
 		l := &p.launches[i].params
-		l.partial += ws
-		l.coef += ws
+		l.Partial += ws
+		l.Coef += ws
 	}
 }

@@ -2,40 +2,12 @@ package cuda
 
 import (
 	"fmt"
-	"os"
-	"regexp"
 	"testing"
 
+	"github.com/gobn/gobn/internal/cudaspec"
 	"github.com/gobn/gobn/kernels"
 	"github.com/stretchr/testify/require"
 )
-
-// TestKernelNamesMatchSource checks that kernelNames lists exactly the
-// kernels batchnorm.cu defines.
-func TestKernelNamesMatchSource(t *testing.T) {
-	src, err := os.ReadFile("batchnorm.cu")
-	require.NoError(t, err)
-	want := map[string]bool{}
-	for _, m := range regexp.MustCompile(`(?m)^extern "C" __global__ void __launch_bounds__\(kThreads, kMinBlocks\) (\w+)\(`).FindAllSubmatch(src, -1) {
-		want[string(m[1])] = true
-	}
-	for _, m := range regexp.MustCompile(`(?m)^GOBN_LAYOUT_KERNELS\((\w+), (\w+), (\d)\)`).FindAllSubmatch(src, -1) {
-		for _, job := range []string{"reduce", "sweep", "apply"} {
-			for _, layout := range []string{"cl", "cf"} {
-				want[fmt.Sprintf("gobn_%s_%s_%s_v%s", job, layout, m[2], m[3])] = true
-			}
-		}
-	}
-	for _, m := range regexp.MustCompile(`(?m)^GOBN_GLOBAL_KERNELS\((\w+), (\w+), (\d)\)`).FindAllSubmatch(src, -1) {
-		want[fmt.Sprintf("gobn_global_cl_%s_v%s", m[2], m[3])] = true
-	}
-	got := map[string]bool{}
-	for _, n := range kernelNames {
-		got[n] = true
-	}
-	require.Equal(t, want, got)
-	require.Len(t, kernelNames, len(got), "a kernel listed twice")
-}
 
 // planCase is one call's shape for the plan tests.
 type planCase struct {
@@ -84,7 +56,7 @@ func TestPlansCoverEveryElement(t *testing.T) {
 		if tc.d.Len() == 0 {
 			require.Len(t, p.launches, 1, name)
 			require.Equal(t, "gobn_finalize_train", kernelNames[p.launches[0].kernel], name)
-			require.Zero(t, p.launches[0].params.splits, name)
+			require.Zero(t, p.launches[0].params.Splits, name)
 			continue
 		}
 		require.Len(t, p.launches, 3, name)
@@ -117,7 +89,7 @@ func TestPlansCoverEveryElement(t *testing.T) {
 			require.Less(t, int64(reduce.grid[2]-1)*int64(reduce.block[0]), tc.d.S/g.v, "%s: a block with no s", name)
 			require.Less(t, int64(reduce.grid[1]-1)*int64(reduce.block[1]), tc.d.N, "%s: a block with no n", name)
 		}
-		require.Equal(t, int32(g.splits), reduce.params.splits, name)
+		require.Equal(t, int32(g.splits), reduce.params.Splits, name)
 		w := workspaceLayout(g.splits, tc.d.C)
 		require.Equal(t, w.total, p.workspace, name)
 		require.GreaterOrEqual(t, w.coef-w.partial, g.splits*2*tc.d.C*8, name)
@@ -159,12 +131,19 @@ func TestPlansPerOp(t *testing.T) {
 
 // TestUnrolledLoopRuns checks that the GPU check's 5×15×17×12 (small and
 // sanitizer groups) gives a thread of the 16-bit v4 channels-last kernels
-// more than their U = 8 rows a step (cl_rows in batchnorm.cu): their
-// unrolled loop runs, not only its tail.
+// more than their U rows a step: their unrolled loop runs, not only its
+// tail.
 func TestUnrolledLoopRuns(t *testing.T) {
-	g := layoutGeometry(kernels.Dims{N: 5, C: 12, S: 15 * 17, Layout: kernels.ChannelsLast}, Float16, targetBlocks, 1<<32)
-	require.Equal(t, int64(4), g.v)
-	require.Greater(t, 5*15*17/(g.splits*int64(g.block[1])), int64(8))
+	d := kernels.Dims{N: 5, C: 12, S: 15 * 17, Layout: kernels.ChannelsLast}
+	for _, dt := range []DType{Float16, BFloat16} {
+		g := layoutGeometry(d, dt, targetBlocks, 1<<32)
+		require.Equal(t, int64(4), g.v)
+		for _, job := range []cudaspec.Job{cudaspec.Reduce, cudaspec.Sweep, cudaspec.Apply} {
+			k := cudaspec.Kernels[g.kernel(job, dt)]
+			require.Equal(t, 8, k.U, k.Name())
+			require.Greater(t, d.N*d.S/(g.splits*int64(g.block[1])), int64(k.U), k.Name())
+		}
+	}
 }
 
 // launchNames returns the kernels of p's launches, in order.

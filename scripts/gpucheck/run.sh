@@ -28,7 +28,6 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 RES=${OUT:-$HERE/results}
 mkdir -p "$RES"
 RES=$(cd "$RES" && pwd)
-cd "$HERE" # cuda.test reads batchnorm.cu beside it
 PY=${PYTHON:-python3}
 DEADLINE=${GPUCHECK_DEADLINE_S:-390}
 SANITIZERS=${GPUCHECK_SANITIZERS-memcheck racecheck synccheck}

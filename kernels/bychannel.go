@@ -16,8 +16,8 @@ package kernels
 // float32: 2 MiB of dy and x, which stay in L2 or L3 between the unit's two
 // passes; units sized for L2 make runs too short for the prefetcher to
 // follow well), and there are units enough for every worker
-// (unitsPerWorker). BenchmarkTrainingGradByChannel chose the size;
-// docs/performance.md has the figures.
+// (unitsPerWorker). BenchmarkTrainingGradByChannel chose the size
+// (docs/performance.md, "Block and range sizes").
 
 // SetByChannel sets the tuning's ByChannel, which switches the by-channel
 // form of channels-first training gradients on or off, and returns the

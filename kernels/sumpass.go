@@ -12,7 +12,8 @@ func reduce[T Element](s *scratch, p Plan, dy, x []T, mean []float64) (sumDy, su
 // the plan takes two passes instead (FormPasses: channels-last rows of
 // splitRowC channels or more beyond maxTiledBytes, which is faster there
 // although it reads dy twice), sweep runs them. BenchmarkInferenceGrad's
-// channels-last cases chose both; docs/performance.md has the figures.
+// channels-last cases chose both (docs/performance.md, "Block and range
+// sizes").
 func sweep[T Element](s *scratch, p Plan, dy, x, dx []T, mean []float64, t *affine) (sumDy, sumDyXc []float64) {
 	if p.Form == FormPasses {
 		if p.Workers > 1 {

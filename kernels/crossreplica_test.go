@@ -2,54 +2,16 @@ package kernels_test
 
 import (
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gobn/gobn/internal/reference"
+	"github.com/gobn/gobn/internal/tolerance"
 	"github.com/gobn/gobn/kernels"
 )
-
-// referenceGradReduce computes BatchNormGradReduce's sums in float64:
-// sum_dy[c] = Σ dy and sum_dy_xmu[c] = Σ dy·(x−μ) over channel c.
-func referenceGradReduce(layout kernels.Layout, N, C, S int, dy, x, mean []float64) (sumDy, sumDyXmu []float64) {
-	sumDy, sumDyXmu = make([]float64, C), make([]float64, C)
-	for c := range C {
-		for n := range N {
-			for s := range S {
-				i := index(layout, C, S, n, c, s)
-				sumDy[c] += dy[i]
-				sumDyXmu[c] += dy[i] * (x[i] - mean[c])
-			}
-		}
-	}
-	return sumDy, sumDyXmu
-}
-
-// referenceGradApply computes BatchNormGradApply's x_backprop in float64, and
-// the largest sum of the absolute values of its terms. With c = 1/sqrt(σ²+ε):
-//
-//	x_backprop = scale·c·(dy − sum_dy/R − (x−μ)·c²·sum_dy_xmu/R)
-func referenceGradApply(layout kernels.Layout, N, C, S int, dy, x, scale, mean, variance, sumDy, sumDyXmu []float64, count, epsilon float64) ([]float64, float64) {
-	dx := make([]float64, N*C*S)
-	var magnitude float64
-	for c := range C {
-		inv := 1 / math.Sqrt(variance[c]+epsilon)
-		for n := range N {
-			for s := range S {
-				i := index(layout, C, S, n, c, s)
-				a, b, d := dy[i], sumDy[c]/count, (x[i]-mean[c])*inv*inv*sumDyXmu[c]/count
-				dx[i] = scale[c] * inv * (a - b - d)
-				if m := math.Abs(scale[c]*inv) * (math.Abs(a) + math.Abs(b) + math.Abs(d)); isFinite(m) {
-					magnitude = max(magnitude, m)
-				}
-			}
-		}
-	}
-	return dx, magnitude
-}
 
 // runGradReduce runs GradReduce with guarded outputs, checks the guards and
 // that the inputs are unchanged, and returns the sums.
@@ -88,14 +50,22 @@ func runGradApply[T kernels.Element](t *testing.T, args kernels.GradApplyArgs[T]
 	return dx.inner
 }
 
+// wantGradApply returns GradApply's float64 reference for in with the
+// sums and count given, and the magnitude of its terms.
+func wantGradApply[T kernels.Element](in fusedInputs[T], sumDy, sumDyXmu []float32, count int64) ([]float64, float64) {
+	sums := reference.Sums{Dy: widenAll(sumDy), DyXmu: widenAll(sumDyXmu)}
+	return reference.GradApply(sums, count, widenAll(in.scale), widenAll(in.mean), widenAll(in.variance), float64(in.epsilon)).
+		Apply(shapeOf(in.dims), widenAll(in.dy), widenAll(in.x))
+}
+
 func testGradReduce[T kernels.Element](t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, uint64(len(typeName[T]()))))
 	eachShapeLayout(t, func(t *testing.T, sc shapeCase, layout kernels.Layout) {
 		in := newFusedInputs[T](rng, true, layout, sc)
 		sumDy, sumDyXmu := runGradReduce(t, in.dims, in.dy, in.x, in.mean)
-		wantDy, wantDyXmu := referenceGradReduce(layout, sc.N, sc.C, sc.S, widenAll(in.dy), widenAll(in.x), widenAll(in.mean))
-		assertClose(t, "sum_dy", widenAll(sumDy), wantDy, 1e-6)
-		assertClose(t, "sum_dy_xmu", widenAll(sumDyXmu), wantDyXmu, 1e-6)
+		want := reference.GradReduce(shapeOf(in.dims), widenAll(in.dy), widenAll(in.x), widenAll(in.mean))
+		reference.Close(t, "sum_dy", widenAll(sumDy), want.Dy, tolerance.Bound{Atol: 1e-6}, 0)
+		reference.Close(t, "sum_dy_xmu", widenAll(sumDyXmu), want.DyXmu, tolerance.Bound{Atol: 1e-6}, 0)
 		if sc.N*sc.S == 0 {
 			for c := range sc.C {
 				assert.Zero(t, sumDy[c], "sum_dy[%d] of an empty batch", c)
@@ -127,9 +97,7 @@ func testGradApply[T kernels.Element](t *testing.T) {
 			Scale: in.scale, Mean: in.mean, Variance: in.variance,
 			SumDy: sumDy, SumDyXmu: sumDyXmu, Count: count, Epsilon: in.epsilon,
 		})
-		want, magnitude := referenceGradApply(layout, sc.N, sc.C, sc.S, widenAll(in.dy), widenAll(in.x),
-			widenAll(in.scale), widenAll(in.mean), widenAll(in.variance), widenAll(sumDy), widenAll(sumDyXmu),
-			float64(count), float64(in.epsilon))
+		want, magnitude := wantGradApply(in, sumDy, sumDyXmu, count)
 		assertActivation(t, "x_backprop", dx, want, magnitude)
 	})
 }
@@ -193,16 +161,14 @@ func testShardsEqualWholeBatch[T kernels.Element](t *testing.T) {
 					dx = append(dx, part...)
 				}
 				// Exact for the sums as rounded to float32 (U) ...
-				wantApply, magnitude := referenceGradApply(l.layout, N, tc.C, tc.S, widenAll(in.dy), widenAll(in.x),
-					widenAll(in.scale), widenAll(in.mean), widenAll(in.variance), widenAll(sumDy), widenAll(sumDyXmu),
-					float64(count), float64(in.epsilon))
+				wantApply, magnitude := wantGradApply(in, sumDy, sumDyXmu, count)
 				assertActivation(t, "x_backprop", dx, wantApply, magnitude)
 				// ... and, to float32 accuracy, the gradient of the whole batch.
-				want := in.reference(true)
-				rel := shardTolerance[T]()
-				assertCloseScaled(t, "x_backprop against the whole batch", widenAll(dx), want.xBackprop, rel, want.xBackpropMagnitude)
+				want := in.want(true)
+				rel := tolerance.Bound{Atol: shardTolerance[T]()}
+				reference.Close(t, "x_backprop against the whole batch", widenAll(dx), want.XBackprop, rel, want.XBackpropMagnitude)
 				whole, _, _ := runFused(t, true, in)
-				assertCloseScaled(t, "x_backprop against TrainingGrad", widenAll(dx), widenAll(whole), rel, want.xBackpropMagnitude)
+				reference.Close(t, "x_backprop against TrainingGrad", widenAll(dx), widenAll(whole), rel, want.XBackpropMagnitude)
 			})
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/gobn/gobn/internal/fuzzbytes"
+	"github.com/gobn/gobn/internal/reference"
+	"github.com/gobn/gobn/internal/tolerance"
 	"github.com/gobn/gobn/kernels"
 )
 
@@ -15,7 +17,7 @@ import (
 // value, with NaN, ±Inf, −0, zero and negative variances and epsilons among
 // them — runs the kernel with guarded outputs (runFused, runGlobal: no write
 // outside an output, every output element written, inputs unchanged) and
-// compares it with the naive float64 reference of grad_test.go:
+// compares it with the naive float64 reference (internal/reference):
 //
 //   - channels whose inputs are all finite and whose variance+ε ≥ 1e-6 match
 //     the reference within the tolerances of the unit tests;
@@ -150,14 +152,11 @@ func assertSums(t *testing.T, name string, got []float32, want, magnitude []floa
 	for c := range want {
 		w := float64(float32(want[c]))
 		g := float64(got[c])
-		if special, ok := sameSpecial(g, w); special {
-			if !ok {
-				t.Fatalf("%s[%d] = %v, want %v", name, c, g, w)
-			}
-			continue
-		}
-		if tol := 1e-6*math.Abs(w) + bound*magnitude[c]; math.Abs(g-w) > tol {
-			t.Fatalf("%s[%d] = %v, want %v (|diff| %.3g > %.3g)", name, c, g, w, math.Abs(g-w), tol)
+		// |g − w| ≤ 1e-6·|w| + bound·magnitude[c], NaN-aware
+		b := tolerance.Bound{Rtol: 1e-6, Atol: bound}
+		var s reference.Stat
+		if !s.Add(g, w, magnitude[c], b) {
+			t.Fatalf("%s[%d] = %v, want %v (|diff| %.3g, bound %.3g)", name, c, g, w, math.Abs(g-w), b.At(magnitude[c], w))
 		}
 	}
 }
@@ -186,7 +185,7 @@ func fuzzFused[T kernels.Element](t *testing.T, s *fuzzSource, header byte) {
 		}
 		return
 	}
-	want := in.reference(training)
+	want := in.want(training)
 	eps := float64(in.epsilon)
 
 	// The sums, in every channel.
@@ -200,12 +199,12 @@ func fuzzFused[T kernels.Element](t *testing.T, s *fuzzSource, header byte) {
 	for c := range C {
 		dyXcAbs[c] /= math.Sqrt(float64(in.variance[c]) + eps)
 	}
-	assertSums(t, "offset_backprop", offsetBackprop, want.offsetBackprop, dyAbs, sumsBound[T](d))
-	assertSums(t, "scale_backprop", scaleBackprop, want.scaleBackprop, dyXcAbs, sumsBound[T](d))
+	assertSums(t, "offset_backprop", offsetBackprop, want.OffsetBackprop, dyAbs, sumsBound[T](d))
+	assertSums(t, "scale_backprop", scaleBackprop, want.ScaleBackprop, dyXcAbs, sumsBound[T](d))
 
 	if !training {
 		// x_backprop = dy·scale·c, channel by channel.
-		got, wantDx := perChannel(d, dx), perChannel(d, want.xBackprop)
+		got, wantDx := perChannel(d, dx), perChannel(d, want.XBackprop)
 		for c := range C {
 			assertActivation(t, "inference x_backprop", got[c], wantDx[c], 0)
 		}
@@ -236,16 +235,16 @@ func fuzzFused[T kernels.Element](t *testing.T, s *fuzzSource, header byte) {
 			clean.dy[i], clean.x[i] = fromF64[T](0), fromF64[T](0)
 		}
 	}
-	ref := clean.reference(true)
+	ref := clean.want(true)
 	var got []T
 	var wantDx []float64
 	for i := range n {
 		if normal[channelOf(d, i)] {
 			got = append(got, dx[i])
-			wantDx = append(wantDx, ref.xBackprop[i])
+			wantDx = append(wantDx, ref.XBackprop[i])
 		}
 	}
-	assertActivation(t, "training x_backprop", got, wantDx, ref.xBackpropMagnitude)
+	assertActivation(t, "training x_backprop", got, wantDx, ref.XBackpropMagnitude)
 }
 
 func fuzzSeedsKernels(f *testing.F) {
@@ -293,12 +292,11 @@ func fuzzGlobal[T kernels.Element](t *testing.T, s *fuzzSource, header byte) {
 	in.t, in.backprop = fuzzValues[T](s, n), fuzzValues[T](s, n)
 	out := runGlobal(t, in, scaleAfter)
 	eps := float64(in.epsilon)
-	want := referenceGlobalGrad(N, C, S, widenAll(in.t), widenAll(in.backprop),
-		widenAll(in.m), widenAll(in.v), widenAll(in.gamma), eps, scaleAfter)
+	want := in.want(scaleAfter)
 
 	// db = Σdy and dx = dy·s·γ' in every channel.
-	assertActivation(t, "db", out.db, want.db, 0)
-	got, wantDx := perChannel(d, out.dx), perChannel(d, want.dx)
+	assertActivation(t, "db", out.db, want.DB, 0)
+	got, wantDx := perChannel(d, out.dx), perChannel(d, want.DX)
 	for c := range C {
 		assertActivation(t, "dx", got[c], wantDx[c], 0)
 	}
@@ -309,9 +307,9 @@ func fuzzGlobal[T kernels.Element](t *testing.T, s *fuzzSource, header byte) {
 		if !finite[c] || !isFinite(toF64(in.m[c])) || !isFinite(toF64(in.gamma[c])) || math.IsNaN(v) || !usable(v, eps) {
 			continue
 		}
-		assertActivation(t, "dm", out.dm[c:c+1], want.dm[c:c+1], 0)
-		assertActivation(t, "dv", out.dv[c:c+1], want.dv[c:c+1], 0)
-		assertActivation(t, "dg", out.dg[c:c+1], want.dg[c:c+1], 0)
+		assertActivation(t, "dm", out.dm[c:c+1], want.DM[c:c+1], 0)
+		assertActivation(t, "dv", out.dv[c:c+1], want.DV[c:c+1], 0)
+		assertActivation(t, "dg", out.dg[c:c+1], want.DG[c:c+1], 0)
 	}
 }
 

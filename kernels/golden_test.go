@@ -5,12 +5,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 
+	"github.com/gobn/gobn/internal/reference"
 	"github.com/gobn/gobn/internal/tolerance"
 	"github.com/gobn/gobn/kernels"
 	"github.com/gobn/gobn/opdef"
@@ -286,21 +286,7 @@ func (g golden) compare(name string, shape []int64, got []float64) {
 	g.t.Helper()
 	wantShape, want := g.readFloat64("want_" + name)
 	require.True(g.t, slices.Equal(wantShape, shape), "%s: shape %v, want %v", name, shape, wantShape)
-	tol := tolerance.ByDType[g.c.T]
-	scale := 0.0
-	for _, w := range want {
-		if !math.IsNaN(w) && !math.IsInf(w, 0) {
-			scale = math.Max(scale, math.Abs(w))
-		}
-	}
-	for i := range got {
-		if math.IsNaN(got[i]) && math.IsNaN(want[i]) {
-			continue
-		}
-		bound := tol.Atol*scale + tol.Rtol*math.Abs(want[i])
-		if err := math.Abs(got[i] - want[i]); !(err <= bound) {
-			g.t.Fatalf("%s vs %s (%s tolerance): element %d: got %g, want %g, |err| %.3g > bound %.3g",
-				name, g.c.Reference, g.c.T, i, got[i], want[i], err, bound)
-		}
+	if !reference.Close(g.t, fmt.Sprintf("%s vs %s (%s tolerance)", name, g.c.Reference, g.c.T), got, want, tolerance.ByDType[g.c.T], 0) {
+		g.t.FailNow()
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gobn/gobn/internal/reference"
 	"github.com/gobn/gobn/kernels"
 )
 
@@ -226,24 +227,24 @@ func testFusedNaN[T kernels.Element](t *testing.T) {
 					dx, scaleBp, offsetBp := runFused(t, training, in)
 
 					// Other channels are untouched by the poison.
-					want := in.reference(training)
+					want := in.want(training)
 					for c := range sc.C {
 						if c == bad {
 							continue
 						}
 						assert.Falsef(t, math.IsNaN(float64(scaleBp[c])), "scale_backprop[%d] is NaN", c)
-						assert.InDeltaf(t, want.scaleBackprop[c], float64(scaleBp[c]), 1e-5*maxAbsFinite(want.scaleBackprop), "scale_backprop[%d]", c)
-						assert.InDeltaf(t, want.offsetBackprop[c], float64(offsetBp[c]), 1e-5*maxAbsFinite(want.offsetBackprop), "offset_backprop[%d]", c)
+						assert.InDeltaf(t, want.ScaleBackprop[c], float64(scaleBp[c]), 1e-5*reference.MaxAbs(want.ScaleBackprop), "scale_backprop[%d]", c)
+						assert.InDeltaf(t, want.OffsetBackprop[c], float64(offsetBp[c]), 1e-5*reference.MaxAbs(want.OffsetBackprop), "offset_backprop[%d]", c)
 					}
 					var dxOther []T
 					var wantOther []float64
 					for i := range dx {
 						if channelOf(in.dims, i) != bad {
 							dxOther = append(dxOther, dx[i])
-							wantOther = append(wantOther, want.xBackprop[i])
+							wantOther = append(wantOther, want.XBackprop[i])
 						}
 					}
-					assertActivation(t, "x_backprop of other channels", dxOther, wantOther, want.xBackpropMagnitude)
+					assertActivation(t, "x_backprop of other channels", dxOther, wantOther, want.XBackpropMagnitude)
 
 					// The poisoned channel.
 					// NaN, or ±Inf for an infinite x in inference (Σ dy·(x−μ) = ±Inf).
@@ -280,9 +281,9 @@ func testFusedNaN[T kernels.Element](t *testing.T) {
 						var got []T
 						var wantDx []float64
 						for i := range dx {
-							if !math.IsNaN(want.xBackprop[i]) {
+							if !math.IsNaN(want.XBackprop[i]) {
 								got = append(got, dx[i])
-								wantDx = append(wantDx, want.xBackprop[i])
+								wantDx = append(wantDx, want.XBackprop[i])
 							}
 						}
 						assertActivation(t, "inference x_backprop", got, wantDx, 0)
@@ -314,14 +315,13 @@ func testGlobalGrad[T kernels.Element](t *testing.T) {
 				n, C := sc.N*sc.C*sc.S, sc.C
 				in := newGlobalInputs[T](rng, sc)
 				out := runGlobal(t, in, scaleAfter)
-				want := referenceGlobalGrad(sc.N, C, sc.S, widenAll(in.t), widenAll(in.backprop),
-					widenAll(in.m), widenAll(in.v), widenAll(in.gamma), float64(in.epsilon), scaleAfter)
+				want := in.want(scaleAfter)
 				require.Len(t, out.dx, n)
-				assertActivation(t, "dx", out.dx, want.dx, 0)
-				assertVector(t, "dm", out.dm, want.dm)
-				assertVector(t, "dv", out.dv, want.dv)
-				assertVector(t, "db", out.db, want.db)
-				assertVector(t, "dg", out.dg, want.dg)
+				assertActivation(t, "dx", out.dx, want.DX, 0)
+				assertVector(t, "dm", out.dm, want.DM)
+				assertVector(t, "dv", out.dv, want.DV)
+				assertVector(t, "db", out.db, want.DB)
+				assertVector(t, "dg", out.dg, want.DG)
 				if !scaleAfter {
 					for c := range C {
 						assert.Zerof(t, toF64(out.dg[c]), "dg[%d] without scale_after_normalization", c)
@@ -353,16 +353,15 @@ func TestGlobalNormalizationGradNaN(t *testing.T) {
 			in := newGlobalInputs[float32](rng, sc)
 			in.t[index(kernels.ChannelsLast, sc.C, sc.S, 1, bad, 5)] = float32(math.NaN())
 			out := runGlobal(t, in, scaleAfter)
-			want := referenceGlobalGrad(sc.N, sc.C, sc.S, widenAll(in.t), widenAll(in.backprop),
-				widenAll(in.m), widenAll(in.v), widenAll(in.gamma), float64(in.epsilon), scaleAfter)
+			want := in.want(scaleAfter)
 			assert.Truef(t, math.IsNaN(float64(out.dv[bad])), "dv[%d] = %v, want NaN", bad, out.dv[bad])
 			assert.Equalf(t, scaleAfter, math.IsNaN(float64(out.dg[bad])), "dg[%d] = %v", bad, out.dg[bad])
 			// dx = dy·s·γ', dm and db do not involve t.
-			assertActivation(t, "dx", out.dx, want.dx, 0)
-			assertVector(t, "dm", out.dm, want.dm)
-			assertVector(t, "db", out.db, want.db)
-			assertVector(t, "dv", out.dv, want.dv)
-			assertVector(t, "dg", out.dg, want.dg)
+			assertActivation(t, "dx", out.dx, want.DX, 0)
+			assertVector(t, "dm", out.dm, want.DM)
+			assertVector(t, "db", out.db, want.DB)
+			assertVector(t, "dv", out.dv, want.DV)
+			assertVector(t, "dg", out.dg, want.DG)
 		})
 	}
 }

@@ -1,8 +1,9 @@
 package kernels_test
 
-// Helpers of the kernels' tests: element conversions and guards, tolerant
-// comparisons, the float64 references of the gradients, the shape cases, and
-// the runners that call the kernels on them.
+// Helpers of the kernels' tests: element conversions and guards, the
+// comparisons by element type (the float64 reference and the comparison
+// itself are internal/reference's), the shape cases, and the runners that
+// call the kernels on them.
 
 import (
 	"fmt"
@@ -14,6 +15,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/gobn/gobn/internal/reference"
+	"github.com/gobn/gobn/internal/tolerance"
 	"github.com/gobn/gobn/kernels"
 )
 
@@ -177,63 +180,7 @@ func requireUnchanged[T kernels.Element](t *testing.T, name string, got, want []
 	}
 }
 
-// sameSpecial reports whether got and want agree on being NaN, +Inf or -Inf.
-// Both must be one of those for ok to be true; special is false when neither
-// is special.
-func sameSpecial(got, want float64) (special, ok bool) {
-	gotSpecial := math.IsNaN(got) || math.IsInf(got, 0)
-	wantSpecial := math.IsNaN(want) || math.IsInf(want, 0)
-	if !gotSpecial && !wantSpecial {
-		return false, true
-	}
-	if math.IsNaN(want) {
-		return true, math.IsNaN(got)
-	}
-	return true, got == want
-}
-
 func isFinite(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
-
-// maxAbsFinite returns max |v| over the finite v.
-func maxAbsFinite(v []float64) float64 {
-	m := 0.0
-	for _, x := range v {
-		if !math.IsNaN(x) && !math.IsInf(x, 0) {
-			m = max(m, math.Abs(x))
-		}
-	}
-	return m
-}
-
-// assertClose checks |got−want| ≤ rel·max|want| elementwise, NaN-aware: a
-// NaN must meet a NaN and an infinity the same infinity.
-func assertClose(t *testing.T, name string, got, want []float64, rel float64) {
-	t.Helper()
-	assertCloseScaled(t, name, got, want, rel, 0)
-}
-
-// assertCloseScaled is assertClose with the tolerance rel·max(max|want|,
-// magnitude), for outputs that are small differences of larger terms.
-func assertCloseScaled(t *testing.T, name string, got, want []float64, rel, magnitude float64) {
-	t.Helper()
-	require.Equal(t, len(want), len(got), "%s length", name)
-	tol := rel * max(maxAbsFinite(want), magnitude)
-	bad := 0
-	for i := range want {
-		if special, ok := sameSpecial(got[i], want[i]); special {
-			if !ok {
-				t.Errorf("%s[%d] = %v, want %v", name, i, got[i], want[i])
-				bad++
-			}
-		} else if math.Abs(got[i]-want[i]) > tol {
-			t.Errorf("%s[%d] = %v, want %v (|diff| %.3g > tol %.3g)", name, i, got[i], want[i], math.Abs(got[i]-want[i]), tol)
-			bad++
-		}
-		if bad >= 10 {
-			t.Fatalf("%s: too many mismatches", name)
-		}
-	}
-}
 
 // assertWithinOneULP checks that got is within one ulp of T of want rounded
 // to T, NaN-aware.
@@ -281,121 +228,26 @@ func assertActivation[T kernels.Element](t *testing.T, name string, got []T, wan
 	var z T
 	switch any(z).(type) {
 	case float64:
-		assertCloseScaled(t, name, widenAll(got), want, 1e-12, magnitude)
+		reference.Close(t, name, widenAll(got), want, tolerance.Bound{Atol: 1e-12}, magnitude)
 	case float32:
-		assertCloseScaled(t, name, widenAll(got), want, 1e-5, magnitude)
+		reference.Close(t, name, widenAll(got), want, tolerance.Bound{Atol: 1e-5}, magnitude)
 	default:
 		assertWithinOneULP(t, name, got, want, magnitude)
 	}
 }
 
-// ---------------------------------------------------------------------------
-// The naive float64 reference, written from the doc comments of grad.go with
-// explicit index arithmetic.
+// shapeOf returns d as the reference sees it.
+func shapeOf(d kernels.Dims) reference.Shape {
+	return reference.Shape{N: int(d.N), C: int(d.C), S: int(d.S), ChannelsLast: d.Layout == kernels.ChannelsLast}
+}
 
 // index returns the flat index of element (n, c, s).
 func index(layout kernels.Layout, C, S, n, c, s int) int {
-	if layout == kernels.ChannelsLast {
-		return (n*S+s)*C + c
-	}
-	return (n*C+c)*S + s
+	return reference.Shape{C: C, S: S, ChannelsLast: layout == kernels.ChannelsLast}.Index(n, c, s)
 }
 
-type fusedReference struct {
-	xBackprop, scaleBackprop, offsetBackprop []float64
-	// xBackpropMagnitude is the largest finite sum of the absolute values of
-	// the terms of an x_backprop.
-	xBackpropMagnitude float64
-}
-
-// referenceFusedGrad computes FusedBatchNormGrad's outputs in float64. With
-// R = N·S, c = 1/sqrt(σ²+ε) and sums over a channel:
-//
-//	offset_backprop = Σ dy
-//	scale_backprop  = c · Σ dy·(x−μ)
-//	x_backprop      = scale·c · (dy − Σdy/R − (x−μ)·c²·Σ dy·(x−μ) / R)   (training)
-//	x_backprop      = dy · scale · c                                     (inference)
-func referenceFusedGrad(training bool, layout kernels.Layout, N, C, S int, dy, x, scale, mean, variance []float64, epsilon float64) fusedReference {
-	out := fusedReference{
-		xBackprop:      make([]float64, N*C*S),
-		scaleBackprop:  make([]float64, C),
-		offsetBackprop: make([]float64, C),
-	}
-	R := float64(N * S)
-	for c := range C {
-		var sumDy, sumDyXc float64
-		for n := range N {
-			for s := range S {
-				i := index(layout, C, S, n, c, s)
-				sumDy += dy[i]
-				sumDyXc += dy[i] * (x[i] - mean[c])
-			}
-		}
-		inv := 1 / math.Sqrt(variance[c]+epsilon)
-		out.offsetBackprop[c] = sumDy
-		out.scaleBackprop[c] = inv * sumDyXc
-		for n := range N {
-			for s := range S {
-				i := index(layout, C, S, n, c, s)
-				var magnitude float64
-				if training {
-					out.xBackprop[i] = scale[c] * inv * (dy[i] - sumDy/R - (x[i]-mean[c])*inv*inv*sumDyXc/R)
-					magnitude = math.Abs(scale[c]*inv) * (math.Abs(dy[i]) + math.Abs(sumDy/R) + math.Abs((x[i]-mean[c])*inv*inv*sumDyXc/R))
-				} else {
-					out.xBackprop[i] = dy[i] * scale[c] * inv
-					magnitude = math.Abs(out.xBackprop[i])
-				}
-				if isFinite(magnitude) {
-					out.xBackpropMagnitude = max(out.xBackpropMagnitude, magnitude)
-				}
-			}
-		}
-	}
-	return out
-}
-
-type globalReference struct {
-	dx, dm, dv, db, dg []float64
-}
-
-// referenceGlobalGrad computes BatchNormWithGlobalNormalizationGrad's outputs
-// in float64, channels last. With s = 1/sqrt(v+ε), γ' = γ when
-// scaleAfterNormalization and 1 otherwise:
-//
-//	db = Σ dy,  dx = dy·s·γ',  dm = −db·s·γ',
-//	dg = s·Σ dy·(t−m) (0 without scaling),  dv = −½·s³·γ'·Σ dy·(t−m)
-func referenceGlobalGrad(N, C, S int, t, dy, m, v, gamma []float64, epsilon float64, scaleAfterNormalization bool) globalReference {
-	out := globalReference{
-		dx: make([]float64, N*C*S),
-		dm: make([]float64, C), dv: make([]float64, C), db: make([]float64, C), dg: make([]float64, C),
-	}
-	for c := range C {
-		var sumDy, sumDyXc float64
-		for n := range N {
-			for s := range S {
-				i := index(kernels.ChannelsLast, C, S, n, c, s)
-				sumDy += dy[i]
-				sumDyXc += dy[i] * (t[i] - m[c])
-			}
-		}
-		s := 1 / math.Sqrt(v[c]+epsilon)
-		g := 1.0
-		if scaleAfterNormalization {
-			g = gamma[c]
-			out.dg[c] = s * sumDyXc
-		}
-		out.db[c] = sumDy
-		out.dm[c] = -sumDy * s * g
-		out.dv[c] = -0.5 * s * s * s * g * sumDyXc
-		for n := range N {
-			for si := range S {
-				i := index(kernels.ChannelsLast, C, S, n, c, si)
-				out.dx[i] = dy[i] * s * g
-			}
-		}
-	}
-	return out
-}
+// channelOf returns the channel of flat index i.
+func channelOf(d kernels.Dims, i int) int { return shapeOf(d).Channel(i) }
 
 // ---------------------------------------------------------------------------
 // Cases.
@@ -555,12 +407,11 @@ func runFused[T kernels.Element](t *testing.T, training bool, in fusedInputs[T])
 	return xBackprop.inner, scaleBp.inner, offsetBp.inner
 }
 
-// reference computes the float64 reference from the inputs as the kernel
-// sees them (already rounded to T and float32).
-func (in fusedInputs[T]) reference(training bool) fusedReference {
-	d := in.dims
-	return referenceFusedGrad(training, d.Layout, int(d.N), int(d.C), int(d.S),
-		widenAll(in.dy), widenAll(in.x), widenAll(in.scale), widenAll(in.mean), widenAll(in.variance), float64(in.epsilon))
+// want computes the float64 reference from the inputs as the kernel sees
+// them (already rounded to T and float32).
+func (in fusedInputs[T]) want(training bool) reference.Fused {
+	return reference.FusedGrad(shapeOf(in.dims), widenAll(in.dy), widenAll(in.x),
+		widenAll(in.scale), widenAll(in.mean), widenAll(in.variance), float64(in.epsilon), training)
 }
 
 // checkFused runs in through runFused and checks the outputs against the
@@ -569,10 +420,10 @@ func (in fusedInputs[T]) reference(training bool) fusedReference {
 func checkFused[T kernels.Element](t *testing.T, training bool, in fusedInputs[T], rel float64) (scaleBackprop, offsetBackprop []float32) {
 	t.Helper()
 	dx, scaleBp, offsetBp := runFused(t, training, in)
-	want := in.reference(training)
-	assertActivation(t, "x_backprop", dx, want.xBackprop, want.xBackpropMagnitude)
-	assertClose(t, "scale_backprop", widenAll(scaleBp), want.scaleBackprop, rel)
-	assertClose(t, "offset_backprop", widenAll(offsetBp), want.offsetBackprop, rel)
+	want := in.want(training)
+	assertActivation(t, "x_backprop", dx, want.XBackprop, want.XBackpropMagnitude)
+	reference.Close(t, "scale_backprop", widenAll(scaleBp), want.ScaleBackprop, tolerance.Bound{Atol: rel}, 0)
+	reference.Close(t, "offset_backprop", widenAll(offsetBp), want.OffsetBackprop, tolerance.Bound{Atol: rel}, 0)
 	return scaleBp, offsetBp
 }
 
@@ -595,14 +446,6 @@ func testFusedGrad[T kernels.Element](t *testing.T, training bool) {
 			}
 		}
 	})
-}
-
-// channelOf returns the channel of flat index i.
-func channelOf(d kernels.Dims, i int) int {
-	if d.Layout == kernels.ChannelsLast {
-		return i % int(d.C)
-	}
-	return i / int(d.S) % int(d.C)
 }
 
 // assertVector compares a per-channel output in T: within 1e-12 (float64) or
@@ -636,6 +479,13 @@ func newGlobalInputs[T kernels.Element](rng *rand.Rand, sc shapeCase) globalInpu
 		in.gamma[c] = fromF64[T](4*rng.Float64() - 2)
 	}
 	return in
+}
+
+// want computes the float64 reference from the inputs as the kernel sees
+// them.
+func (in globalInputs[T]) want(scaleAfter bool) reference.Global {
+	return reference.GlobalNormalizationGrad(shapeOf(in.dims), widenAll(in.t), widenAll(in.m), widenAll(in.v),
+		widenAll(in.gamma), widenAll(in.backprop), float64(in.epsilon), scaleAfter)
 }
 
 type globalOutputs[T kernels.Element] struct {

@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/gobn/gobn/internal/reference"
 )
 
 // forEachLoopSet calls fn with the AVX2 loops selected, then with the
@@ -25,10 +28,10 @@ func forEachLoopSet(fn func(wide bool, l *rowLoops)) {
 	}
 }
 
-// The float32 tiles of the channels-last sums (sumsTiles) against sums
-// formed in float64 term by term: each tile's float32 partial sums over
-// foldRows rows err by at most about foldRows·2⁻²⁴ of the terms' absolute
-// sum, and are then added in float64.
+// The float32 tiles of the channels-last sums (sumsTiles) against the
+// reference's, formed in float64 term by term: each tile's float32 partial
+// sums over foldRows rows err by at most about foldRows·2⁻²⁴ of the terms'
+// absolute sum, and are then added in float64.
 func TestSumsTilesMatchFloat64(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	forEachLoopSet(func(wide bool, l *rowLoops) {
@@ -41,26 +44,25 @@ func TestSumsTilesMatchFloat64(t *testing.T) {
 					dy[i], x[i] = float32(rng.NormFloat64()), float32(3+rng.NormFloat64())
 				}
 				mean, a, b := make([]float64, W), make([]float64, W), make([]float64, W)
-				refA, refB, absA, absB := make([]float64, W), make([]float64, W), make([]float64, W), make([]float64, W)
+				absA, absB := make([]float64, W), make([]float64, W)
 				for c := range W {
 					mean[c] = float64(float32(3 + 0.1*rng.NormFloat64()))
 					a[c], b[c] = float64(c), -float64(c) // sums already under way
-					refA[c], refB[c] = a[c], b[c]
 				}
+				want := reference.Sums{Dy: slices.Clone(a), DyXmu: slices.Clone(b)}
 				for r := range rows {
 					for c := range W {
-						g, xc := float64(dy[r*W+c]), float64(x[r*W+c])-mean[c]
-						refA[c] += g
-						refB[c] += g * xc
+						g, xv := float64(dy[r*W+c]), float64(x[r*W+c])
+						want.Add(c, g, xv, mean[c])
 						absA[c] += math.Abs(g)
-						absB[c] += math.Abs(g * xc)
+						absB[c] += math.Abs(g * (xv - mean[c]))
 					}
 				}
 				sumsTiles(l, W, rows, dy, x, mean, a, b)
 				bound := 2 * foldRows * 0x1p-24
 				for c := range W {
-					require.InDelta(t, refA[c], a[c], bound*absA[c]+1e-12, "wide=%v W=%d rows=%d channel %d Σdy", wide, W, rows, c)
-					require.InDelta(t, refB[c], b[c], bound*absB[c]+1e-12, "wide=%v W=%d rows=%d channel %d Σdy·(x−μ)", wide, W, rows, c)
+					require.InDelta(t, want.Dy[c], a[c], bound*absA[c]+1e-12, "wide=%v W=%d rows=%d channel %d Σdy", wide, W, rows, c)
+					require.InDelta(t, want.DyXmu[c], b[c], bound*absB[c]+1e-12, "wide=%v W=%d rows=%d channel %d Σdy·(x−μ)", wide, W, rows, c)
 				}
 			}
 		}

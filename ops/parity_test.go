@@ -11,6 +11,8 @@ import (
 	"github.com/galeone/tensorflow/tensorflow/go/core/framework/versions_go_proto"
 	"github.com/galeone/tensorflow/tensorflow/go/op"
 	tg "github.com/galeone/tfgo"
+	"github.com/gobn/gobn/internal/reference"
+	"github.com/gobn/gobn/internal/tolerance"
 	"github.com/gobn/gobn/ops"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
@@ -84,16 +86,16 @@ var fusedOps = []fusedOp{
 }
 
 // shapeFor lays out the logical channels-last shape (N, spatial..., C) in format.
-func shapeFor(format string) (shape []int64, g geometry) {
+func shapeFor(format string) (shape []int64, g reference.Shape) {
 	switch format {
 	case "NHWC":
-		return []int64{2, 5, 3, 7}, geometry{C: 7, S: 15, channelsLast: true}
+		return []int64{2, 5, 3, 7}, reference.Shape{C: 7, S: 15, ChannelsLast: true}
 	case "NCHW":
-		return []int64{2, 7, 5, 3}, geometry{C: 7, S: 15}
+		return []int64{2, 7, 5, 3}, reference.Shape{C: 7, S: 15}
 	case "NDHWC":
-		return []int64{2, 3, 2, 4, 5}, geometry{C: 5, S: 24, channelsLast: true}
+		return []int64{2, 3, 2, 4, 5}, reference.Shape{C: 5, S: 24, ChannelsLast: true}
 	default: // NCDHW
-		return []int64{2, 5, 3, 2, 4}, geometry{C: 5, S: 24}
+		return []int64{2, 5, 3, 2, 4}, reference.Shape{C: 5, S: 24}
 	}
 }
 
@@ -119,16 +121,16 @@ func TestFusedBatchNormGradMatchesStock(t *testing.T) {
 
 func testFused(t *testing.T, fop fusedOp, dtype tf.DataType, format string, training bool, name string) {
 	shape, g := shapeFor(format)
-	g.N = shape[0]
+	g.N = int(shape[0])
 	rng := rand.New(rand.NewPCG(uint64(crc32.ChecksumIEEE([]byte(name))), 1))
-	n := int(g.N * g.C * g.S)
-	shift := uniform(rng, int(g.C), -1, 1)
+	n := g.Len()
+	shift := uniform(rng, g.C, -1, 1)
 	xData, dyData := make([]float64, n), make([]float64, n)
 	for i := range n {
-		xData[i] = rng.NormFloat64()*1.5 + shift[g.channel(i)]
+		xData[i] = rng.NormFloat64()*1.5 + shift[g.Channel(i)]
 		dyData[i] = rng.NormFloat64()
 	}
-	scaleData := uniform(rng, int(g.C), 0.5, 1.5)
+	scaleData := uniform(rng, g.C, 0.5, 1.5)
 	for c := range scaleData {
 		if rng.IntN(2) == 0 {
 			scaleData[c] = -scaleData[c]
@@ -139,17 +141,17 @@ func testFused(t *testing.T, fop fusedOp, dtype tf.DataType, format string, trai
 	in := fusedInputs{
 		x:         tg.Cast(root, constant(t, root, xData, shape), dtype),
 		yBackprop: tg.Cast(root, constant(t, root, dyData, shape), dtype),
-		scale:     tg.Cast(root, constant(t, root, scaleData, []int64{g.C}), tf.Float),
+		scale:     tg.Cast(root, constant(t, root, scaleData, []int64{int64(g.C)}), tf.Float),
 	}
 	empty := tg.Const(root, []float32{})
 	if training {
-		offset := tg.Cast(root, constant(t, root, uniform(rng, int(g.C), -1, 1), []int64{g.C}), tf.Float)
+		offset := tg.Cast(root, constant(t, root, uniform(rng, g.C, -1, 1), []int64{int64(g.C)}), tf.Float)
 		_, _, _, in.reserveSpace1, in.reserveSpace2, in.reserveSpace3 = op.FusedBatchNormV3(root.SubScope("forward"),
 			in.x, in.scale, offset, empty, empty,
 			op.FusedBatchNormV3Epsilon(epsilon), op.FusedBatchNormV3DataFormat(format), op.FusedBatchNormV3IsTraining(true))
 	} else {
-		in.reserveSpace1 = tg.Cast(root, constant(t, root, uniform(rng, int(g.C), -0.5, 0.5), []int64{g.C}), tf.Float)
-		in.reserveSpace2 = tg.Cast(root, constant(t, root, uniform(rng, int(g.C), 0.5, 2), []int64{g.C}), tf.Float)
+		in.reserveSpace1 = tg.Cast(root, constant(t, root, uniform(rng, g.C, -0.5, 0.5), []int64{int64(g.C)}), tf.Float)
+		in.reserveSpace2 = tg.Cast(root, constant(t, root, uniform(rng, g.C, 0.5, 2), []int64{int64(g.C)}), tf.Float)
 		in.reserveSpace3 = empty
 	}
 	if fop.name == "FusedBatchNormGrad" { // T everywhere
@@ -158,7 +160,7 @@ func testFused(t *testing.T, fop fusedOp, dtype tf.DataType, format string, trai
 		in.reserveSpace2 = tg.Cast(root, in.reserveSpace2, dtype)
 	}
 
-	stockHasAnswer := training || g.channelsLast
+	stockHasAnswer := training || g.ChannelsLast
 	gobn := fop.build(root.SubScope("gobn"), true, in, format, training)
 	var stock [5]tf.Output
 	if stockHasAnswer {
@@ -170,7 +172,7 @@ func testFused(t *testing.T, fop fusedOp, dtype tf.DataType, format string, trai
 	if fop.name == "FusedBatchNormGrad" {
 		sideType = dtype
 	}
-	wantShapes := [][]int64{shape, {g.C}, {g.C}, {0}, {0}}
+	wantShapes := [][]int64{shape, {int64(g.C)}, {int64(g.C)}, {0}, {0}}
 	for i, out := range gobn {
 		want := sideType
 		if i == 0 {
@@ -193,7 +195,8 @@ func testFused(t *testing.T, fop fusedOp, dtype tf.DataType, format string, trai
 	for i, out := range got {
 		require.Equal(t, wantShapes[i], out.shape, "output %d shape", i)
 	}
-	ref := fusedReference(g, dy, x, scale, mean, variance, epsilon, training)
+	f := reference.FusedGrad(g, dy, x, scale, mean, variance, float64(float32(epsilon)), training)
+	ref := [3][]float64{f.XBackprop, f.ScaleBackprop, f.OffsetBackprop}
 	names := []string{"x_backprop", "scale_backprop", "offset_backprop"}
 	for i := range 3 {
 		if stockHasAnswer {
@@ -237,8 +240,7 @@ func TestBatchNormWithGlobalNormalizationGradMatchesStock(t *testing.T) {
 					require.Equal(t, stock[i].Shape().String(), gobn[i].Shape().String(), "output %d static shape", i)
 				}
 				fetched := run(t, root, append(append(in[:], gobn[:]...), stock[:]...))
-				ref := globalNormalizationReference(geo, fetched[0].data, fetched[1].data, fetched[2].data,
-					fetched[3].data, fetched[4].data, epsilon, scaleAfter)
+				ref := globalNormalizationReference(geo, fetched, scaleAfter)
 				for i, name := range []string{"dx", "dm", "dv", "db", "dg"} {
 					got, want := fetched[5+i], fetched[10+i]
 					require.Equal(t, want.shape, got.shape, "%s shape", name)
@@ -264,8 +266,7 @@ func TestGlobalNormalizationGradRunsInTodaysGraphs(t *testing.T) {
 	in, geo := globalNormalizationInputs(t, root, tf.Float, "current")
 	gobn := addGlobalNormalizationGrad(root.SubScope("gobn"), true, in, true)
 	fetched := run(t, root, append(in[:], gobn[:]...))
-	ref := globalNormalizationReference(geo, fetched[0].data, fetched[1].data, fetched[2].data,
-		fetched[3].data, fetched[4].data, epsilon, true)
+	ref := globalNormalizationReference(geo, fetched, true)
 	for i := range 5 {
 		requireClose(t, fetched[5+i].data, ref[i], tf.Float, fmt.Sprintf("output %d vs float64 reference", i))
 	}
@@ -282,25 +283,32 @@ func TestGlobalNormalizationGradRunsInTodaysGraphs(t *testing.T) {
 	require.Contains(t, fmt.Sprint(refusal), "GraphDef version")
 }
 
-func globalNormalizationInputs(t *testing.T, root *op.Scope, dtype tf.DataType, name string) ([5]tf.Output, geometry) {
+func globalNormalizationInputs(t *testing.T, root *op.Scope, dtype tf.DataType, name string) ([5]tf.Output, reference.Shape) {
 	shape := []int64{2, 4, 3, 6}
-	g := geometry{N: 2, C: 6, S: 12, channelsLast: true}
+	g := reference.Shape{N: 2, C: 6, S: 12, ChannelsLast: true}
 	rng := rand.New(rand.NewPCG(uint64(crc32.ChecksumIEEE([]byte(name))), 2))
-	n := int(g.N * g.C * g.S)
-	mean := uniform(rng, int(g.C), -0.5, 0.5)
+	n := g.Len()
+	mean := uniform(rng, g.C, -0.5, 0.5)
 	x, dy := make([]float64, n), make([]float64, n)
 	for i := range n {
-		x[i] = rng.NormFloat64()*1.5 + mean[g.channel(i)]
+		x[i] = rng.NormFloat64()*1.5 + mean[g.Channel(i)]
 		dy[i] = rng.NormFloat64()
 	}
-	C := []int64{g.C}
+	C := []int64{int64(g.C)}
 	return [5]tf.Output{
 		tg.Cast(root, constant(t, root, x, shape), dtype),
 		tg.Cast(root, constant(t, root, mean, C), dtype),
-		tg.Cast(root, constant(t, root, uniform(rng, int(g.C), 0.5, 2), C), dtype),
-		tg.Cast(root, constant(t, root, uniform(rng, int(g.C), 0.5, 1.5), C), dtype),
+		tg.Cast(root, constant(t, root, uniform(rng, g.C, 0.5, 2), C), dtype),
+		tg.Cast(root, constant(t, root, uniform(rng, g.C, 0.5, 1.5), C), dtype),
 		tg.Cast(root, constant(t, root, dy, shape), dtype),
 	}, g
+}
+
+// globalNormalizationReference is the float64 reference of the op on the
+// fetched inputs t, m, v, gamma and backprop: dx, dm, dv, db, dg.
+func globalNormalizationReference(g reference.Shape, in []fetchedTensor, scaleAfter bool) [5][]float64 {
+	r := reference.GlobalNormalizationGrad(g, in[0].data, in[1].data, in[2].data, in[3].data, in[4].data, float64(float32(epsilon)), scaleAfter)
+	return [5][]float64{r.DX, r.DM, r.DV, r.DB, r.DG}
 }
 
 func addGlobalNormalizationGrad(s *op.Scope, gobn bool, in [5]tf.Output, scaleAfter bool) [5]tf.Output {
@@ -316,7 +324,32 @@ func addGlobalNormalizationGrad(s *op.Scope, gobn bool, in [5]tf.Output, scaleAf
 // ---------------------------------------------------------------------------
 // Graph helpers
 
+// dtypeName names the dtypes as internal/tolerance keys its bounds.
 var dtypeName = map[tf.DataType]string{tf.Float: "float", tf.Half: "half", tf.Bfloat16: "bfloat16", tf.Double: "double"}
+
+// requireClose fails t unless got matches want within dtype's tolerance
+// (reference.Close).
+func requireClose(t *testing.T, got, want []float64, dtype tf.DataType, what string) {
+	t.Helper()
+	if !reference.Close(t, what+" ("+dtypeName[dtype]+" tolerance)", got, want, tolerance.ByDType[dtypeName[dtype]], 0) {
+		t.FailNow()
+	}
+}
+
+// requireAsAccurate fails t unless got is, element-wise, no further from
+// the float64 reference than stock is, plus one tolerance of slack
+// (reference.AsAccurate).
+func requireAsAccurate(t *testing.T, got, stock, ref []float64, dtype tf.DataType, what string) {
+	t.Helper()
+	if !reference.AsAccurate(t, what+": gobn against stock", got, stock, ref, tolerance.ByDType[dtypeName[dtype]]) {
+		t.FailNow()
+	}
+}
+
+// maxAbsDiff returns max |a − b| (+Inf where a NaN or an infinity differs).
+func maxAbsDiff(a, b []float64) float64 {
+	return reference.Compare(a, b, tolerance.Bound{}, 0).MaxErr
+}
 
 func mode(training bool) string {
 	if training {

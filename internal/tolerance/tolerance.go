@@ -8,9 +8,17 @@
 // python/gobn/_tolerance_gen.py.
 package tolerance
 
+import "math"
+
 // Bound is one dtype's relative and absolute tolerance.
 type Bound struct {
 	Rtol, Atol float64
+}
+
+// At returns the largest |got − want| b allows for the element want of an
+// output whose largest |want| is M: Atol·M + Rtol·|want|.
+func (b Bound) At(M, want float64) float64 {
+	return b.Atol*M + b.Rtol*math.Abs(want)
 }
 
 // ByDType maps TensorFlow's dtype names to their bounds.

@@ -1,13 +1,14 @@
 package cuda_test
 
-// The GPU check's comparison (check_test.go): the float64 reference and the
-// statistics of an output against it.
+// The GPU check's comparison (check_test.go): internal/reference's float64
+// reference and comparison, over tensors held as bytes a block at a time.
 
 import (
 	"encoding/json"
 	"fmt"
 	"math"
 
+	"github.com/gobn/gobn/internal/reference"
 	"github.com/gobn/gobn/internal/tolerance"
 	"github.com/gobn/gobn/kernels"
 	"github.com/gobn/gobn/kernels/cuda"
@@ -16,40 +17,11 @@ import (
 // ---------------------------------------------------------------------------
 // Comparison.
 
-// stat compares one side's output with the want over a tolerance.
-type stat struct {
-	MaxErr float64 `json:"maxerr"`
-	Norm   float64 `json:"norm"`
-	Bad    int     `json:"bad,omitempty"`
-	NaN    int     `json:"nan,omitempty"`
-}
+// stat is one side's comparison (reference.Stat), written to check.json
+// with the largest float64 for a NaN or infinity, which JSON cannot hold.
+type stat struct{ reference.Stat }
 
-func (s *stat) add(got, want, M float64, b tolerance.Bound) {
-	d := math.Abs(got - want)
-	den := b.Atol*M + b.Rtol*math.Abs(want)
-	if d <= den { // within the bound, and neither is NaN
-		s.MaxErr = max(s.MaxErr, d)
-		if d > s.Norm*den {
-			s.Norm = d / den
-		}
-		return
-	}
-	s.Bad++
-	if math.IsNaN(got) {
-		s.NaN++
-	}
-	norm := math.Inf(1)
-	if den > 0 && !math.IsNaN(d) {
-		norm = d / den
-	}
-	if math.IsNaN(d) {
-		d = math.Inf(1)
-	}
-	s.MaxErr, s.Norm = max(s.MaxErr, d), max(s.Norm, norm)
-}
-
-// finite returns v, or the largest float64 for a NaN or infinity, which
-// JSON cannot hold.
+// finite returns v, or the largest float64 for a NaN or infinity.
 func finite(v float64) float64 {
 	if math.IsNaN(v) || math.IsInf(v, 0) {
 		return math.MaxFloat64
@@ -58,13 +30,12 @@ func finite(v float64) float64 {
 }
 
 func (s stat) MarshalJSON() ([]byte, error) {
-	type plain stat
-	s.MaxErr, s.Norm = finite(s.MaxErr), finite(s.Norm)
-	return json.Marshal(plain(s))
-}
-
-func (s *stat) merge(o stat) {
-	s.MaxErr, s.Norm, s.Bad, s.NaN = max(s.MaxErr, o.MaxErr), max(s.Norm, o.Norm), s.Bad+o.Bad, s.NaN+o.NaN
+	return json.Marshal(struct {
+		MaxErr float64 `json:"maxerr"`
+		Norm   float64 `json:"norm"`
+		Bad    int     `json:"bad,omitempty"`
+		NaN    int     `json:"nan,omitempty"`
+	}{finite(s.MaxErr), finite(s.Norm), s.Bad, s.NaN})
 }
 
 // outputResult is one output's comparison: the target ("gpu") and the CPU
@@ -93,12 +64,12 @@ func (o outputResult) verdict() []string {
 	return why
 }
 
-// reference is an op's float64 reference: per-channel outputs, and the
-// activation output as want(i) = A·(dy − MDy) + B·(x − M) with the
-// coefficients of element i's channel (MDy and B nil when absent).
-type reference struct {
-	vectors      map[string][]float64
-	A, MDy, B, M []float64
+// wants is an op's float64 reference: its per-channel outputs by name, and
+// its activation output by its terms, which compareActivation evaluates a
+// block at a time.
+type wants struct {
+	vectors    map[string][]float64
+	activation reference.Activation
 }
 
 // cursor walks the channels of consecutive elements.
@@ -154,91 +125,72 @@ func blockOf(dt cuda.DType, b []byte, lo, hi int) []float32 {
 }
 
 // sums returns Σdy and Σdy·(x−mean) per channel, in float64.
-func sums(d kernels.Dims, dt cuda.DType, dy, x []byte, mean []float64) (sdy, sdx []float64) {
+func sums(d kernels.Dims, dt cuda.DType, dy, x []byte, mean []float64) reference.Sums {
 	C := int(d.C)
-	parts := parallel(d.Len(), func(lo, hi int) [2][]float64 {
-		a, b := make([]float64, C), make([]float64, C)
+	parts := parallel(d.Len(), func(lo, hi int) reference.Sums {
+		s := reference.NewSums(C)
 		g, v := blockOf(dt, dy, lo, hi), blockOf(dt, x, lo, hi)
 		k := cursorAt(d, lo)
 		for i := range g {
-			a[k.c] += float64(g[i])
-			b[k.c] += float64(g[i]) * (float64(v[i]) - mean[k.c])
+			s.Add(k.c, float64(g[i]), float64(v[i]), mean[k.c])
 			k.next()
 		}
-		return [2][]float64{a, b}
+		return s
 	})
-	sdy, sdx = make([]float64, C), make([]float64, C)
+	total := reference.NewSums(C)
 	for _, p := range parts {
-		for c := range C {
-			sdy[c] += p[0][c]
-			sdx[c] += p[1][c]
-		}
+		total.Merge(p)
 	}
-	return sdy, sdx
+	return total
 }
 
-// wants returns the reference's want of elements [lo, hi).
-func (ref *reference) wants(d kernels.Dims, dt cuda.DType, dy, x []byte, lo, hi int) []float64 {
+// block returns the activation output wanted of elements [lo, hi).
+func (w *wants) block(d kernels.Dims, dt cuda.DType, dy, x []byte, lo, hi int) []float64 {
 	g, v := blockOf(dt, dy, lo, hi), blockOf(dt, x, lo, hi)
-	w := make([]float64, len(g))
+	out := make([]float64, len(g))
 	k := cursorAt(d, lo)
-	for i := range w {
-		c := k.c
-		gc := float64(g[i])
-		if ref.MDy != nil {
-			gc -= ref.MDy[c]
-		}
-		w[i] = ref.A[c] * gc
-		if ref.B != nil {
-			w[i] += ref.B[c] * (float64(v[i]) - ref.M[c])
-		}
+	for i := range out {
+		out[i] = w.activation.At(k.c, float64(g[i]), float64(v[i]))
 		k.next()
 	}
-	return w
+	return out
 }
 
 // compareActivation compares two sides' activation outputs with the
 // reference's want, computed twice (for max|want|, then per element)
 // rather than held: for the tensor over 2³¹ elements it would take 17 GB.
-func compareActivation(d kernels.Dims, dt cuda.DType, ref *reference, dy, x, gpu, cpu []byte, b tolerance.Bound) outputResult {
+func compareActivation(d kernels.Dims, dt cuda.DType, w *wants, dy, x, gpu, cpu []byte, b tolerance.Bound) outputResult {
 	var r outputResult
 	for _, m := range parallel(d.Len(), func(lo, hi int) float64 {
-		m := 0.0
-		for _, w := range ref.wants(d, dt, dy, x, lo, hi) {
-			m = max(m, math.Abs(w))
-		}
-		return m
+		return reference.MaxAbs(w.block(d, dt, dy, x, lo, hi))
 	}) {
 		r.MaxWant = max(r.MaxWant, m)
 	}
 	for _, p := range parallel(d.Len(), func(lo, hi int) outputResult {
 		var p outputResult
 		g, c := blockOf(dt, gpu, lo, hi), blockOf(dt, cpu, lo, hi)
-		for i, w := range ref.wants(d, dt, dy, x, lo, hi) {
-			p.GPU.add(float64(g[i]), w, r.MaxWant, b)
-			p.CPU.add(float64(c[i]), w, r.MaxWant, b)
-			p.GPUvsCPU.add(float64(g[i]), float64(c[i]), r.MaxWant, b)
+		for i, want := range w.block(d, dt, dy, x, lo, hi) {
+			p.GPU.Add(float64(g[i]), want, r.MaxWant, b)
+			p.CPU.Add(float64(c[i]), want, r.MaxWant, b)
+			p.GPUvsCPU.Add(float64(g[i]), float64(c[i]), r.MaxWant, b)
 		}
 		return p
 	}) {
-		r.GPU.merge(p.GPU)
-		r.CPU.merge(p.CPU)
-		r.GPUvsCPU.merge(p.GPUvsCPU)
+		r.GPU.Merge(p.GPU.Stat)
+		r.CPU.Merge(p.CPU.Stat)
+		r.GPUvsCPU.Merge(p.GPUvsCPU.Stat)
 	}
 	return r
 }
 
 // compareVector compares two sides' per-channel outputs with want.
 func compareVector(dt cuda.DType, want []float64, gpu, cpu []byte, b tolerance.Bound) outputResult {
-	var r outputResult
-	for _, w := range want {
-		r.MaxWant = max(r.MaxWant, math.Abs(w))
-	}
+	r := outputResult{MaxWant: reference.MaxAbs(want)}
 	for i, w := range want {
 		g, c := load(dt, gpu, i), load(dt, cpu, i)
-		r.GPU.add(g, w, r.MaxWant, b)
-		r.CPU.add(c, w, r.MaxWant, b)
-		r.GPUvsCPU.add(g, c, r.MaxWant, b)
+		r.GPU.Add(g, w, r.MaxWant, b)
+		r.CPU.Add(c, w, r.MaxWant, b)
+		r.GPUvsCPU.Add(g, c, r.MaxWant, b)
 	}
 	return r
 }

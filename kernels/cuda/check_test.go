@@ -3,11 +3,11 @@ package cuda_test
 // The check of gobn's CUDA kernels, on the host side: running a case on two
 // targets and comparing their outputs with the float64 reference (the cases
 // are in check_cases_test.go, the tensors and targets in
-// check_tensors_test.go, the reference and comparison in
-// check_compare_test.go). gpu_test.go (cuda tag) runs it with the GPU as one
-// target and gobn's CPU kernels as the other; harness_test.go runs it on the
-// CPU alone, where it must pass, and with faults injected, which it must
-// catch.
+// check_tensors_test.go, the comparison in check_compare_test.go, the
+// reference itself in internal/reference). gpu_test.go (cuda tag) runs it
+// with the GPU as one target and gobn's CPU kernels as the other;
+// harness_test.go runs it on the CPU alone, where it must pass, and with
+// faults injected, which it must catch.
 //
 // Every tensor of a call sits between guard elements holding a sentinel (none
 // with -gpucheck.small: each its own exact-size allocation, so that
@@ -41,6 +41,7 @@ import (
 	"time"
 
 	"github.com/gobn/gobn/internal/cudaspec"
+	"github.com/gobn/gobn/internal/reference"
 	"github.com/gobn/gobn/internal/tolerance"
 	"github.com/gobn/gobn/kernels"
 	"github.com/gobn/gobn/kernels/cuda"
@@ -116,7 +117,7 @@ type opCase struct {
 	// training gradient's "var" from "inv"
 	invStdRoles map[string]string
 	outputs     []*tensor
-	ref         reference
+	ref         wants
 }
 
 // newOpCase draws an op's per-channel inputs and makes its outputs and
@@ -168,27 +169,13 @@ func newOpCase(gd *groupData, o op, guardBytes int) *opCase {
 		oc.tensors["dx"] = t
 		oc.outputs = append([]*tensor{t}, oc.outputs...)
 	}
-	var mean, scale, variance, inv []float64
+	var mean, scale, variance []float64
 	if o.family != "global" {
 		mean = perChannel("mean", cuda.Float32, false, 0.5, 0)
 	}
 	if o.family == "fused" || o.family == "apply" {
 		scale = perChannel("scale", cuda.Float32, false, 1, 0)
 		variance = perChannel("var", cuda.Float32, true, 1.75, 0.25)
-		inv = make([]float64, C)
-		oc.ref.A = make([]float64, C)
-		for c := range C {
-			inv[c] = 1 / math.Sqrt(variance[c]+eps64)
-			oc.ref.A[c] = scale[c] * inv[c]
-		}
-		oc.ref.M = mean
-	}
-	// the per-channel B coefficient of training from Σdy·(x−μ) over count
-	trainingB := func(sdx []float64, count float64) {
-		oc.ref.B = make([]float64, C)
-		for c := range C {
-			oc.ref.B[c] = -oc.ref.A[c] * inv[c] * inv[c] * sdx[c] / count
-		}
 	}
 	dy, x := gd.dy.elems(gd.dy.before), gd.x.elems(gd.x.before)
 	switch o.family {
@@ -196,24 +183,14 @@ func newOpCase(gd *groupData, o op, guardBytes int) *opCase {
 		actOut("x_backprop")
 		vecOut("scale_backprop", cuda.Float32)
 		vecOut("offset_backprop", cuda.Float32)
-		sdy, sdx := sums(d, g.dt, dy, x, mean)
-		sb := make([]float64, C)
-		for c := range C {
-			sb[c] = sdx[c] * inv[c]
-		}
-		oc.ref.vectors = map[string][]float64{"scale_backprop": sb, "offset_backprop": sdy}
+		f := reference.FusedGradFromSums(sums(d, g.dt, dy, x, mean), R, scale, mean, variance, eps64, o.mode == "train")
+		oc.ref = wants{activation: f.XBackprop,
+			vectors: map[string][]float64{"scale_backprop": f.ScaleBackprop, "offset_backprop": f.OffsetBackprop}}
 		if o.mode == "train" {
-			if R > 0 {
-				oc.ref.MDy = make([]float64, C)
-				for c := range C {
-					oc.ref.MDy[c] = sdy[c] / float64(R)
-				}
-				trainingB(sdx, float64(R))
-			}
 			t := newTensor("inv", cuda.Float32, C, off, guardBytes)
 			e := t.elems(t.before)
-			for c := range C {
-				store(cuda.Float32, e, c, inv[c])
+			for c, v := range reference.InvStd(variance, eps64) {
+				store(cuda.Float32, e, c, v)
 			}
 			oc.tensors["inv"] = t
 			oc.invStdRoles["var"] = "inv"
@@ -226,26 +203,14 @@ func newOpCase(gd *groupData, o op, guardBytes int) *opCase {
 		for _, r := range []string{"dm", "dv", "db", "dg"} {
 			vecOut(r, g.dt)
 		}
-		sdy, sdx := sums(d, g.dt, dy, x, m)
-		vs := map[string][]float64{"dm": make([]float64, C), "dv": make([]float64, C), "db": sdy, "dg": make([]float64, C)}
-		oc.ref.A = make([]float64, C)
-		for c := range C {
-			s := 1 / math.Sqrt(v[c]+eps64)
-			k := s
-			if o.mode == "scale" {
-				k = s * gamma[c]
-				vs["dg"][c] = s * sdx[c]
-			}
-			vs["dm"][c] = -sdy[c] * k
-			vs["dv"][c] = -0.5 * s * s * k * sdx[c]
-			oc.ref.A[c] = k
-		}
-		oc.ref.vectors = vs
+		gl := reference.GlobalNormalizationGradFromSums(sums(d, g.dt, dy, x, m), v, gamma, eps64, o.mode == "scale")
+		oc.ref = wants{activation: gl.DX,
+			vectors: map[string][]float64{"dm": gl.DM, "dv": gl.DV, "db": gl.DB, "dg": gl.DG}}
 	case "reduce":
 		vecOut("sum_dy", cuda.Float32)
 		vecOut("sum_dy_xmu", cuda.Float32)
-		sdy, sdx := sums(d, g.dt, dy, x, mean)
-		oc.ref.vectors = map[string][]float64{"sum_dy": sdy, "sum_dy_xmu": sdx}
+		s := sums(d, g.dt, dy, x, mean)
+		oc.ref.vectors = map[string][]float64{"sum_dy": s.Dy, "sum_dy_xmu": s.DyXmu}
 	case "apply":
 		replicas := int64(1)
 		if o.mode == "r4" {
@@ -256,16 +221,12 @@ func newOpCase(gd *groupData, o op, guardBytes int) *opCase {
 			count = 7
 		}
 		mag := math.Sqrt(float64(max(count, 1)))
-		sdyIn := perChannel("sum_dy_in", cuda.Float32, false, mag, 0)
-		sdxIn := perChannel("sum_dy_xmu_in", cuda.Float32, false, mag, 0)
-		actOut("x_backprop")
-		if count > 0 {
-			oc.ref.MDy = make([]float64, C)
-			for c := range C {
-				oc.ref.MDy[c] = sdyIn[c] / float64(count)
-			}
-			trainingB(sdxIn, float64(count))
+		all := reference.Sums{
+			Dy:    perChannel("sum_dy_in", cuda.Float32, false, mag, 0),
+			DyXmu: perChannel("sum_dy_xmu_in", cuda.Float32, false, mag, 0),
 		}
+		actOut("x_backprop")
+		oc.ref.activation = reference.GradApply(all, count, scale, mean, variance, eps64)
 		oc.call.count = count
 	}
 	return oc

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gobn/gobn/internal/reference"
 	"github.com/gobn/gobn/internal/tolerance"
 	"github.com/gobn/gobn/kernels/cuda"
 )
@@ -107,15 +108,12 @@ func TestCheckCatchesFaults(t *testing.T) {
 		}, "input scale changed (gpu)"},
 		{"within tolerance, but worse than the CPU's", func(m *hostMemory, c *call) {
 			// offset_backprop[0] moved by 0.6 of its bound
-			C := int(c.dims.C)
-			M := 0.0
-			for i := range C {
-				M = max(M, math.Abs(load(cuda.Float32, element(m, c, "offset_backprop", cuda.Float32, i), 0)))
+			out := make([]float64, c.dims.C)
+			for i := range out {
+				out[i] = load(cuda.Float32, element(m, c, "offset_backprop", cuda.Float32, i), 0)
 			}
-			b := tolerance.ByDType["float"]
 			e := element(m, c, "offset_backprop", cuda.Float32, 0)
-			v := load(cuda.Float32, e, 0)
-			store(cuda.Float32, e, 0, v+0.6*(b.Atol*M+b.Rtol*math.Abs(v)))
+			store(cuda.Float32, e, 0, out[0]+0.6*tolerance.ByDType["float"].At(reference.MaxAbs(out), out[0]))
 		}, "offset_backprop gpu norm"},
 	}
 	for _, f := range faults {

@@ -12,9 +12,9 @@ import (
 const maxInputs = 8
 
 // compute validates the inputs of one call of k's op with stock's rules,
-// allocates its outputs and runs it on k's device, through the op's family:
-// the method of the family's file. dev is the call as a GPU kernel needs
-// it; a CPU kernel takes none (nil).
+// allocates its outputs and runs it on k's device, through the op's family's
+// method. dev is the call as a GPU kernel needs it; a CPU kernel takes none
+// (nil).
 func (k *kernel) compute(in []tensor, allocate allocator, dev gpuCall) error {
 	switch k.op.Kind {
 	case opdef.FusedBatchNormGrad: // fused_batch_norm_grad.go
@@ -30,13 +30,27 @@ func (k *kernel) compute(in []tensor, allocate allocator, dev gpuCall) error {
 }
 
 // familyFiles are the families' files, by kind: each defines its family's
-// method, which compute calls, and the CPU and GPU functions its run
-// method calls (TestEveryKindIsComplete).
+// CPU and GPU functions, which its run method calls
+// (TestEveryKindIsComplete).
 var familyFiles = map[opdef.Kind]string{
 	opdef.FusedBatchNormGrad:      "fused_batch_norm_grad.go",
 	opdef.GlobalNormalizationGrad: "global_normalization_grad.go",
 	opdef.GradReduce:              "grad_reduce.go",
 	opdef.GradApply:               "grad_apply.go",
+}
+
+// fusedBatchNormGrad validates one call of the FusedBatchNormGrad family with the rules of opdef,
+// allocates its outputs and runs it on k's device.
+func (k *kernel) fusedBatchNormGrad(in []tensor, allocate allocator, dev gpuCall) error {
+	b, g, err := k.bindFusedBatchNormGrad(in)
+	if err != nil {
+		return err
+	}
+	out, err := k.allocateFusedBatchNormGrad(&b, allocate)
+	if err != nil {
+		return err
+	}
+	return k.runFusedBatchNormGrad(g, &b, &out, dev)
 }
 
 // fusedBatchNormGradIn are the inputs of the FusedBatchNormGrad family, by name: those of
@@ -126,6 +140,20 @@ func (k *kernel) runFusedBatchNormGrad(g opdef.Geometry, in *fusedBatchNormGradI
 	return nil
 }
 
+// globalNormalizationGrad validates one call of the GlobalNormalizationGrad family with the rules of opdef,
+// allocates its outputs and runs it on k's device.
+func (k *kernel) globalNormalizationGrad(in []tensor, allocate allocator, dev gpuCall) error {
+	b, g, err := k.bindGlobalNormalizationGrad(in)
+	if err != nil {
+		return err
+	}
+	out, err := k.allocateGlobalNormalizationGrad(&b, allocate)
+	if err != nil {
+		return err
+	}
+	return k.runGlobalNormalizationGrad(g, &b, &out, dev)
+}
+
 // globalNormalizationGradIn are the inputs of the GlobalNormalizationGrad family, by name: those of
 // Gobn>BatchNormWithGlobalNormalizationGrad.
 type globalNormalizationGradIn struct {
@@ -206,6 +234,21 @@ func (k *kernel) runGlobalNormalizationGrad(g opdef.Geometry, in *globalNormaliz
 	return nil
 }
 
+// gradReduce validates one call of the GradReduce family with the rules of opdef,
+// allocates its outputs and runs it on k's device.
+func (k *kernel) gradReduce(in []tensor, allocate allocator, dev gpuCall) error {
+	b, g, err := k.bindGradReduce(in)
+	if err != nil {
+		return err
+	}
+	out, err := k.allocateGradReduce(&b, allocate)
+	if err != nil {
+		return err
+	}
+	view[int64](out.count)[0] = g.N * g.S // host memory on every device
+	return k.runGradReduce(g, &b, &out, dev)
+}
+
 // gradReduceIn are the inputs of the GradReduce family, by name: those of
 // Gobn>BatchNormGradReduce.
 type gradReduceIn struct {
@@ -276,6 +319,23 @@ func (k *kernel) runGradReduce(g opdef.Geometry, in *gradReduceIn, out *gradRedu
 		return k.noKernel()
 	}
 	return nil
+}
+
+// gradApply validates one call of the GradApply family with the rules of opdef,
+// allocates its outputs and runs it on k's device.
+func (k *kernel) gradApply(in []tensor, allocate allocator, dev gpuCall) error {
+	b, g, err := k.bindGradApply(in)
+	if err != nil {
+		return err
+	}
+	if err := opdef.CheckCount(view[int64](b.count)[0], g); err != nil { // host memory on every device
+		return err
+	}
+	out, err := k.allocateGradApply(&b, allocate)
+	if err != nil {
+		return err
+	}
+	return k.runGradApply(g, &b, &out, dev)
 }
 
 // gradApplyIn are the inputs of the GradApply family, by name: those of

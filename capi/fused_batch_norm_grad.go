@@ -6,22 +6,9 @@ import (
 )
 
 // The FusedBatchNormGrad family: FusedBatchNormGrad, V2 and V3, training
-// and inference (is_training). Its binders (families_gen.go) come from
-// opdef.
-
-// fusedBatchNormGrad validates one call with stock's rules, allocates its
-// outputs and runs it on k's device.
-func (k *kernel) fusedBatchNormGrad(in []tensor, allocate allocator, dev gpuCall) error {
-	b, g, err := k.bindFusedBatchNormGrad(in)
-	if err != nil {
-		return err
-	}
-	out, err := k.allocateFusedBatchNormGrad(&b, allocate)
-	if err != nil {
-		return err
-	}
-	return k.runFusedBatchNormGrad(g, &b, &out, dev)
-}
+// and inference (is_training). families_gen.go binds, validates and
+// allocates its calls from opdef and dispatches them to these calls of its
+// kernels.
 
 // fusedBatchNormGradCPU runs the Go kernel with T: the per-channel tensors
 // are float32 (T of FusedBatchNormGrad is float32 only).

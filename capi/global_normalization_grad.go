@@ -6,23 +6,10 @@ import (
 )
 
 // The GlobalNormalizationGrad family: BatchNormWithGlobalNormalizationGrad,
-// channels last, every tensor of T. Its binders (families_gen.go) come from
-// opdef.
-
-// globalNormalizationGrad validates one call with stock's rules (and
-// gobn's: t and backprop of one shape, m, v and gamma sized C), allocates
-// its outputs and runs it on k's device.
-func (k *kernel) globalNormalizationGrad(in []tensor, allocate allocator, dev gpuCall) error {
-	b, g, err := k.bindGlobalNormalizationGrad(in)
-	if err != nil {
-		return err
-	}
-	out, err := k.allocateGlobalNormalizationGrad(&b, allocate)
-	if err != nil {
-		return err
-	}
-	return k.runGlobalNormalizationGrad(g, &b, &out, dev)
-}
+// channels last, every tensor of T (gobn's rules beside stock's: t and
+// backprop of one shape, m, v and gamma sized C). families_gen.go binds,
+// validates and allocates its calls from opdef and dispatches them to these
+// calls of its kernels.
 
 // globalNormalizationGradCPU runs the Go kernel with T.
 func globalNormalizationGradCPU[T kernels.Element](k *kernel, d kernels.Dims, in *globalNormalizationGradIn, out *globalNormalizationGradOut) {

@@ -3,29 +3,13 @@ package main
 import (
 	"github.com/gobn/gobn/kernels"
 	"github.com/gobn/gobn/kernels/cuda"
-	"github.com/gobn/gobn/opdef"
 )
 
 // The GradApply family: BatchNormGradApply, the second half of the training
-// gradient of batch norm synchronized across replicas. Its binders
-// (families_gen.go) come from opdef.
-
-// gradApply validates one call, the value of count included, allocates its
-// output and runs it on k's device: x_backprop from the global sums.
-func (k *kernel) gradApply(in []tensor, allocate allocator, dev gpuCall) error {
-	b, g, err := k.bindGradApply(in)
-	if err != nil {
-		return err
-	}
-	if err := opdef.CheckCount(view[int64](b.count)[0], g); err != nil { // host memory on every device
-		return err
-	}
-	out, err := k.allocateGradApply(&b, allocate)
-	if err != nil {
-		return err
-	}
-	return k.runGradApply(g, &b, &out, dev)
-}
+// gradient of batch norm synchronized across replicas: x_backprop from the
+// global sums. families_gen.go binds, validates (the value of count
+// included) and allocates its calls from opdef and dispatches them to these
+// calls of its kernels.
 
 // gradApplyCPU runs the Go kernel with T.
 func gradApplyCPU[T kernels.Element](k *kernel, d kernels.Dims, in *gradApplyIn, out *gradApplyOut) {

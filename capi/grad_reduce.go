@@ -6,23 +6,10 @@ import (
 )
 
 // The GradReduce family: BatchNormGradReduce, the first half of the
-// training gradient of batch norm synchronized across replicas. Its binders
-// (families_gen.go) come from opdef.
-
-// gradReduce validates one call, allocates its outputs and runs it on k's
-// device: the sums of one replica, and its count R = N·S as an int64 scalar.
-func (k *kernel) gradReduce(in []tensor, allocate allocator, dev gpuCall) error {
-	b, g, err := k.bindGradReduce(in)
-	if err != nil {
-		return err
-	}
-	out, err := k.allocateGradReduce(&b, allocate)
-	if err != nil {
-		return err
-	}
-	view[int64](out.count)[0] = g.N * g.S // host memory on every device
-	return k.runGradReduce(g, &b, &out, dev)
-}
+// training gradient of batch norm synchronized across replicas: the sums of
+// one replica, and its count R = N·S as an int64 scalar. families_gen.go
+// binds, validates and allocates its calls from opdef (and sets count) and
+// dispatches them to these calls of its kernels.
 
 // gradReduceCPU runs the Go kernel with T.
 func gradReduceCPU[T kernels.Element](_ *kernel, d kernels.Dims, in *gradReduceIn, out *gradReduceOut) {

@@ -23,11 +23,7 @@ package kernels
 // form of channels-first training gradients on or off, and returns the
 // previous setting (tests and benchmarks).
 func SetByChannel(on bool) bool {
-	t := CurrentTuning()
-	prev := t.ByChannel
-	t.ByChannel = on
-	SetTuning(t)
-	return prev
+	return setTuningField(func(t *Tuning) *bool { return &t.ByChannel }, on)
 }
 
 // minUnitRun is the least length of a unit's contiguous runs (its channels'

@@ -21,21 +21,13 @@ import (
 // SetMinElementsPerWorker sets the tuning's PerWorker and returns the
 // previous value (tests and benchmarks).
 func SetMinElementsPerWorker(n int) int {
-	t := CurrentTuning()
-	prev := t.PerWorker
-	t.PerWorker = n
-	SetTuning(t)
-	return prev
+	return setTuningField(func(t *Tuning) *int { return &t.PerWorker }, n)
 }
 
 // SetAffinePasses sets the tuning's Affine and returns the previous setting
 // (tests and benchmarks).
 func SetAffinePasses(on bool) bool {
-	t := CurrentTuning()
-	prev := t.Affine
-	t.Affine = on
-	SetTuning(t)
-	return prev
+	return setTuningField(func(t *Tuning) *bool { return &t.Affine }, on)
 }
 
 // splits counts the calls that cut their passes into ranges, and the most

@@ -127,6 +127,15 @@ func SetTuning(t Tuning) Tuning {
 	return *tuning.Swap(&t)
 }
 
+// setTuningField sets the field of the tuning that field finds to v and
+// returns its previous value: the Set functions of tests and benchmarks.
+func setTuningField[V any](field func(*Tuning) *V, v V) V {
+	t := CurrentTuning()
+	*field(&t) = v
+	prev := SetTuning(t)
+	return *field(&prev)
+}
+
 // tuningFields name Tuning's fields in ParseTuning's and String's spec.
 var tuningFields = map[string]func(t *Tuning) any{
 	"per_worker":   func(t *Tuning) any { return &t.PerWorker },

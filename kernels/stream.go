@@ -14,9 +14,5 @@ package kernels
 // (0: a quarter of the last-level cache) and returns the previous value in
 // elements. It is for tests and benchmarks.
 func SetMinStreamElements(n int) int {
-	t := CurrentTuning()
-	prev := t.StreamBytes / 4
-	t.StreamBytes = min(n, 1<<60) * 4
-	SetTuning(t)
-	return prev
+	return setTuningField(func(t *Tuning) *int { return &t.StreamBytes }, min(n, 1<<60)*4) / 4
 }

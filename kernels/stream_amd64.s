@@ -11,61 +11,54 @@
 // aligned (VMOVNTPS faults otherwise) and n a multiple of 8; the caller
 // fences (streamFence) before other threads may read dx.
 
+// STREAM_ARGS loads the arguments both loops share: n (CX), dy (SI), x
+// (DI) and dx (DX).
+#define STREAM_ARGS \
+	MOVQ n+0(FP), CX; \
+	MOVQ dy+8(FP), SI; \
+	MOVQ x+16(FP), DI; \
+	MOVQ dx+24(FP), DX
+
+// STREAM_APPLY(mu, b, mdy, a) writes dx[j] = (dy[j]−mdy)·a + (x[j]−mu)·b,
+// j < n, eight at a time, and returns: the coefficients are operands, a
+// row's in memory at (R)(AX*4), a run's broadcast in registers.
+#define STREAM_APPLY(mu, b, mdy, a) \
+	XORQ AX, AX; \
+	JMP  test; \
+loop: \
+	VMOVUPS     (DI)(AX*4), Y0; \
+	VSUBPS      mu, Y0, Y0; \
+	VMULPS      b, Y0, Y0; \
+	VMOVUPS     (SI)(AX*4), Y1; \
+	VSUBPS      mdy, Y1, Y1; \
+	VFMADD231PS a, Y1, Y0; \
+	VMOVNTPS    Y0, (DX)(AX*4); \
+	ADDQ        $8, AX; \
+test: \
+	CMPQ AX, CX; \
+	JLT  loop; \
+	VZEROUPPER; \
+	RET
+
 // func streamApplyRow(n int, dy, x, dx, a, b, mdy, mu unsafe.Pointer)
 // dx[j] = (dy[j]−mdy[j])·a[j] + (x[j]−mu[j])·b[j], j < n.
 TEXT ·streamApplyRow(SB), NOSPLIT, $0-64
-	MOVQ n+0(FP), CX
-	MOVQ dy+8(FP), SI
-	MOVQ x+16(FP), DI
-	MOVQ dx+24(FP), DX
+	STREAM_ARGS
 	MOVQ a+32(FP), R8
 	MOVQ b+40(FP), R9
 	MOVQ mdy+48(FP), R10
 	MOVQ mu+56(FP), R11
-	XORQ AX, AX
-	JMP  rowtest
-rowloop:
-	VMOVUPS     (DI)(AX*4), Y0
-	VSUBPS      (R11)(AX*4), Y0, Y0
-	VMULPS      (R9)(AX*4), Y0, Y0
-	VMOVUPS     (SI)(AX*4), Y1
-	VSUBPS      (R10)(AX*4), Y1, Y1
-	VFMADD231PS (R8)(AX*4), Y1, Y0
-	VMOVNTPS    Y0, (DX)(AX*4)
-	ADDQ        $8, AX
-rowtest:
-	CMPQ AX, CX
-	JLT  rowloop
-	VZEROUPPER
-	RET
+	STREAM_APPLY((R11)(AX*4), (R9)(AX*4), (R10)(AX*4), (R8)(AX*4))
 
 // func streamApplyRun(n int, dy, x, dx unsafe.Pointer, a, b, mdy, mu float32)
 // dx[j] = (dy[j]−mdy)·a + (x[j]−mu)·b, j < n.
 TEXT ·streamApplyRun(SB), NOSPLIT, $0-48
-	MOVQ         n+0(FP), CX
-	MOVQ         dy+8(FP), SI
-	MOVQ         x+16(FP), DI
-	MOVQ         dx+24(FP), DX
+	STREAM_ARGS
 	VBROADCASTSS a+32(FP), Y2
 	VBROADCASTSS b+36(FP), Y3
 	VBROADCASTSS mdy+40(FP), Y4
 	VBROADCASTSS mu+44(FP), Y5
-	XORQ         AX, AX
-	JMP          runtest
-runloop:
-	VMOVUPS     (DI)(AX*4), Y0
-	VSUBPS      Y5, Y0, Y0
-	VMULPS      Y3, Y0, Y0
-	VMOVUPS     (SI)(AX*4), Y1
-	VSUBPS      Y4, Y1, Y1
-	VFMADD231PS Y2, Y1, Y0
-	VMOVNTPS    Y0, (DX)(AX*4)
-	ADDQ        $8, AX
-runtest:
-	CMPQ AX, CX
-	JLT  runloop
-	VZEROUPPER
-	RET
+	STREAM_APPLY(Y5, Y3, Y4, Y2)
 
 // func streamFence()
 // Orders this thread's non-temporal stores before its later stores.

@@ -52,6 +52,23 @@
 	VXORPS  Z6, Z6, Z6; \
 	VXORPS  Z7, Z7, Z7
 
+// NEXT_ROW(loop) steps dy and x to the next row and runs loop again while
+// the fold has rows left (BX).
+#define NEXT_ROW(loop) \
+	ADDQ DX, SI; \
+	ADDQ DX, DI; \
+	DECQ BX; \
+	JNZ  loop
+
+// FOLD_TEST(test, loop) is test, the outer loop's: loop again while rows are
+// left (CX), else return.
+#define FOLD_TEST(test, loop) \
+test: \
+	TESTQ CX, CX; \
+	JG    loop; \
+	VZEROUPPER; \
+	RET
+
 // func sumsTileRows512(rows, W int, dy, x, mean unsafe.Pointer, a, b unsafe.Pointer)
 // For rows rows W float32s apart from dy and x, adds into the float64 a[c]
 // and b[c], c < 64, Σ dy and Σ dy·(x−mean[c]) (mean: 64 float32s), summed
@@ -84,10 +101,7 @@ row_loop:
 	VSUBPS      Z19, Z15, Z15
 	VADDPS      Z11, Z3, Z3
 	VFMADD231PS Z15, Z11, Z7
-	ADDQ        DX, SI
-	ADDQ        DX, DI
-	DECQ        BX
-	JNZ         row_loop
+	NEXT_ROW(row_loop)
 
 	// Fold: each sum's low and high eight lanes, widened, into a and b.
 	FOLD(Z0, Y0, R8, 0)
@@ -99,11 +113,7 @@ row_loop:
 	FOLD(Z6, Y6, R9, 256)
 	FOLD(Z7, Y7, R9, 384)
 
-fold_test:
-	TESTQ CX, CX
-	JG    fold_loop
-	VZEROUPPER
-	RET
+	FOLD_TEST(fold_test, fold_loop)
 
 // UNPERMUTE folds the pair lo, hi of 32 channels widened by interleaving
 // into the float64 sums at off(p): channels 0-15 from Z26's indices, 16-31
@@ -160,10 +170,7 @@ bf_row_loop:
 	VFMADD231PS Z13, Z9, Z6
 	VADDPS      Z10, Z3, Z3
 	VFMADD231PS Z14, Z10, Z7
-	ADDQ        DX, SI
-	ADDQ        DX, DI
-	DECQ        BX
-	JNZ         bf_row_loop
+	NEXT_ROW(bf_row_loop)
 
 	// Each pair back in channel order, then folded as in sumsTileRows512.
 	UNPERMUTE(Z0, Z1, R8, 0)
@@ -171,8 +178,4 @@ bf_row_loop:
 	UNPERMUTE(Z4, Z5, R9, 0)
 	UNPERMUTE(Z6, Z7, R9, 256)
 
-bf_fold_test:
-	TESTQ CX, CX
-	JG    bf_fold_loop
-	VZEROUPPER
-	RET
+	FOLD_TEST(bf_fold_test, bf_fold_loop)

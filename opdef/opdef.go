@@ -86,6 +86,12 @@ type Arg struct {
 	// nothing else references it (TensorFlow's forwarding): gobn's kernels
 	// read each element of those before they write that element of it.
 	Forward []string
+	// Count marks the int64 scalar, in host memory on every device
+	// (HostMemory), that counts the elements per channel: an output's value
+	// is the call's R = N·S; an input's is the count over every replica,
+	// which CheckCount holds to at least this replica's R. capi sets and
+	// checks them, not the kernels.
+	Count bool
 }
 
 // Spec returns the spec string TensorFlow's op builder takes, "name: type".
@@ -250,14 +256,22 @@ var scalar = []int{0}
 // dyOrX: x_backprop may take over y_backprop's or x's buffer.
 var dyOrX = []string{"y_backprop", "x"}
 
-func fusedInputs(scaleType, reserveType string, withReserve3 bool) []Arg {
-	in := []Arg{
+// activationsAnd returns the inputs y_backprop and x, the activations of
+// the fused and the synchronized gradients (their Activation is x), then
+// more.
+func activationsAnd(more ...Arg) []Arg {
+	return append([]Arg{
 		{Name: "y_backprop", Type: "T", Ranks: activation},
 		{Name: "x", Type: "T", Ranks: activation},
-		{Name: "scale", Type: scaleType, Ranks: vector},
-		{Name: "reserve_space_1", Type: reserveType, Ranks: vector, Detail: "saved mean"},
-		{Name: "reserve_space_2", Type: reserveType, Ranks: vector, Detail: "saved variance"},
-	}
+	}, more...)
+}
+
+func fusedInputs(scaleType, reserveType string, withReserve3 bool) []Arg {
+	in := activationsAnd(
+		Arg{Name: "scale", Type: scaleType, Ranks: vector},
+		Arg{Name: "reserve_space_1", Type: reserveType, Ranks: vector, Detail: "saved mean"},
+		Arg{Name: "reserve_space_2", Type: reserveType, Ranks: vector, Detail: "saved variance"},
+	)
 	if withReserve3 {
 		in = append(in, Arg{Name: "reserve_space_3", Type: reserveType})
 	}
@@ -374,15 +388,11 @@ var All = []Op{
 		Name:       "Gobn>BatchNormGradReduce",
 		Kind:       GradReduce,
 		Activation: "x",
-		Inputs: []Arg{
-			{Name: "y_backprop", Type: "T", Ranks: activation},
-			{Name: "x", Type: "T", Ranks: activation},
-			{Name: "mean", Type: "U", Ranks: vector},
-		},
+		Inputs:     activationsAnd(Arg{Name: "mean", Type: "U", Ranks: vector}),
 		Outputs: []Arg{
 			{Name: "sum_dy", Type: "U", Shape: ShapeRule{Like: 2}},
 			{Name: "sum_dy_xmu", Type: "U", Shape: ShapeRule{Like: 2}},
-			{Name: "count", Type: "int64", Shape: ShapeRule{Scalar: true}},
+			{Name: "count", Type: "int64", Shape: ShapeRule{Scalar: true}, Count: true},
 		},
 		Attrs:      append(append([]Attr(nil), mixedPrecision...), dataFormat(allFormats)),
 		Kernels:    mixedKernels,
@@ -393,16 +403,14 @@ var All = []Op{
 		Name:       "Gobn>BatchNormGradApply",
 		Kind:       GradApply,
 		Activation: "x",
-		Inputs: []Arg{
-			{Name: "y_backprop", Type: "T", Ranks: activation},
-			{Name: "x", Type: "T", Ranks: activation},
-			{Name: "scale", Type: "U", Ranks: vector},
-			{Name: "mean", Type: "U", Ranks: vector},
-			{Name: "variance", Type: "U", Ranks: vector},
-			{Name: "sum_dy", Type: "U", Ranks: vector},
-			{Name: "sum_dy_xmu", Type: "U", Ranks: vector},
-			{Name: "count", Type: "int64", Ranks: scalar},
-		},
+		Inputs: activationsAnd(
+			Arg{Name: "scale", Type: "U", Ranks: vector},
+			Arg{Name: "mean", Type: "U", Ranks: vector},
+			Arg{Name: "variance", Type: "U", Ranks: vector},
+			Arg{Name: "sum_dy", Type: "U", Ranks: vector},
+			Arg{Name: "sum_dy_xmu", Type: "U", Ranks: vector},
+			Arg{Name: "count", Type: "int64", Ranks: scalar, Count: true},
+		),
 		Outputs: []Arg{
 			{Name: "x_backprop", Type: "T", Shape: ShapeRule{Like: 1}, Forward: dyOrX},
 		},

@@ -29,15 +29,6 @@ import warnings
 import numpy as np
 import tensorflow as tf
 
-folder = sys.argv[1]
-with open(os.path.join(folder, "manifest.json")) as f:
-    manifest = json.load(f)
-report = {"gobn_importable": importlib.util.find_spec("gobn") is not None, "errors": {}, "failures": {},
-          "layer_types": {},
-          "entries": len(manifest), "checked": 0}
-results = {}
-
-
 def inputs(name):
     return np.load(os.path.join(folder, f"{name}.npy"))
 
@@ -63,12 +54,18 @@ def serve(entry):
         results[f"{entry['name']}/tflite/{signature}"] = only_output(runner(**{arg: inputs(entry["serve"][signature])}))
     for fn_name in entry.get("gradients", ()):
         x, dy = tf.constant(inputs(f"{entry['name']}_{fn_name}")), tf.constant(inputs(f"{entry['name']}_{fn_name}_dy"))
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            y = getattr(loaded, fn_name)(x)["y"]
-        grads = tape.gradient(y, [x, loaded.scale, loaded.offset], output_gradients=dy)
-        for key, value in zip(("y", "x", "scale", "offset"), [y, *grads]):
-            results[f"{entry['name']}/{fn_name}/{key}"] = value.numpy()
+        for key, value in tape_results(getattr(loaded, fn_name), loaded, x, dy).items():
+            results[f"{entry['name']}/{fn_name}/{key}"] = value
+
+
+def tape_results(fn, module, x, dy):
+    """y = fn(x)["y"] and the gradients of <y, dy> with respect to x and the module's scale and offset, by name
+    (test_deploy.py computes the saving process's with it too)."""
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        y = fn(x)["y"]
+    grads = tape.gradient(y, [x, module.scale, module.offset], output_gradients=dy)
+    return {key: value.numpy() for key, value in zip(("y", "x", "scale", "offset"), [y, *grads])}
 
 
 def bn_types(model, base):
@@ -101,16 +98,25 @@ def must_fail(entry):
 
 CHECKS = {"saved_model": serve, "keras": load_keras, "tf_keras": load_keras, "keras_gobn": must_fail,
           "fails": must_fail}
-for entry in manifest:
-    try:
-        CHECKS[entry["kind"]](entry)
-    except Exception as e:  # noqa: BLE001  (reported for test_deploy.py to name)
-        report["failures"][f"{entry['name']} {entry['kind']}"] = f"{type(e).__name__}: {e}"[-3000:]
-    else:
-        report["checked"] += 1
 
-np.savez(os.path.join(folder, "stock_results.npz"), **results)
-report["gobn_modules"] = sorted(name for name in sys.modules if name == "gobn" or name.startswith("gobn."))
-with open("/proc/self/maps") as f:
-    report["libgobn_mapped"] = sorted({line.split()[-1] for line in f if "libgobn" in line})
-print(json.dumps(report))
+if __name__ == "__main__":
+    folder = sys.argv[1]
+    with open(os.path.join(folder, "manifest.json")) as f:
+        manifest = json.load(f)
+    report = {"gobn_importable": importlib.util.find_spec("gobn") is not None, "errors": {}, "failures": {},
+              "layer_types": {},
+              "entries": len(manifest), "checked": 0}
+    results = {}
+    for entry in manifest:
+        try:
+            CHECKS[entry["kind"]](entry)
+        except Exception as e:  # noqa: BLE001  (reported for test_deploy.py to name)
+            report["failures"][f"{entry['name']} {entry['kind']}"] = f"{type(e).__name__}: {e}"[-3000:]
+        else:
+            report["checked"] += 1
+
+    np.savez(os.path.join(folder, "stock_results.npz"), **results)
+    report["gobn_modules"] = sorted(name for name in sys.modules if name == "gobn" or name.startswith("gobn."))
+    with open("/proc/self/maps") as f:
+        report["libgobn_mapped"] = sorted({line.split()[-1] for line in f if "libgobn" in line})
+    print(json.dumps(report))

@@ -48,6 +48,7 @@ import pytest
 import tensorflow as tf
 
 import gobn
+from deploy_stock_child import tape_results
 from support import assert_close, child_env
 from test_keras import readme_example
 
@@ -184,12 +185,8 @@ def module_results(module, inputs):
     out = {"module/step": module.step(tf.constant(inputs["module_train"]))["scale"].numpy()}
     for fn_name in ("infer", "train"):
         x, dy = (tf.constant(inputs[f"module_{fn_name}{k}"]) for k in ("", "_dy"))
-        with tf.GradientTape() as tape:
-            tape.watch(x)
-            y = getattr(module, fn_name)(x)["y"]
-        grads = tape.gradient(y, [x, module.scale, module.offset], output_gradients=dy)
-        for key, value in zip(("y", "x", "scale", "offset"), [y, *grads]):
-            out[f"module/{fn_name}/{key}"] = value.numpy()
+        for key, value in tape_results(getattr(module, fn_name), module, x, dy).items():
+            out[f"module/{fn_name}/{key}"] = value
     return out
 
 

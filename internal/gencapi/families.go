@@ -25,10 +25,14 @@ import (
 //   - k.run<Family>(g, in, out, dev): T's instantiation on k's device,
 //     <family>GPU with its CUDA type or <family>CPU with its Go type, for
 //     each dtype opdef binds the family's kernels to;
+//   - k.<family>(in, allocate, dev), the family's method: bind, check an
+//     input count (opdef.Arg.Count), allocate, set an output count, run;
 //
-// and compute, which hands a call to its op's family. It fails on a family
-// whose ops disagree where one field must serve them all: an arg's name at
-// a position, its dtype, an output's shape rule or forwarding.
+// and compute, which hands a call to its op's family. So a family's file
+// holds only its kernels' calls, <family>CPU and <family>GPU. It fails on a
+// family whose ops disagree where one field must serve them all: an arg's
+// name at a position, its dtype, an output's shape rule or forwarding, a
+// count.
 func GenerateFamilies(ops []opdef.Op) ([]byte, error) {
 	var b bytes.Buffer
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
@@ -41,9 +45,9 @@ func GenerateFamilies(ops []opdef.Op) ([]byte, error) {
 	}
 	p("// maxInputs is the most inputs an op has.\nconst maxInputs = %d\n\n", maxInputs)
 	p("// compute validates the inputs of one call of k's op with stock's rules,\n")
-	p("// allocates its outputs and runs it on k's device, through the op's family:\n")
-	p("// the method of the family's file. dev is the call as a GPU kernel needs\n")
-	p("// it; a CPU kernel takes none (nil).\n")
+	p("// allocates its outputs and runs it on k's device, through the op's family's\n")
+	p("// method. dev is the call as a GPU kernel needs it; a CPU kernel takes none\n")
+	p("// (nil).\n")
 	p("func (k *kernel) compute(in []tensor, allocate allocator, dev gpuCall) error {\n\tswitch k.op.Kind {\n")
 	var families []family
 	for _, kind := range kinds(ops) {
@@ -56,8 +60,8 @@ func GenerateFamilies(ops []opdef.Op) ([]byte, error) {
 	}
 	p("\t}\n\treturn internalError(\"capi: no family for \" + k.op.Name)\n}\n")
 	p("\n// familyFiles are the families' files, by kind: each defines its family's\n")
-	p("// method, which compute calls, and the CPU and GPU functions its run\n")
-	p("// method calls (TestEveryKindIsComplete).\n")
+	p("// CPU and GPU functions, which its run method calls\n")
+	p("// (TestEveryKindIsComplete).\n")
 	p("var familyFiles = map[opdef.Kind]string{\n")
 	for _, f := range families {
 		p("\topdef.%s: %q,\n", f.kind, FamilyFile(f.kind))
@@ -167,6 +171,15 @@ func newFamily(kind opdef.Kind, all []opdef.Op) (family, error) {
 		if _, err := f.dtype(s); err != nil {
 			return f, err
 		}
+		for j, a := range s.args {
+			if a != nil && a.Count && (a.Type != "int64" || !a.Shape.Scalar && !slices.Equal(a.Ranks, []int{0}) ||
+				!slices.Contains(f.ops[j].HostMemory, a.Name)) {
+				return f, fmt.Errorf("gencapi: %s: the count %s must be an int64 scalar in host memory", f.ops[j].Name, a.Name)
+			}
+			if a != nil && (a.Count != s.first().Count || a.Count && !s.everywhere()) {
+				return f, fmt.Errorf("gencapi: %s ops disagree on whether %s is a count", kind, a.Name)
+			}
+		}
 	}
 	for _, op := range f.ops {
 		f.cpuTypes = appendTypes(f.cpuTypes, op.Kernels)
@@ -243,6 +256,24 @@ func (f family) write(p func(string, ...any)) {
 		}
 		return s
 	}
+
+	p("\n// %s validates one call of the %s family with the rules of opdef,\n", f.name, f.kind)
+	p("// allocates its outputs and runs it on k's device.\n")
+	p("func (k *kernel) %s(in []tensor, allocate allocator, dev gpuCall) error {\n", f.name)
+	p("\tb, g, err := k.bind%s(in)\n\tif err != nil {\n\t\treturn err\n\t}\n", exported)
+	for _, s := range f.inputs {
+		if a := s.first(); a.Count {
+			p("\tif err := opdef.CheckCount(view[int64](b.%s)[0], g); err != nil { // host memory on every device\n", fieldName(a.Name))
+			p("\t\treturn err\n\t}\n")
+		}
+	}
+	p("\tout, err := k.allocate%s(&b, allocate)\n\tif err != nil {\n\t\treturn err\n\t}\n", exported)
+	for _, s := range f.outputs {
+		if a := s.first(); a.Count {
+			p("\tview[int64](out.%s)[0] = g.N * g.S // host memory on every device\n", fieldName(a.Name))
+		}
+	}
+	p("\treturn k.run%s(g, &b, &out, dev)\n}\n", exported)
 
 	p("\n// %s are the inputs of the %s family, by name: those of\n// %s.\n", in, f.kind, strings.Join(names, ", "))
 	p("type %s struct {\n", in)

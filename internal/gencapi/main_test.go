@@ -39,6 +39,22 @@ func TestFamiliesRefuseDisagreement(t *testing.T) {
 	require.NoError(t, err)
 }
 
+// TestFamiliesRefuseDeviceCount: the generated method reads and writes a
+// count (opdef.Arg.Count) on the host on every device, so a count must be
+// an int64 scalar that the op keeps in host memory.
+func TestFamiliesRefuseDeviceCount(t *testing.T) {
+	for _, op := range opdef.All {
+		if op.Kind != opdef.GradApply && op.Kind != opdef.GradReduce {
+			continue
+		}
+		_, err := GenerateFamilies([]opdef.Op{op})
+		require.NoError(t, err, op.Name)
+		op.HostMemory = nil
+		_, err = GenerateFamilies([]opdef.Op{op})
+		require.ErrorContains(t, err, "the count count must be an int64 scalar in host memory", op.Name)
+	}
+}
+
 func TestFamilyFile(t *testing.T) {
 	require.Equal(t, "fused_batch_norm_grad.go", FamilyFile(opdef.FusedBatchNormGrad))
 	require.Equal(t, "grad_apply.go", FamilyFile(opdef.GradApply))

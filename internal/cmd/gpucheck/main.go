@@ -212,6 +212,18 @@ func applyArgs(dtype, layout C.int, n, c, s C.int64_t, count C.int64_t, epsilon 
 	}, err
 }
 
+// run runs a GPU entry: the launch of the args a family's builder makes,
+// on the stream and workspace at p.
+func run[A any](name string, args func() (A, error), launch func(A, cuda.Placement) error, p cuda.Placement) C.int {
+	return guard(name, func() error {
+		a, err := args()
+		if err != nil {
+			return err
+		}
+		return launch(a, p)
+	})
+}
+
 // workspace runs a workspace query: the bytes, or -1 on error.
 func workspace(name string, f func() (int64, error)) (bytes C.int64_t) {
 	bytes = -1
@@ -229,14 +241,10 @@ func workspace(name string, f func() (int64, error)) (bytes C.int64_t) {
 func gobncheck_fused_gpu(dtype, layout C.int, n, c, s C.int64_t, training C.int, epsilon C.float,
 	yBackprop, x, scale, reserve1, reserve2, xBackprop, scaleBackprop, offsetBackprop C.uintptr_t,
 	stream, ws C.uintptr_t, wsBytes C.int64_t) C.int {
-	return guard("fused_gpu", func() error {
-		a, err := fusedArgs(dtype, layout, n, c, s, training, epsilon,
+	return run("fused_gpu", func() (cuda.FusedGradArgs, error) {
+		return fusedArgs(dtype, layout, n, c, s, training, epsilon,
 			yBackprop, x, scale, reserve1, reserve2, xBackprop, scaleBackprop, offsetBackprop)
-		if err != nil {
-			return err
-		}
-		return cuda.FusedGrad(a, placement(stream, ws, wsBytes))
-	})
+	}, cuda.FusedGrad, placement(stream, ws, wsBytes))
 }
 
 //export gobncheck_fused_workspace
@@ -253,13 +261,9 @@ func gobncheck_fused_workspace(dtype, layout C.int, n, c, s C.int64_t, training 
 func gobncheck_global_gpu(dtype, layout C.int, n, c, s C.int64_t, scaleAfter C.int, epsilon C.float,
 	t, m, v, gamma, backprop, dx, dm, dv, db, dg C.uintptr_t,
 	stream, ws C.uintptr_t, wsBytes C.int64_t) C.int {
-	return guard("global_gpu", func() error {
-		a, err := globalArgs(dtype, layout, n, c, s, scaleAfter, epsilon, t, m, v, gamma, backprop, dx, dm, dv, db, dg)
-		if err != nil {
-			return err
-		}
-		return cuda.GlobalNormalizationGrad(a, placement(stream, ws, wsBytes))
-	})
+	return run("global_gpu", func() (cuda.GlobalNormalizationArgs, error) {
+		return globalArgs(dtype, layout, n, c, s, scaleAfter, epsilon, t, m, v, gamma, backprop, dx, dm, dv, db, dg)
+	}, cuda.GlobalNormalizationGrad, placement(stream, ws, wsBytes))
 }
 
 //export gobncheck_global_workspace
@@ -275,13 +279,9 @@ func gobncheck_global_workspace(dtype, layout C.int, n, c, s C.int64_t, scaleAft
 func gobncheck_reduce_gpu(dtype, layout C.int, n, c, s C.int64_t,
 	yBackprop, x, mean, sumDy, sumDyXmu C.uintptr_t,
 	stream, ws C.uintptr_t, wsBytes C.int64_t) C.int {
-	return guard("reduce_gpu", func() error {
-		a, err := reduceArgs(dtype, layout, n, c, s, yBackprop, x, mean, sumDy, sumDyXmu)
-		if err != nil {
-			return err
-		}
-		return cuda.GradReduce(a, placement(stream, ws, wsBytes))
-	})
+	return run("reduce_gpu", func() (cuda.GradReduceArgs, error) {
+		return reduceArgs(dtype, layout, n, c, s, yBackprop, x, mean, sumDy, sumDyXmu)
+	}, cuda.GradReduce, placement(stream, ws, wsBytes))
 }
 
 //export gobncheck_reduce_workspace
@@ -297,14 +297,10 @@ func gobncheck_reduce_workspace(dtype, layout C.int, n, c, s C.int64_t,
 func gobncheck_apply_gpu(dtype, layout C.int, n, c, s C.int64_t, count C.int64_t, epsilon C.float,
 	yBackprop, x, scale, mean, variance, sumDy, sumDyXmu, xBackprop C.uintptr_t,
 	stream, ws C.uintptr_t, wsBytes C.int64_t) C.int {
-	return guard("apply_gpu", func() error {
-		a, err := applyArgs(dtype, layout, n, c, s, count, epsilon,
+	return run("apply_gpu", func() (cuda.GradApplyArgs, error) {
+		return applyArgs(dtype, layout, n, c, s, count, epsilon,
 			yBackprop, x, scale, mean, variance, sumDy, sumDyXmu, xBackprop)
-		if err != nil {
-			return err
-		}
-		return cuda.GradApply(a, placement(stream, ws, wsBytes))
-	})
+	}, cuda.GradApply, placement(stream, ws, wsBytes))
 }
 
 //export gobncheck_apply_workspace

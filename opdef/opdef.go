@@ -15,6 +15,10 @@ type Op struct {
 	// or "" for an op stock TensorFlow does not have (BatchNormGradReduce,
 	// BatchNormGradApply).
 	Stock string
+	// GradientOf is the stock forward op whose gradient TensorFlow builds
+	// on Stock (tensorflow/python/ops/nn_grad.py), e.g. "FusedBatchNormV3"
+	// for FusedBatchNormGradV3; "" where Stock is.
+	GradientOf string
 	// Kind says which kernel family computes the op.
 	Kind Kind
 	// Inputs, Outputs and Attrs are the op's arguments and attributes, in
@@ -322,6 +326,7 @@ var All = []Op{
 	{
 		Name:       "Gobn>FusedBatchNormGrad",
 		Stock:      "FusedBatchNormGrad",
+		GradientOf: "FusedBatchNorm",
 		Kind:       FusedBatchNormGrad,
 		Activation: "x",
 		Inputs:     fusedInputs("T", "T", false),
@@ -333,6 +338,7 @@ var All = []Op{
 	{
 		Name:       "Gobn>FusedBatchNormGradV2",
 		Stock:      "FusedBatchNormGradV2",
+		GradientOf: "FusedBatchNormV2",
 		Kind:       FusedBatchNormGrad,
 		Activation: "x",
 		Inputs:     fusedInputs("float", "U", false),
@@ -344,6 +350,7 @@ var All = []Op{
 	{
 		Name:       "Gobn>FusedBatchNormGradV3",
 		Stock:      "FusedBatchNormGradV3",
+		GradientOf: "FusedBatchNormV3",
 		Kind:       FusedBatchNormGrad,
 		Activation: "x",
 		Inputs:     fusedInputs("float", "U", true),
@@ -353,9 +360,10 @@ var All = []Op{
 		GPUKernels: mixedKernels,
 	},
 	{
-		Name:  "Gobn>BatchNormWithGlobalNormalizationGrad",
-		Stock: "BatchNormWithGlobalNormalizationGrad",
-		Kind:  GlobalNormalizationGrad,
+		Name:       "Gobn>BatchNormWithGlobalNormalizationGrad",
+		Stock:      "BatchNormWithGlobalNormalizationGrad",
+		GradientOf: "BatchNormWithGlobalNormalization",
+		Kind:       GlobalNormalizationGrad,
 		Inputs: []Arg{
 			{Name: "t", Type: "T", Ranks: []int{4}, Detail: "input"},
 			{Name: "m", Type: "T", Ranks: vector, Detail: "mean"},

@@ -407,6 +407,8 @@ func TestAll(t *testing.T) {
 			if op.Stock != "" {
 				assert.Equal(t, op.Stock, op.BaseName())
 			}
+			// python_tests/test_python_package.py checks GradientOf against TensorFlow's gradients.
+			assert.Equal(t, op.Stock == "", op.GradientOf == "", "GradientOf is set exactly where Stock is")
 			assert.Equal(t, w.kind, op.Kind)
 			assert.Equal(t, w.inputs, argNames(op.Inputs))
 			assert.Equal(t, w.outputs, argNames(op.Outputs))

@@ -36,10 +36,13 @@ def gobn_calls(device="CPU"):
 
 
 def counted(fn):
-    """(fn's result, the gobn kernel calls it made, the calls of gobn's XLA handlers it made)."""
-    before, before_xla = gobn_calls(), gobn_calls("XLA_CPU")
+    """(fn's result, the gobn kernel calls it made, the calls of gobn's XLA
+    handlers it made, {registered op name: the CPU calls it made of that kernel})."""
+    before, before_xla, before_by_op = gobn_calls(), gobn_calls("XLA_CPU"), gobn.kernel_calls()
     out = fn()
-    return out, gobn_calls() - before, gobn_calls("XLA_CPU") - before_xla
+    by_op = {op: devices.get("CPU", 0) - before_by_op.get(op, {}).get("CPU", 0)
+             for op, devices in gobn.kernel_calls().items()}
+    return out, gobn_calls() - before, gobn_calls("XLA_CPU") - before_xla, {op: n for op, n in by_op.items() if n}
 
 
 def as_lists(tensors):
@@ -77,6 +80,44 @@ def raw_op(op, dtype, training):
 RAW_CASES = [(op, dtype, training) for op in ("FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3")
              for dtype in (("float32",) if op == "FusedBatchNormGrad" else ("float32", "float16", "bfloat16"))
              for training in (True, False)]
+
+
+def forward_gradient(forward, training):
+    """The gradients of Σ dy·y with respect to x, scale and offset through
+    stock's forward op (FusedBatchNorm, V2, V3), taken by an eager tape: the
+    forward op's gradient function is stock's before enable() and, with
+    oneDNN on, gobn's after it (gobn._stock_gradients)."""
+    x, scale, offset = tf.constant(X), tf.constant(SCALE), tf.zeros(8)
+    statistics = dict(mean=tf.zeros([0]), variance=tf.zeros([0])) if training else dict(mean=MEAN, variance=VAR)
+    with tf.GradientTape() as tape:
+        tape.watch([x, scale, offset])
+        y = getattr(tf.raw_ops, forward)(x=x, scale=scale, offset=offset, epsilon=EPSILON, is_training=training,
+                                         **statistics)[0]
+        loss = tf.reduce_sum(y * DY)
+    return as_lists(tape.gradient(loss, [x, scale, offset]))
+
+
+def global_norm_gradient():
+    """The gradients of Σ dy·y with respect to t, m, v, beta and gamma through
+    stock's BatchNormWithGlobalNormalization, deprecated at GraphDef version 9,
+    so in a version-8 graph run by a Session."""
+    from tensorflow.python.framework import test_util
+
+    graph = tf.Graph()
+    test_util.set_producer_version(graph, 8)
+    with graph.as_default():
+        inputs = [tf.constant(a) for a in (X, MEAN, VAR, np.zeros(8, np.float32), SCALE)]
+        y = tf.raw_ops.BatchNormWithGlobalNormalization(
+            t=inputs[0], m=inputs[1], v=inputs[2], beta=inputs[3], gamma=inputs[4], variance_epsilon=EPSILON,
+            scale_after_normalization=True)
+        gradients = tf.gradients(tf.reduce_sum(y * DY), inputs)
+    with tf.compat.v1.Session(graph=graph) as session:
+        values = session.run(gradients)
+    return as_lists(values)
+
+
+# The stock forward ops whose gradients enable() puts on gobn's ops with oneDNN on.
+FORWARD_OPS = ("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3")
 
 
 def forward_reserve_spaces():
@@ -161,6 +202,9 @@ def tf_keras_losses(policy=None):
 CASES = {
     **{f"raw {op} {dtype} {'training' if training else 'inference'}": (lambda c=(op, dtype, training): raw_op(*c))
        for op, dtype, training in RAW_CASES},
+    **{f"gradient of {op} {'training' if training else 'inference'}":
+       (lambda c=(op, training): forward_gradient(*c)) for op in FORWARD_OPS for training in (True, False)},
+    "gradient of BatchNormWithGlobalNormalization": global_norm_gradient,
     "train_step": train_step,
     "train_step jit_compile": lambda: train_step(jit_compile=True),
     "second_order": second_order,
@@ -177,14 +221,14 @@ def main():
         warnings.simplefilter("always")
         report = gobn.enable()
         again = gobn.enable()
-    got, calls, xla_calls = {}, {}, {}
+    got, calls, xla_calls, calls_by_op = {}, {}, {}, {}
     for name, fn in CASES.items():
-        got[name], calls[name], xla_calls[name] = counted(fn)
+        got[name], calls[name], xla_calls[name], calls_by_op[name] = counted(fn)
     print(json.dumps({
         "onednn": bool(_pywrap_util_port.IsMklEnabled()),
         "before": before, "report": report, "same_report": again is report,
         "warnings": [str(w.message) for w in caught],
-        "stock": stock, "got": got, "calls": calls, "xla_calls": xla_calls, "step_reference": step_reference(),
+        "stock": stock, "got": got, "calls": calls, "xla_calls": xla_calls, "calls_by_op": calls_by_op, "step_reference": step_reference(),
         "stock_forward": stock_forward, "forward": forward_reserve_spaces(),
         "batch_mean": MEAN.tolist(), "biased_variance": VAR.tolist(),
     }))

@@ -17,7 +17,8 @@ the same child before enable(), or a float64 reference.
 Stock BatchNormWithGlobalNormalizationGrad is refused by TensorFlow itself
 in today's graphs (deprecated at GraphDef version 9) before any kernel is
 chosen, so enable()'s kernels for it serve only older GraphDefs; it is
-checked here only as registered.
+checked here as registered, and as the gradient of its forward op in a
+version-8 graph.
 """
 
 import json
@@ -117,6 +118,23 @@ def test_direct_calls_of_stock_gradient_ops(child):
         assert relative_error(child["got"][case], child["stock"][case]) <= rtol(dtype), case
         on_gobn = not child["onednn"] or not onednn_rewrites(op, dtype)
         assert calls == (1 if on_gobn else 0), (case, calls)
+
+
+def test_gradients_of_stock_forward_ops(child):
+    """The gradient of each stock twin's forward op (opdef's gradient_of),
+    taken after enable(), runs the twin's kernel once: with oneDNN off stock's
+    gradient function builds the stock op, whose kernel is gobn's; with
+    oneDNN on gobn's function builds the Gobn> op (gobn._stock_gradients).
+    The results are stock's, taken before enable()."""
+    from gobn._opdefs_gen import OPS
+
+    twins = {op.gradient_of: op for op in OPS if op.gradient_of}
+    cases = [case for case in child["calls_by_op"] if case.startswith("gradient of ")]
+    assert sorted({case.split()[2] for case in cases}) == sorted(twins), "a case for every forward op"
+    for case in cases:
+        op = twins[case.split()[2]]
+        assert child["calls_by_op"][case] == {op.name if child["onednn"] else op.stock: 1}, case
+        assert relative_error(child["got"][case], child["stock"][case]) <= rtol("float32"), case
 
 
 def test_onednns_forward_saves_the_batch_mean_and_biased_variance(child):

@@ -72,7 +72,8 @@ func Generate(ops []opdef.Op) []byte {
 	p(`"""The ops libgobn.so registers, as opdef (Go) describes them.
 
 OPS lists them in registration order: name, Python wrapper, stock twin (or
-None), kernel family, arguments, attrs, data formats, the dtypes of T its
+None), the stock forward op whose gradient the twin is (or None), kernel
+family, arguments, attrs, data formats, the dtypes of T its
 CPU and GPU kernels take (as TensorFlow's specs name them), the type of each
 output ("T", or a fixed type), the args a GPU kernel keeps in host memory,
 and the op's XLA custom call (gobn._xla): its operands (name, type, ranks
@@ -82,21 +83,18 @@ and its attrs (name, kind).
 
 import collections
 
-Op = collections.namedtuple("Op", "name wrapper stock kind inputs outputs attrs data_formats dtypes gpu_dtypes "
-                                  "output_types host_memory xla_inputs xla_outputs xla_attrs")
+Op = collections.namedtuple("Op", "name wrapper stock gradient_of kind inputs outputs attrs data_formats dtypes "
+                                  "gpu_dtypes output_types host_memory xla_inputs xla_outputs xla_attrs")
 
 OPS = (
 `)
 	for _, op := range ops {
-		stock := "None"
-		if op.Stock != "" {
-			stock = fmt.Sprintf("%q", op.Stock)
-		}
 		formats := []string{opdef.NHWC} // the global-norm op: t is NHWC
 		if a, ok := op.Attr("data_format"); ok {
 			formats = a.Values
 		}
-		p("    Op(%q, %q, %s, %q,\n", op.Name, WrapperName(op.Name), stock, op.Kind.String())
+		p("    Op(%q, %q, stock=%s, gradient_of=%s, kind=%q,\n",
+			op.Name, WrapperName(op.Name), optional(op.Stock), optional(op.GradientOf), op.Kind.String())
 		p("       inputs=%s,\n", tuple(names(op.Inputs, func(a opdef.Arg) string { return a.Name })))
 		p("       outputs=%s,\n", tuple(names(op.Outputs, func(a opdef.Arg) string { return a.Name })))
 		p("       attrs=%s,\n", tuple(names(op.Attrs, func(a opdef.Attr) string { return a.Name })))
@@ -175,6 +173,14 @@ func argType(op opdef.Op, a opdef.Arg) string {
 		}
 	}
 	return a.Type
+}
+
+// optional renders s as a Python string, or None when it is "".
+func optional(s string) string {
+	if s == "" {
+		return "None"
+	}
+	return fmt.Sprintf("%q", s)
 }
 
 // trailingComma returns the comma a Python tuple of n == 1 items needs.

@@ -11,6 +11,9 @@ Where there is none, the library is looked for at ``$GOBN_LIBRARY`` (when set,
 only there), then beside this package (an installed wheel carries it there),
 then at ``build/libgobn.so`` of the checkout this package sits in
 (``PYTHONPATH=python`` after ``make``).
+
+The library's own reports (kernel_calls, stream_stats) and switches
+(set_tf_stream) are C exports read through the loaded copy's ctypes handle.
 """
 
 import ctypes
@@ -82,8 +85,18 @@ def loaded_path():
     return os.fsdecode(lib.gobn_library_file()) if lib is not None else None
 
 
-def path():
-    """The loaded copy's file, else where gobn would load it from (see find)."""
+def library_path():
+    """The file of the libgobn.so this process has loaded, else the one gobn would load.
+
+    gobn uses a copy the process has loaded already, however it was loaded
+    (``tf.load_op_library``, another package); else it looks at
+    ``$GOBN_LIBRARY`` (when set, only there), beside the package (an
+    installed wheel), and at the checkout's ``build/libgobn.so``.
+
+    Raises:
+      FileNotFoundError: nothing is loaded and no candidate exists; the
+        message lists every path tried.
+    """
     return loaded_path() or find()
 
 
@@ -136,6 +149,21 @@ def load(given=None):
             raise ImportError(f"gobn: {file} registered no Gobn> ops (is it libgobn.so?)")
         _ops, _file = module, loaded_path()
         return _ops
+
+
+def load_library(path=None):
+    """Loads libgobn.so once per process and returns its op module.
+
+    When the process has a copy loaded already (``tf.load_op_library``), the
+    module is made from that copy's ops and nothing is loaded again. path
+    (else ``$GOBN_LIBRARY``) names the file to load; a copy loaded from
+    another file is refused with an ImportError naming both, since two
+    copies of gobn cannot share a process. Its op wrappers build calls of
+    gobn's XLA handlers where XLA will compile them (gobn._xla).
+    """
+    from gobn import _xla  # which imports this module
+
+    return _xla.ops_module(load(path))
 
 
 def _registered_ops():
@@ -202,3 +230,35 @@ def json_export(export, what):
     if out is None:
         raise RuntimeError(f"gobn: the library could not report {what}")
     return json.loads(out)
+
+
+def kernel_calls():
+    """Compute calls of gobn's kernels since the library was loaded.
+
+    Returns:
+      {registered op name: {"CPU": n, "GPU": n}} for every kernel that ran:
+      "Gobn>FusedBatchNormGradV3" for gobn's own ops, "FusedBatchNormGradV3"
+      for the kernels gobn.enable() registered under stock's names; "XLA_CPU"
+      and "XLA_GPU" count the op's calls inside XLA-compiled functions (every
+      route's, enable()'s included, runs gobn's own op there). It is how to
+      tell that gobn's kernels, not stock's or XLA's, computed a gradient.
+    """
+    return json_export("gobnKernelCalls", "its kernel calls")
+
+
+def stream_stats():
+    """How gobn's GPU calls have run since the library was loaded: on
+    TensorFlow's (or XLA's) stream ("on_stream") or by the synchronizing
+    rule ("fallbacks", with "first_fallback" saying why), and the
+    device-level counts ("synchronized_calls", "enqueued_calls") (capi's
+    gobnStreamStats), for the GPU check and the benchmarks."""
+    return json_export("gobnStreamStats", "how its GPU calls ran")
+
+
+def set_tf_stream(on):
+    """Runs the GPU calls that follow on TensorFlow's stream (True, the
+    default) or by the synchronizing rule (False); returns the previous
+    setting. For benchmarks that time both in one process."""
+    fn = loaded().gobnSetTFStream
+    fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_int]
+    return bool(fn(1 if on else 0))

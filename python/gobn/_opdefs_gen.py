@@ -2,7 +2,8 @@
 """The ops libgobn.so registers, as opdef (Go) describes them.
 
 OPS lists them in registration order: name, Python wrapper, stock twin (or
-None), kernel family, arguments, attrs, data formats, the dtypes of T its
+None), the stock forward op whose gradient the twin is (or None), kernel
+family, arguments, attrs, data formats, the dtypes of T its
 CPU and GPU kernels take (as TensorFlow's specs name them), the type of each
 output ("T", or a fixed type), the args a GPU kernel keeps in host memory,
 and the op's XLA custom call (gobn._xla): its operands (name, type, ranks
@@ -12,11 +13,11 @@ and its attrs (name, kind).
 
 import collections
 
-Op = collections.namedtuple("Op", "name wrapper stock kind inputs outputs attrs data_formats dtypes gpu_dtypes "
-                                  "output_types host_memory xla_inputs xla_outputs xla_attrs")
+Op = collections.namedtuple("Op", "name wrapper stock gradient_of kind inputs outputs attrs data_formats dtypes "
+                                  "gpu_dtypes output_types host_memory xla_inputs xla_outputs xla_attrs")
 
 OPS = (
-    Op("Gobn>FusedBatchNormGrad", "gobn_fused_batch_norm_grad", "FusedBatchNormGrad", "FusedBatchNormGrad",
+    Op("Gobn>FusedBatchNormGrad", "gobn_fused_batch_norm_grad", stock="FusedBatchNormGrad", gradient_of="FusedBatchNorm", kind="FusedBatchNormGrad",
        inputs=("y_backprop", "x", "scale", "reserve_space_1", "reserve_space_2"),
        outputs=("x_backprop", "scale_backprop", "offset_backprop", "reserve_space_3", "reserve_space_4"),
        attrs=("T", "epsilon", "data_format", "is_training"),
@@ -26,7 +27,7 @@ OPS = (
        xla_inputs=(("y_backprop", "T", (4, 5)), ("x", "T", (4, 5)), ("scale", "T", (1,)), ("reserve_space_1", "T", (1,)), ("reserve_space_2", "T", (1,))),
        xla_outputs=(("x_backprop", "x"), ("scale_backprop", "scale"), ("offset_backprop", "scale")),
        xla_attrs=(("epsilon", "float"), ("data_format", "string"), ("is_training", "bool"))),
-    Op("Gobn>FusedBatchNormGradV2", "gobn_fused_batch_norm_grad_v2", "FusedBatchNormGradV2", "FusedBatchNormGrad",
+    Op("Gobn>FusedBatchNormGradV2", "gobn_fused_batch_norm_grad_v2", stock="FusedBatchNormGradV2", gradient_of="FusedBatchNormV2", kind="FusedBatchNormGrad",
        inputs=("y_backprop", "x", "scale", "reserve_space_1", "reserve_space_2"),
        outputs=("x_backprop", "scale_backprop", "offset_backprop", "reserve_space_3", "reserve_space_4"),
        attrs=("T", "U", "epsilon", "data_format", "is_training"),
@@ -36,7 +37,7 @@ OPS = (
        xla_inputs=(("y_backprop", "T", (4, 5)), ("x", "T", (4, 5)), ("scale", "float", (1,)), ("reserve_space_1", "float", (1,)), ("reserve_space_2", "float", (1,))),
        xla_outputs=(("x_backprop", "x"), ("scale_backprop", "scale"), ("offset_backprop", "scale")),
        xla_attrs=(("epsilon", "float"), ("data_format", "string"), ("is_training", "bool"))),
-    Op("Gobn>FusedBatchNormGradV3", "gobn_fused_batch_norm_grad_v3", "FusedBatchNormGradV3", "FusedBatchNormGrad",
+    Op("Gobn>FusedBatchNormGradV3", "gobn_fused_batch_norm_grad_v3", stock="FusedBatchNormGradV3", gradient_of="FusedBatchNormV3", kind="FusedBatchNormGrad",
        inputs=("y_backprop", "x", "scale", "reserve_space_1", "reserve_space_2", "reserve_space_3"),
        outputs=("x_backprop", "scale_backprop", "offset_backprop", "reserve_space_4", "reserve_space_5"),
        attrs=("T", "U", "epsilon", "data_format", "is_training"),
@@ -46,7 +47,7 @@ OPS = (
        xla_inputs=(("y_backprop", "T", (4, 5)), ("x", "T", (4, 5)), ("scale", "float", (1,)), ("reserve_space_1", "float", (1,)), ("reserve_space_2", "float", (1,)), ("reserve_space_3", "float", ())),
        xla_outputs=(("x_backprop", "x"), ("scale_backprop", "scale"), ("offset_backprop", "scale")),
        xla_attrs=(("epsilon", "float"), ("data_format", "string"), ("is_training", "bool"))),
-    Op("Gobn>BatchNormWithGlobalNormalizationGrad", "gobn_batch_norm_with_global_normalization_grad", "BatchNormWithGlobalNormalizationGrad", "GlobalNormalizationGrad",
+    Op("Gobn>BatchNormWithGlobalNormalizationGrad", "gobn_batch_norm_with_global_normalization_grad", stock="BatchNormWithGlobalNormalizationGrad", gradient_of="BatchNormWithGlobalNormalization", kind="GlobalNormalizationGrad",
        inputs=("t", "m", "v", "gamma", "backprop"),
        outputs=("dx", "dm", "dv", "db", "dg"),
        attrs=("T", "variance_epsilon", "scale_after_normalization"),
@@ -56,7 +57,7 @@ OPS = (
        xla_inputs=(("t", "T", (4,)), ("m", "T", (1,)), ("v", "T", (1,)), ("gamma", "T", (1,)), ("backprop", "T", (4,))),
        xla_outputs=(("dx", "t"), ("dm", "m"), ("dv", "v"), ("db", "m"), ("dg", "gamma")),
        xla_attrs=(("variance_epsilon", "float"), ("scale_after_normalization", "bool"))),
-    Op("Gobn>BatchNormGradReduce", "gobn_batch_norm_grad_reduce", None, "GradReduce",
+    Op("Gobn>BatchNormGradReduce", "gobn_batch_norm_grad_reduce", stock=None, gradient_of=None, kind="GradReduce",
        inputs=("y_backprop", "x", "mean"),
        outputs=("sum_dy", "sum_dy_xmu", "count"),
        attrs=("T", "U", "data_format"),
@@ -66,7 +67,7 @@ OPS = (
        xla_inputs=(("y_backprop", "T", (4, 5)), ("x", "T", (4, 5)), ("mean", "float", (1,))),
        xla_outputs=(("sum_dy", "mean"), ("sum_dy_xmu", "mean")),
        xla_attrs=(("data_format", "string"),)),
-    Op("Gobn>BatchNormGradApply", "gobn_batch_norm_grad_apply", None, "GradApply",
+    Op("Gobn>BatchNormGradApply", "gobn_batch_norm_grad_apply", stock=None, gradient_of=None, kind="GradApply",
        inputs=("y_backprop", "x", "scale", "mean", "variance", "sum_dy", "sum_dy_xmu", "count"),
        outputs=("x_backprop",),
        attrs=("T", "U", "epsilon", "data_format"),

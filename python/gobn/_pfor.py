@@ -55,17 +55,19 @@ def _string_attr(pfor_input, name):
     return value.decode() if isinstance(value, bytes) else value
 
 
-def _run(pfor_input, inputs, attrs):
-    """Runs the converted op's type on inputs (by op-def argument name) with attrs.
+def _run(pfor_input, inputs):
+    """Runs the converted op's type on inputs (by op-def argument name) with
+    the converted op's attrs (all but the type attrs, which inputs bind).
 
     Through gobn's generated wrapper, so that a tape recording the converted
     graph sees the op.
     """
     import gobn
 
-    fn = getattr(gobn.load_library(), BY_NAME[pfor_input.op_type].wrapper)
+    spec = BY_NAME[pfor_input.op_type]
+    fn = getattr(gobn.load_library(), spec.wrapper)
     names = [arg.name for arg in pfor_input.op.op_def.input_arg]
-    out = fn(**dict(zip(names, inputs)), **{k: pfor_input.get_attr(k) for k in attrs})
+    out = fn(**dict(zip(names, inputs)), **{name: pfor_input.get_attr(name) for name, _ in spec.xla_attrs})
     return [out] if isinstance(out, tf.Tensor) else list(out)
 
 
@@ -128,7 +130,7 @@ def _convert_fused_grad(pfor_input):
         # not read it. Stock's converter flattens a stacked one likewise.
         rs3, stacked, _ = pfor_input.input(5)
         inputs.append(_vector(rs3) if stacked else rs3)
-    out = _run(pfor_input, inputs, ("epsilon", "data_format", "is_training"))
+    out = _run(pfor_input, inputs)
     return ([_wrap(m.split(out[0]), True), _wrap(m.split_vector(out[1], n), True),
              _wrap(m.split_vector(out[2], n), True)]
             + [_wrap(t, False) for t in out[3:]])
@@ -142,7 +144,7 @@ def _convert_global_normalization_grad(pfor_input):
     m = _ChannelMerge(t, "NHWC", 4)
     inputs = [m.merge(t)] + [_vector(pfor_input.stacked_input(i)) for i in (1, 2, 3)]
     inputs.append(m.merge(pfor_input.stacked_input(4)))
-    out = _run(pfor_input, inputs, ("variance_epsilon", "scale_after_normalization"))
+    out = _run(pfor_input, inputs)
     return [_wrap(m.split(out[0]), True)] + [_wrap(m.split_vector(o, n), True) for o in out[1:]]
 
 
@@ -154,7 +156,7 @@ def _convert_grad_reduce(pfor_input):
     x = pfor_input.stacked_input(1)
     m = _ChannelMerge(x, data_format, _activation_rank(pfor_input, 1, data_format))
     inputs = [m.merge(pfor_input.stacked_input(0)), m.merge(x), _vector(pfor_input.stacked_input(2))]
-    sum_dy, sum_dy_xmu, count = _run(pfor_input, inputs, ("data_format",))
+    sum_dy, sum_dy_xmu, count = _run(pfor_input, inputs)
     # count is N times the spatial size: the merge keeps it, and it is every
     # iteration's.
     return [_wrap(m.split_vector(sum_dy, n), True), _wrap(m.split_vector(sum_dy_xmu, n), True),
@@ -163,26 +165,25 @@ def _convert_grad_reduce(pfor_input):
 
 def _convert_grad_apply(pfor_input):
     """BatchNormGradApply: inputs y_backprop, x, scale, mean, variance, sum_dy, sum_dy_xmu, count."""
-    attrs = ("epsilon", "data_format")
     count, count_stacked, _ = pfor_input.input(7)
     if count_stacked:
-        return [_wrap(_map_iterations(pfor_input, attrs), True)]
+        return [_wrap(_map_iterations(pfor_input), True)]
     data_format = _string_attr(pfor_input, "data_format")
     pfor_input.stack_inputs(stack_indices=list(range(7)))
     x = pfor_input.stacked_input(1)
     m = _ChannelMerge(x, data_format, _activation_rank(pfor_input, 1, data_format))
     inputs = [m.merge(pfor_input.stacked_input(0)), m.merge(x)]
     inputs += [_vector(pfor_input.stacked_input(i)) for i in range(2, 7)] + [count]
-    (x_backprop,) = _run(pfor_input, inputs, attrs)
+    (x_backprop,) = _run(pfor_input, inputs)
     return [_wrap(m.split(x_backprop), True)]
 
 
-def _map_iterations(pfor_input, attrs):
+def _map_iterations(pfor_input):
     """The op's single output, one iteration at a time (a while loop)."""
     inputs = [(t, stacked) for t, stacked, _ in pfor_input.inputs]
 
     def one(i):
-        return _run(pfor_input, [t[i] if stacked else t for t, stacked in inputs], attrs)[0]
+        return _run(pfor_input, [t[i] if stacked else t for t, stacked in inputs])[0]
 
     return tf.map_fn(one, tf.range(pfor_input.pfor.loop_len_vector[0]),
                      fn_output_signature=pfor_input.outputs[0].dtype)

@@ -7,8 +7,8 @@ kernel; and XLA (``jit_compile``) compiles stock's gradient ops itself. The
 rewrite keys on op names and leaves ``Gobn>`` ops alone, and XLA runs gobn's
 ops as calls of gobn's handlers (gobn._xla), so ``enable()`` also points
 TensorFlow's gradient functions for the forward ops FusedBatchNorm,
-FusedBatchNormV2, FusedBatchNormV3 and BatchNormWithGlobalNormalization at
-the functions below: each is stock's (tensorflow/python/ops/nn_grad.py) with
+FusedBatchNormV2, FusedBatchNormV3 and BatchNormWithGlobalNormalization
+(each stock twin's ``gradient_of`` in opdef) at the functions below: each is stock's (tensorflow/python/ops/nn_grad.py) with
 the ``Gobn>`` op in place of the stock gradient op, fed the same tensors,
 under XLA and with oneDNN on; elsewhere (oneDNN off) stock's own function,
 whose gradient op runs gobn's kernel.
@@ -38,7 +38,7 @@ from tensorflow.python.framework import ops
 from tensorflow.python.ops import control_flow_util
 
 from gobn import _saving, _xla
-from gobn._opdefs_gen import BY_STOCK_NAME
+from gobn._opdefs_gen import OPS
 
 _lock = threading.Lock()
 _stock = {}  # forward op type -> the registry entry it had before install()
@@ -62,45 +62,55 @@ def _on_gobn(op):
     return xla or _onednn, xla
 
 
-def _fused_grad(gradient_op):
-    """The gradient of a FusedBatchNorm* forward op on gobn's gradient_op."""
+def _fused_inputs(op, grads):
+    """The inputs of a FusedBatchNormGrad* op, in its order, for the forward op
+    op: the incoming y gradient, x, scale, the statistics (training: the
+    batch mean and biased variance the forward saved; inference: the
+    population statistics it was given) and, from V3 on, its reserve_space_3."""
+    statistics = op.outputs[3:5] if op.get_attr("is_training") else op.inputs[3:5]
+    return [grads[0], op.inputs[0], op.inputs[1], *statistics, *op.outputs[5:]]
 
-    def grad(op, *grad):
+
+def _fused_outputs(outputs):
+    """The forward's input gradients: x, scale and offset get the op's first
+    three outputs; mean and variance get none, as in stock."""
+    return (*outputs[:3], None, None)
+
+
+def _global_norm_inputs(op, grads):
+    """The inputs of BatchNormWithGlobalNormalizationGrad: the forward's t, m,
+    v and gamma (its inputs but beta), then the incoming gradient."""
+    t, m, v, _beta, gamma = op.inputs
+    return [t, m, v, gamma, grads[0]]
+
+
+# How each family's gradient op is fed from a forward op and its incoming
+# gradients, and how its outputs become the forward inputs' gradients (the
+# global-norm op's five are those of t, m, v, beta and gamma, in order).
+_PLUMBING = {
+    "FusedBatchNormGrad": (_fused_inputs, _fused_outputs),
+    "GlobalNormalizationGrad": (_global_norm_inputs, tuple),
+}
+
+
+def _gradient(spec, inputs, gradients):
+    """The gradient of spec.gradient_of on gobn's op spec: its inputs by
+    position (inputs), its attrs those of the forward op of the same names,
+    its outputs made the forward's gradients by gradients."""
+
+    def grad(op, *grads):
         on_gobn, xla = _on_gobn(op)
         if not on_gobn or _saving.saving():
-            return _stock[op.type]["type"](op, *grad)
-        is_training = op.get_attr("is_training")
-        args = dict(y_backprop=grad[0], x=op.inputs[0], scale=op.inputs[1], epsilon=op.get_attr("epsilon"),
-                    data_format=op.get_attr("data_format"), is_training=is_training)
-        if is_training:  # the batch mean and biased variance the forward saved
-            args.update(reserve_space_1=op.outputs[3], reserve_space_2=op.outputs[4])
-        else:  # the population statistics the forward was given
-            args.update(reserve_space_1=op.inputs[3], reserve_space_2=op.inputs[4])
-        if "reserve_space_3" in gradient_op.inputs:
-            args["reserve_space_3"] = op.outputs[5]
-        dx, dscale, doffset, _, _ = _xla.call(gradient_op.name, xla, **args)
-        return dx, dscale, doffset, None, None
+            return _stock[op.type]["type"](op, *grads)
+        args = dict(zip(spec.inputs, inputs(op, grads)))
+        args.update((name, op.get_attr(name)) for name, _ in spec.xla_attrs)  # all but the type attrs
+        return gradients(_xla.call(spec.name, xla, **args))
 
     return grad
 
 
-def _global_norm_grad(op, grad):
-    on_gobn, xla = _on_gobn(op)
-    if not on_gobn or _saving.saving():
-        return _stock[op.type]["type"](op, grad)
-    return tuple(_xla.call(
-        BY_STOCK_NAME["BatchNormWithGlobalNormalizationGrad"].name, xla, t=op.inputs[0], m=op.inputs[1],
-        v=op.inputs[2], gamma=op.inputs[4], backprop=grad, variance_epsilon=op.get_attr("variance_epsilon"),
-        scale_after_normalization=op.get_attr("scale_after_normalization")))
-
-
 # Each forward op, and the function that gives its gradient on gobn.
-GRADIENTS = {
-    "FusedBatchNorm": _fused_grad(BY_STOCK_NAME["FusedBatchNormGrad"]),
-    "FusedBatchNormV2": _fused_grad(BY_STOCK_NAME["FusedBatchNormGradV2"]),
-    "FusedBatchNormV3": _fused_grad(BY_STOCK_NAME["FusedBatchNormGradV3"]),
-    "BatchNormWithGlobalNormalization": _global_norm_grad,
-}
+GRADIENTS = {spec.gradient_of: _gradient(spec, *_PLUMBING[spec.kind]) for spec in OPS if spec.gradient_of}
 
 
 def install(onednn):

@@ -66,14 +66,16 @@ _said = False
 
 
 def status():
-    """What the library registered with XLA, and the XLA calls gobn could not make.
+    """What gobn can do inside XLA-compiled functions in this process (gobn.xla_status).
 
     Returns:
-      {"api_version": "0.2" (XLA FFI's, None where TensorFlow has none),
-      "library": the TensorFlow library that has it, "handlers": {"host": n,
-      "cuda": n} (one per op and platform), "reason": why some or all are
-      missing ("" when none is), "fallbacks": the gobn ops built for XLA as
-      ``Gobn>`` ops instead, since the process started}.
+      {"api_version": XLA FFI's version ("0.2"), or None where TensorFlow
+      has no XLA FFI (before 2.17); "library": the TensorFlow library that
+      has it; "handlers": {"host": n, "cuda": n}, gobn's handlers registered
+      for XLA's CPU and CUDA platforms (one per op); "reason": why some or
+      all are missing, or ""; "fallbacks": how many gobn ops were built for
+      XLA as Gobn> ops instead since the process started (XLA cannot
+      compile those; said once, with a RuntimeWarning)}.
     """
     global _status
     if _status is None:

@@ -7,8 +7,8 @@ comparisons (tolerance_used, accuracy_excess, the asserts), the ops' cases
 and seeded inputs on a device (cases, fused_inputs, global_norm_inputs) and
 the one way to run stock's deprecated BatchNormWithGlobalNormalizationGrad
 (global_norm_session) live here, once: python_tests/support.py (the pytest
-suite's helpers), the package's smoke tests, scripts/golden.py, demo.py
-and bench.py import them. It is a module of the package
+suite's helpers), the package's smoke tests, scripts/golden.py, demo.py,
+bench.py and bench_gpu_call.py import them. It is a module of the package
 rather than a file of python_tests/ because the scripts and the smoke tests
 of an installed wheel are not run from the checkout's tests; nothing else in
 the package uses it.

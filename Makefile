@@ -21,7 +21,7 @@
 #   make multiworker the example examples/multiworker: train on WORKERS (default 2) local worker processes
 #   make bench-models  ResNet50 and MobileNetV2 training steps, stock against gobn: Keras 3 with convert, tf_keras with enable() (docs/models.md)
 #   make gpu-bundle  build/gpu: the CUDA path's check, for a GPU machine without Go or TensorFlow
-#   make gpu-tf-check  gobn inside TensorFlow's GPU build on GPU:0, with build/libgobn.so made beforehand (bench/gpu_tf.json)
+#   make gpu-tf-check  the device tests with TensorFlow's GPU build on GPU:0, a call's time, model steps (bench/gpu_tf.json)
 #   make clean       remove build outputs
 #   make help        print this list
 #
@@ -250,26 +250,35 @@ gpu-bundle: $(GPU_BUNDLE)/libgobncheck.so $(GPU_BUNDLE)/cuda.test $(GPUCHECK_SCR
 	@du -sh $(GPU_BUNDLE) | sed 's/^/gpu-bundle: /'
 
 # gobn inside TensorFlow's GPU build (docs/gpu.md): on a machine with an
-# NVIDIA GPU whose $(GPU_TF_PYTHON) imports TensorFlow's GPU build, with
-# build/libgobn.so built beforehand by make (it is not rebuilt here: the GPU
-# machine need not have Go). It runs the checks and the per-call timing
-# (scripts/gpu_tf_check.py; GPU_TF_ARGS adds options, e.g. --full for
-# ResNet-50's shapes), then ResNet50 training steps, stock against gobn,
-# each also compiled by XLA (scripts/bench_models.py --device gpu --xla),
-# for each route:layout:batch:precision of GPU_TF_MODELS (GPU_TF_MODELS=
-# skips them; GPU_TF_MODELS_ARGS sets the rest), into bench/gpu_tf.json.
-# A configuration takes about 3 minutes on an H200, most of it the start
-# and the XLA compilation of each config's process.
+# NVIDIA GPU whose $(GPU_TF_PYTHON) imports TensorFlow's GPU build and
+# pytest, with build/libgobn.so built beforehand by make (it is not rebuilt
+# here: the GPU machine needs neither Go nor .venv). First the suite's device
+# tests on GPU_TF_DEVICE (python_tests/test_device.py, pytest --device;
+# GPU_TF_ARGS adds pytest's options, e.g. --matrix full for ResNet-50's
+# shapes too), their rows recorded; then a call's time inside TensorFlow,
+# stock against gobn on TensorFlow's stream and by the synchronizing rule
+# (scripts/bench_gpu_call.py, the record's "stream"; GPU_TF_BENCH_ARGS adds
+# its options); then ResNet50 training steps, stock against gobn, each also
+# compiled by XLA (scripts/bench_models.py --device gpu --xla), for each
+# route:layout:batch:precision of GPU_TF_MODELS (GPU_TF_MODELS= skips them;
+# GPU_TF_MODELS_ARGS sets the rest); all into GPU_TF_RECORD. A model
+# configuration takes about 3 minutes on an H200, most of it the start and
+# the XLA compilation of each config's process. python_tests/test_makefile.py
+# runs the target on CPU:0, without the models.
 GPU_TF_PYTHON ?= python3
+GPU_TF_DEVICE ?= GPU:0
+GPU_TF_RECORD ?= bench/gpu_tf.json
 GPU_TF_ARGS ?=
+GPU_TF_BENCH_ARGS ?=
 GPU_TF_MODELS ?= tf_keras:channels_first:32:float32 keras3:channels_last:32:float32 \
 	tf_keras:channels_last:128:float32 keras3:channels_last:128:mixed
 GPU_TF_MODELS_ARGS ?= --models resnet50 --image 112 --warmup 3 --rounds 5 --steps-per-round 2 --no-float64 --xla
 gpu-tf-check:
-	$(GPU_TF_PYTHON) scripts/gpu_tf_check.py --timing --json bench/gpu_tf.json $(GPU_TF_ARGS)
+	$(GPU_TF_PYTHON) -m pytest -q python_tests/test_device.py --device $(GPU_TF_DEVICE) --record $(GPU_TF_RECORD) $(GPU_TF_ARGS)
+	$(GPU_TF_PYTHON) scripts/bench_gpu_call.py --device $(GPU_TF_DEVICE) --merge-into $(GPU_TF_RECORD) $(GPU_TF_BENCH_ARGS)
 	$(foreach m,$(GPU_TF_MODELS),$(GPU_TF_PYTHON) scripts/bench_models.py --device gpu --routes $(word 1,$(subst :, ,$(m))) \
 		--data-format $(word 2,$(subst :, ,$(m))) --batch-size $(word 3,$(subst :, ,$(m))) \
-		--precision $(word 4,$(subst :, ,$(m))) $(GPU_TF_MODELS_ARGS) --merge-into bench/gpu_tf.json &&) true
+		--precision $(word 4,$(subst :, ,$(m))) $(GPU_TF_MODELS_ARGS) --merge-into $(GPU_TF_RECORD) &&) true
 
 # ---------------------------------------------------------------------------
 # Beyond one machine: tf.distribute.MultiWorkerMirroredStrategy on local

@@ -1,9 +1,10 @@
 """Helpers for gobn's pytest suite, imported with ``from support import ...``.
 
 conftest.py keeps the fixtures and hooks; everything else the tests share is
-here. The tolerance table and the float64 references are the package's
-(python/gobn/_testing.py), which scripts/golden.py and scripts/demo.py use
-too; this module re-exports them.
+here. The tolerance table, the float64 references, the comparisons, the
+ops' cases and inputs and the runner of stock's deprecated op are the
+package's (python/gobn/_testing.py), which the scripts use too; this module
+re-exports them.
 
 Importing this module first thing (conftest.py does, and so do the child
 scripts the tests start) sets up the process: oneDNN off, so that stock's
@@ -33,17 +34,27 @@ import tensorflow as tf  # noqa: E402
 
 from gobn._testing import (  # noqa: E402,F401  (re-exported for the tests)
     CHANNELS_FIRST,
+    EPSILON,
     TOLERANCES,
     as_float64,
+    assert_as_accurate,
     assert_close,
+    cases,
     channel_axis,
     channels_last_format,
+    device_type,
+    dtypes_on,
     fused_grad_reference,
+    fused_inputs,
     from_channels_last,
     global_norm_grad_reference,
+    global_norm_inputs,
+    run_stock_global_norm_grad,
+    stock_forward_reserve_spaces,
     to_channels_last,
     tolerance,
     tolerance_bound,
+    tolerance_used,
 )
 
 
@@ -126,75 +137,6 @@ def max_abs_error(got, want):
     return float(np.max(np.abs(got - want), initial=0.0))
 
 
-def assert_as_accurate(got, stock, reference, dtype, what="output"):
-    """Asserts got is no further from the float64 reference than stock is.
-
-    Element-wise |got - ref| <= |stock - ref| + atol*max|ref| + rtol*|ref|:
-    gobn may differ from the exact answer only by as much as stock does, plus
-    one tolerance of slack.
-    """
-    got, stock, reference = as_float64(got), as_float64(stock), as_float64(reference)
-    assert got.shape == reference.shape, f"{what}: shape {got.shape}, want {reference.shape}"
-    if got.size == 0:
-        return
-    got_err = np.abs(got - reference)
-    stock_err = np.abs(stock - reference)
-    bound = stock_err + tolerance_bound(reference, dtype)
-    bad = ~(got_err <= bound)
-    if bad.any():
-        i = np.unravel_index(np.argmax(np.where(bad, got_err - stock_err, -np.inf)), got.shape)
-        pytest.fail(
-            f"{what}: less accurate than stock against the float64 reference at "
-            f"{tuple(int(k) for k in i)}: gobn {got[i]!r}, stock {stock[i]!r}, reference "
-            f"{reference[i]!r}; max gobn error {got_err.max():.3g}, max stock error {stock_err.max():.3g}",
-            pytrace=False,
-        )
-
-
-# ---------------------------------------------------------------------------
-# Stock helpers
-
-
-def stock_forward_reserve_spaces(x, scale, offset, epsilon, data_format):
-    """Runs stock FusedBatchNormV3 in training mode and returns its reserve spaces.
-
-    reserve_space_1 is the batch mean and reserve_space_2 the *biased* batch
-    variance (batch_variance is Bessel-corrected; checked in test_parity.py).
-    """
-    empty = tf.constant([], tf.float32)
-    out = tf.raw_ops.FusedBatchNormV3(
-        x=x, scale=scale, offset=offset, mean=empty, variance=empty,
-        epsilon=epsilon, data_format=data_format, is_training=True,
-    )
-    return out.reserve_space_1, out.reserve_space_2, out.reserve_space_3
-
-
-def run_stock_global_norm_grad(t, m, v, gamma, backprop, variance_epsilon, scale_after_normalization,
-                               static_shapes=True, op=None):
-    """Runs the deprecated stock op in a GraphDef-version-8 graph; returns numpy outputs.
-
-    With static_shapes=False the placeholders have unknown shapes, so bad shapes
-    reach the kernel (InvalidArgumentError) instead of the shape function
-    (ValueError). op replaces the stock op, e.g. to run gobn's beside it.
-    """
-    from tensorflow.python.framework import test_util
-
-    op = op or tf.raw_ops.BatchNormWithGlobalNormalizationGrad
-    graph = tf.Graph()
-    test_util.set_producer_version(graph, 8)
-    arrays = [np.asarray(a.numpy() if isinstance(a, tf.Tensor) else a) for a in (t, m, v, gamma, backprop)]
-    with graph.as_default():
-        placeholders = [
-            tf.compat.v1.placeholder(tf.as_dtype(a.dtype), a.shape if static_shapes else None) for a in arrays]
-        out = op(
-            t=placeholders[0], m=placeholders[1], v=placeholders[2], gamma=placeholders[3],
-            backprop=placeholders[4], variance_epsilon=variance_epsilon,
-            scale_after_normalization=scale_after_normalization,
-        )
-    with tf.compat.v1.Session(graph=graph) as session:
-        return session.run(list(out), dict(zip(placeholders, arrays)))
-
-
 # ---------------------------------------------------------------------------
 # Error bookkeeping: the largest differences seen, printed after the run.
 
@@ -209,12 +151,9 @@ def record_error(dtype, kind, got, want, case_dtype=None):
     got, want = as_float64(got), as_float64(want)
     if got.size == 0:
         return
-    err = np.abs(got - want)
-    bound = tolerance_bound(want, dtype)
-    used = np.where(bound > 0, err / np.where(bound > 0, bound, 1.0), np.where(err > 0, np.inf, 0.0))
     key = (tf.as_dtype(case_dtype or dtype).name, kind)
     old = ERRORS.get(key, (0.0, 0.0))
-    ERRORS[key] = (max(old[0], float(np.nanmax(err))), max(old[1], float(np.nanmax(used))))
+    ERRORS[key] = (max(old[0], float(np.nanmax(np.abs(got - want)))), max(old[1], tolerance_used(got, want, dtype)))
 
 
 # ---------------------------------------------------------------------------

@@ -9,7 +9,6 @@ Every case is also checked against the float64 reference: gobn must be at
 least as accurate as stock.
 """
 
-import collections
 import os
 import zlib
 
@@ -17,87 +16,40 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from gobn._opdefs_gen import BY_KIND
 from support import (
     CHANNELS_FIRST,
+    EPSILON,
     assert_as_accurate,
     assert_close,
+    cases,
     channel_axis,
-    channels_last_format,
     from_channels_last,
     fused_grad_reference,
+    fused_inputs,
     record_error,
     run_in_function,
     SHAPES_4D,
     SHAPES_5D,
-    stock_forward_reserve_spaces,
 )
 
-EPSILON = 1e-3
+# The fused ops (gobn._opdefs_gen's records), oldest first.
+OPS = dict(zip(("v1", "v2", "v3"), BY_KIND["FusedBatchNormGrad"]))
 
-FusedOp = collections.namedtuple("FusedOp", "gobn_name stock_name dtypes formats has_reserve_space_3 uniform_type")
-
-OPS = {
-    "v1": FusedOp("gobn_fused_batch_norm_grad", "FusedBatchNormGrad", (tf.float32,), ("NHWC", "NCHW"), False, True),
-    "v2": FusedOp(
-        "gobn_fused_batch_norm_grad_v2", "FusedBatchNormGradV2",
-        (tf.float32, tf.float16, tf.bfloat16), ("NHWC", "NCHW"), False, False,
-    ),
-    "v3": FusedOp(
-        "gobn_fused_batch_norm_grad_v3", "FusedBatchNormGradV3",
-        (tf.float32, tf.float16, tf.bfloat16), ("NHWC", "NCHW", "NDHWC", "NCDHW"), True, False,
-    ),
-}
 
 def _cases():
+    shapes = {**SHAPES_4D, **SHAPES_5D}
     for op_key, op in OPS.items():
-        for dtype in op.dtypes:
-            for data_format in op.formats:
-                shapes = SHAPES_4D if data_format in ("NHWC", "NCHW") else SHAPES_5D
-                for is_training in (True, False):
-                    for shape_name, shape in shapes.items():
-                        mode = "training" if is_training else "inference"
-                        yield pytest.param(
-                            op_key, dtype, data_format, is_training, shape,
-                            id=f"{op_key}-{dtype.name}-{data_format}-{mode}-{shape_name}",
-                        )
+        for case in cases(op, "CPU:0", shapes):
+            yield pytest.param(op_key, case.dtype, case.data_format, case.is_training, case.shape,
+                               id=f"{op_key}-{case.dtype.name}-{case.data_format}-{case.mode}-{case.shape_name}")
 
 
 def make_inputs(op, dtype, data_format, is_training, shape, seed):
-    """Builds the op's tensor inputs for a logical channels-last shape.
-
-    Training reserve spaces come from stock's forward pass (batch mean and
-    biased variance); inference ones are a plausible population mean/variance.
-    """
-    rng = np.random.default_rng(seed)
-    channels = shape[-1]
-    x = rng.standard_normal(shape) * 1.5 + rng.uniform(-1.0, 1.0, channels)
-    y_backprop = rng.standard_normal(shape)
-    scale = rng.uniform(0.5, 1.5, channels) * rng.choice([-1.0, 1.0], channels)
-    offset = rng.standard_normal(channels)
-
-    x = tf.constant(x, dtype)
-    y_backprop = tf.constant(y_backprop, dtype)
-    scale = tf.constant(scale, tf.float32)
-    offset = tf.constant(offset, tf.float32)
-    elements_per_channel = int(np.prod(shape[:-1]))
-    reserve_space_3 = tf.constant([], tf.float32)
-    if is_training and elements_per_channel > 0 and channels > 0:
-        mean, variance, reserve_space_3 = stock_forward_reserve_spaces(
-            x, scale, offset, EPSILON, channels_last_format(len(shape)))
-    else:
-        mean = tf.constant(rng.standard_normal(channels) * 0.5, tf.float32)
-        variance = tf.constant(rng.uniform(0.5, 2.0, channels), tf.float32)
-
-    inputs = {
-        "y_backprop": tf.constant(from_channels_last(y_backprop.numpy(), data_format)),
-        "x": tf.constant(from_channels_last(x.numpy(), data_format)),
-        "scale": scale,
-        "reserve_space_1": mean,
-        "reserve_space_2": variance,
-    }
-    if op.has_reserve_space_3:
-        inputs["reserve_space_3"] = reserve_space_3
-    return inputs
+    """The op's tensor inputs for a logical channels-last shape (fused_inputs):
+    training reserve spaces from stock's forward pass (batch mean and biased
+    variance), inference ones a plausible population mean and variance."""
+    return fused_inputs(op, dtype, data_format, is_training, shape, seed).inputs
 
 
 def run_eager(fn, inputs, attrs):
@@ -142,7 +94,7 @@ def check_fused_parity(gobn, op_key, dtype, data_format, is_training, shape, mod
     op = OPS[op_key]
     inputs = make_inputs(op, dtype, data_format, is_training, shape, seed)
     attrs = {"epsilon": EPSILON, "data_format": data_format, "is_training": is_training}
-    gobn_op = getattr(gobn, op.gobn_name)
+    gobn_op = getattr(gobn, op.wrapper)
 
     before = {k: v.numpy().copy() for k, v in inputs.items()}
     if mode == "eager":
@@ -156,7 +108,7 @@ def check_fused_parity(gobn, op_key, dtype, data_format, is_training, shape, mod
 
     x = inputs["x"]
     channels = x.shape[channel_axis(data_format, x.shape.rank)]
-    side_dtype = dtype if op.uniform_type else tf.float32
+    side_dtype = dtype if "U" not in op.attrs else tf.float32
     want_shapes = [x.shape, [channels], [channels], [0], [0]]
     want_dtypes = [dtype, side_dtype, side_dtype, side_dtype, side_dtype]
     assert len(got) == 5
@@ -176,7 +128,7 @@ def check_fused_parity(gobn, op_key, dtype, data_format, is_training, shape, mod
     names = ("x_backprop", "scale_backprop", "offset_backprop")
     kinds = ("x_backprop", "scale/offset_backprop", "scale/offset_backprop")
     if stock_has_answer(is_training, data_format, x):
-        stock = list(getattr(tf.raw_ops, op.stock_name)(**inputs, **attrs))
+        stock = list(getattr(tf.raw_ops, op.stock)(**inputs, **attrs))
         for i, name in enumerate(names):
             record_error(want_dtypes[i], f"fused {kinds[i]} vs stock", got[i], stock[i], case_dtype=dtype)
             assert_close(got[i], stock[i], want_dtypes[i], f"{name} vs stock")
@@ -210,8 +162,8 @@ def test_mixed_rank_and_format_eager(gobn, op_key, data_format, layout_shape):
     inputs = make_inputs(op, tf.float32, data_format, True, logical, seed=7)
     assert inputs["x"].shape.as_list() == list(layout_shape)
     attrs = {"epsilon": EPSILON, "data_format": data_format, "is_training": True}
-    got = list(getattr(gobn, op.gobn_name)(**inputs, **attrs))
-    stock = list(getattr(tf.raw_ops, op.stock_name)(**inputs, **attrs))
+    got = list(getattr(gobn, op.wrapper)(**inputs, **attrs))
+    stock = list(getattr(tf.raw_ops, op.stock)(**inputs, **attrs))
     for i, name in enumerate(("x_backprop", "scale_backprop", "offset_backprop")):
         assert_close(got[i], stock[i], tf.float32, name)
     assert got[3].shape == [0] and got[4].shape == [0]
@@ -237,8 +189,8 @@ def test_attr_defaults_match_stock(gobn, op_key):
     """Called with tensors only, gobn uses stock's defaults (epsilon 1e-4, NHWC, training)."""
     op = OPS[op_key]
     inputs = make_inputs(op, tf.float32, "NHWC", True, (2, 3, 4, 5), seed=11)
-    got = list(getattr(gobn, op.gobn_name)(**inputs))
-    stock = list(getattr(tf.raw_ops, op.stock_name)(**inputs))
+    got = list(getattr(gobn, op.wrapper)(**inputs))
+    stock = list(getattr(tf.raw_ops, op.stock)(**inputs))
     for i in range(3):
         assert_close(got[i], stock[i], tf.float32, f"output {i}")
 

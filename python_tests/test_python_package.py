@@ -14,7 +14,10 @@ import pytest
 import tensorflow as tf
 
 import gobn
-from support import BUILT_LIBRARY, GRADIENT_SCRIPT, assert_close, child_env
+from gobn._opdefs_gen import BY_KIND
+from support import BUILT_LIBRARY, CHANNELS_FIRST, GRADIENT_SCRIPT, assert_close, child_env, fused_inputs
+
+FUSED_V3 = BY_KIND["FusedBatchNormGrad"][-1]
 
 # (data_format, shape): C = 3 in every case.
 LAYOUTS = [
@@ -26,15 +29,13 @@ LAYOUTS = [
 
 
 def random_inputs(shape, data_format, dtype=tf.float32, seed=0):
-    rng = np.random.default_rng(seed)
-    channels = shape[1] if data_format in ("NCHW", "NCDHW") else shape[-1]
-    x = tf.constant(rng.normal(1.5, 2.0, shape), dtype)
-    w = tf.constant(rng.normal(0.0, 1.0, shape), dtype)  # dy of the loss sum(y*w)
-    scale = tf.constant(rng.uniform(0.5, 2.0, channels), tf.float32)
-    offset = tf.constant(rng.normal(0.0, 1.0, channels), tf.float32)
-    mean = tf.constant(rng.normal(1.0, 1.0, channels), tf.float32)
-    variance = tf.constant(rng.uniform(0.5, 4.0, channels), tf.float32)
-    return x, w, scale, offset, mean, variance
+    """x, the loss's dy (w), scale, offset, and a population mean and variance
+    for a shape laid out as data_format (fused_inputs' inference inputs)."""
+    logical = shape[:1] + shape[2:] + shape[1:2] if data_format in CHANNELS_FIRST else shape
+    case = fused_inputs(FUSED_V3, dtype, data_format, False, logical, seed)
+    inputs = case.inputs
+    return (inputs["x"], inputs["y_backprop"], inputs["scale"], case.offset, inputs["reserve_space_1"],
+            inputs["reserve_space_2"])
 
 
 # ---------------------------------------------------------------------------

@@ -191,20 +191,17 @@ def go_runtime():
 
 
 def make_inputs(tf, np, dtype, fmt, is_training, shape, seed=0):
-    rng = np.random.default_rng(seed)
-    c = shape[-1] if fmt in ("NHWC", "NDHWC") else shape[1]
-    x = rng.standard_normal(shape, dtype=np.float32)
-    dy = rng.standard_normal(shape, dtype=np.float32)
-    axes = tuple(i for i in range(len(shape)) if i != (len(shape) - 1 if fmt in ("NHWC", "NDHWC") else 1))
-    mean = x.mean(axis=axes).astype(np.float32)
-    var = x.var(axis=axes).astype(np.float32)
-    tdt = getattr(tf, dtype)
-    return dict(
-        y_backprop=tf.constant(dy, dtype=tdt), x=tf.constant(x, dtype=tdt),
-        scale=tf.constant(rng.uniform(0.5, 1.5, c).astype(np.float32)),
-        reserve_space_1=tf.constant(mean), reserve_space_2=tf.constant(var),
-        reserve_space_3=tf.constant(var), epsilon=0.001, data_format=fmt,
-        is_training=is_training)
+    """The newest fused gradient's inputs and attrs for shape laid out as fmt
+    (gobn._testing.fused_inputs): x of unit standard deviation and the
+    statistics stock's forward's, in inference too, so that a chain's
+    gradient stays finite (chain)."""
+    from gobn._opdefs_gen import BY_KIND
+    from gobn._testing import CHANNELS_FIRST, fused_inputs
+
+    logical = tuple(shape[:1]) + tuple(shape[2:]) + tuple(shape[1:2]) if fmt in CHANNELS_FIRST else tuple(shape)
+    case = fused_inputs(BY_KIND["FusedBatchNormGrad"][-1], dtype, fmt, is_training, logical, seed,
+                        forward_statistics=True, x_std=1.0)
+    return dict(case.inputs, **case.attrs)
 
 
 # TensorFlow's BFC allocator on the CPU, which keeps what it maps (see above).
@@ -248,8 +245,9 @@ def chain(tf, op, args, length):
     """A tf.function of length calls of op in a row, each call's x_backprop
     the next one's y_backprop, as a model's layers hand on their gradients.
     The gradient stays finite over CHAIN calls: a call scales it by about
-    scale / sqrt(variance), here between 0.5 and 1.5 per channel, and
-    1.5^100 and 0.5^100 are well inside float32's and bfloat16's range."""
+    scale / sqrt(variance), between 0.5 and 1.5 per channel with
+    make_inputs' unit-variance x and its batch variance, and 1.5^100 and
+    0.5^100 are well inside float32's and bfloat16's range."""
     def f():
         a = dict(args)
         for _ in range(length):

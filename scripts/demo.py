@@ -28,13 +28,15 @@ import gobn  # noqa: E402
 from gobn._opdefs_gen import BY_KIND  # noqa: E402
 from gobn._testing import (  # noqa: E402
     CHANNELS_FIRST,
+    EPSILON,
+    accuracy_excess,
     as_float64,
-    fused_grad_reference,
+    fused_inputs,
     global_norm_grad_reference,
-    tolerance_bound,
+    global_norm_inputs,
+    global_norm_session,
+    tolerance_used,
 )
-
-EPSILON = 1e-3
 
 # The ops, as opdef describes them (gobn._opdefs_gen): the fused ones oldest
 # first (the newest, FusedBatchNormGradV3, is what Keras runs), and the
@@ -58,32 +60,6 @@ def load_library():
 
 # ---------------------------------------------------------------------------
 # Comparison
-
-
-def tolerance_used(got, want, dtype):
-    """Largest |got - want| / (atol*max|want| + rtol*|want|); <= 1 passes."""
-    got, want = as_float64(got), as_float64(want)
-    if got.shape != want.shape:
-        return np.inf
-    if got.size == 0:
-        return 0.0
-    err = np.abs(got - want)
-    bound = tolerance_bound(want, dtype)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        used = np.where(bound > 0, err / bound, np.where(err > 0, np.inf, 0.0))
-    return float(np.max(used))
-
-
-def accuracy_excess(got, stock, reference, dtype):
-    """Largest (|got-ref| - |stock-ref|) / tolerance bound; <= 1: as accurate as stock."""
-    got, stock, reference = as_float64(got), as_float64(stock), as_float64(reference)
-    if got.size == 0:
-        return 0.0
-    bound = tolerance_bound(reference, dtype)
-    excess = np.abs(got - reference) - np.abs(stock - reference)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        used = np.where(bound > 0, excess / bound, np.where(excess > 0, np.inf, 0.0))
-    return float(np.max(used))
 
 
 def max_abs_error(outputs, wants):
@@ -134,7 +110,7 @@ class Row:
         self.gobn_ms = None
 
 
-def fused_row(lib, stock_name, dtype, data_format, is_training, logical_shape, reps, rng):
+def fused_row(lib, stock_name, dtype, data_format, is_training, logical_shape, reps, seed):
     """One fused-gradient row; logical_shape is channels-last (N, [D,] H, W, C)."""
     mode = "training" if is_training else "inference"
     channels_first = data_format in CHANNELS_FIRST
@@ -143,29 +119,8 @@ def fused_row(lib, stock_name, dtype, data_format, is_training, logical_shape, r
     channels = logical_shape[-1]
     op = FUSED[stock_name]
     side = dtype if "U" not in op.attrs else tf.float32  # FusedBatchNormGrad has all inputs in T
-
-    x = tf.constant(rng.standard_normal(layout, np.float32) * 1.5 + 0.3, dtype)
-    y_backprop = tf.constant(rng.standard_normal(layout, np.float32), dtype)
-    scale = tf.constant(rng.uniform(0.5, 1.5, channels), side)
-    offset = tf.constant(rng.standard_normal(channels), side)
-    if is_training:
-        empty = tf.constant([], tf.float32)
-        forward = tf.raw_ops.FusedBatchNormV3(
-            x=x, scale=tf.cast(scale, tf.float32), offset=tf.cast(offset, tf.float32), mean=empty, variance=empty,
-            epsilon=EPSILON, data_format=data_format, is_training=True)
-        # reserve_space_1/2: batch mean and biased variance (batch_variance is Bessel-corrected).
-        mean, variance, reserve_space_3 = forward.reserve_space_1, forward.reserve_space_2, forward.reserve_space_3
-    else:
-        mean = tf.constant(rng.standard_normal(channels) * 0.3, tf.float32)
-        variance = tf.constant(rng.uniform(0.5, 2.0, channels), tf.float32)
-        reserve_space_3 = tf.constant([], tf.float32)
-    inputs = {
-        "y_backprop": y_backprop, "x": x, "scale": scale,
-        "reserve_space_1": tf.cast(mean, side), "reserve_space_2": tf.cast(variance, side),
-    }
-    if "reserve_space_3" in op.inputs:
-        inputs["reserve_space_3"] = reserve_space_3
-    attrs = {"epsilon": EPSILON, "data_format": data_format, "is_training": is_training}
+    case = fused_inputs(op, dtype, data_format, is_training, logical_shape, seed)
+    inputs, attrs = case.inputs, case.attrs
 
     gobn_run = traced(getattr(lib, op.wrapper), inputs, attrs)
     # Stock's CPU kernel rejects inference with channels-first formats.
@@ -173,9 +128,9 @@ def fused_row(lib, stock_name, dtype, data_format, is_training, logical_shape, r
     stock_run = traced(getattr(tf.raw_ops, stock_name), inputs, attrs) if stock_runs else None
 
     got = list(gobn_run())[:3]
-    reference = fused_grad_reference(y_backprop, x, scale, mean, variance, EPSILON, is_training, data_format)
+    reference = case.reference()
     row.err_ref = max_abs_error(got, reference)
-    shapes_ok = got[0].shape == x.shape and all(g.shape == [channels] for g in got[1:])
+    shapes_ok = got[0].shape == inputs["x"].shape and all(g.shape == [channels] for g in got[1:])
     # Each output by its own dtype's tolerance: x_backprop by T's, the 1-D ones by U's (float32).
     tolerance_dtypes = [dtype, side, side]
     if stock_run:
@@ -191,52 +146,33 @@ def fused_row(lib, stock_name, dtype, data_format, is_training, logical_shape, r
     return row
 
 
-def global_norm_row(lib, dtype, shape, reps, rng, scale_after_normalization=True):
+def global_norm_row(lib, dtype, shape, reps, seed, scale_after_normalization=True):
     """The deprecated op: stock runs only in a GraphDef-version-8 graph; both are timed via Session.run."""
-    from tensorflow.python.framework import test_util
-
     row = Row(GLOBAL_NORM.stock, dtype.name, "NHWC", "scaled" if scale_after_normalization else "unscaled",
               "x".join(map(str, shape)))
     channels = shape[-1]
-    arrays = {
-        "t": (rng.standard_normal(shape, np.float32) * 1.5 + 0.3),
-        "m": rng.uniform(-0.5, 0.5, channels),
-        "v": rng.uniform(0.5, 2.0, channels),
-        "gamma": rng.uniform(0.5, 1.5, channels),
-        "backprop": rng.standard_normal(shape, np.float32),
-    }
-    arrays = {k: tf.constant(v, dtype).numpy() for k, v in arrays.items()}
+    inputs = global_norm_inputs(dtype, shape, seed)
     attrs = {"variance_epsilon": EPSILON, "scale_after_normalization": scale_after_normalization}
-
-    graph = tf.Graph()
-    test_util.set_producer_version(graph, 8)
-    with graph.as_default():
-        # Variables, not constants: grappler would fold a constant-input op away.
-        variables = {k: tf.compat.v1.get_variable(k, initializer=v, use_resource=True) for k, v in arrays.items()}
-        values = {k: v.read_value() for k, v in variables.items()}
-        stock_out = getattr(tf.raw_ops, GLOBAL_NORM.stock)(**values, **attrs)
-        gobn_out = getattr(lib, GLOBAL_NORM.wrapper)(**values, **attrs)
-        # Fetch one small output: a tf.group of the outputs gets pruned by grappler
-        # (nothing would run), and fetching dx would time a copy.
-        stock_step, gobn_step = stock_out[1], gobn_out[1]
-        init = tf.compat.v1.global_variables_initializer()
-    with tf.compat.v1.Session(graph=graph) as session:
-        session.run(init)
-        stock, got = session.run([list(stock_out), list(gobn_out)])
-        reference = global_norm_grad_reference(**arrays, variance_epsilon=EPSILON,
-                                               scale_after_normalization=scale_after_normalization)
+    # Variables, not fed placeholders: a run copies nothing in.
+    session, (stock_out, gobn_out), _ = global_norm_session(
+        inputs, attrs, ops=(None, getattr(lib, GLOBAL_NORM.wrapper)), feed=False)
+    with session:
+        stock, got = session.run([stock_out, gobn_out])
+        reference = global_norm_grad_reference(**inputs, **attrs)
         row.err_stock = max_abs_error(got, stock)
         row.err_ref = max_abs_error(got, reference)
         shapes_ok = got[0].shape == tuple(shape) and all(g.shape == (channels,) for g in got[1:])
         if dtype == tf.float16:
             # Stock sums in half: judge gobn against the exact answer.
             row.used = max(tolerance_used(g, r, dtype) for g, r in zip(got, reference))
-            excess = max(accuracy_excess(g, s, r, dtype) for g, s, r in zip(got, stock, reference))
         else:
             row.used = max(tolerance_used(g, s, dtype) for g, s in zip(got, stock))
-            excess = max(accuracy_excess(g, s, r, dtype) for g, s, r in zip(got, stock, reference))
+        excess = max(accuracy_excess(g, s, r, dtype) for g, s, r in zip(got, stock, reference))
         row.ok = shapes_ok and row.used <= 1.0 and excess <= 1.0
-        row.stock_ms, row.gobn_ms = time_pair(lambda: session.run(stock_step), lambda: session.run(gobn_step), reps)
+        # Fetch one small output: a tf.group of the outputs gets pruned by grappler
+        # (nothing would run), and fetching dx would time a copy.
+        row.stock_ms, row.gobn_ms = time_pair(lambda: session.run(stock_out[1]), lambda: session.run(gobn_out[1]),
+                                              reps)
     return row
 
 
@@ -293,15 +229,14 @@ def main():
               "tolerance used", "ok", "stock ms", "gobn ms", "stock/gobn"]
     print("| " + " | ".join(header) + " |")
     print("|" + "|".join(["---"] * len(header)) + "|")
-    rng = np.random.default_rng(0)
     failures = 0
     ratios = []
     started = time.perf_counter()
-    for kind, row_args in plan():
+    for seed, (kind, row_args) in enumerate(plan()):
         if kind == "fused":
-            row = fused_row(lib, *row_args, reps=args.reps, rng=rng)
+            row = fused_row(lib, *row_args, reps=args.reps, seed=seed)
         else:
-            row = global_norm_row(lib, *row_args, reps=args.reps, rng=rng)
+            row = global_norm_row(lib, *row_args, reps=args.reps, seed=seed)
         failures += not row.ok
         ratio = "—"
         if row.stock_ms is not None:

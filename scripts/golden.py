@@ -59,16 +59,19 @@ import gobn  # noqa: E402
 from gobn._opdefs_gen import BY_KIND  # noqa: E402
 from gobn._testing import (  # noqa: E402
     CHANNELS_FIRST,
+    EPSILON,
     as_float64,
-    from_channels_last,
+    fused_inputs,
+    global_norm_inputs,
+    run_stock_global_norm_grad,
     tolerance,
+    tolerance_bound,
+    tolerance_used,
 )
-from gobn._testing import fused_grad_reference as fused_reference  # noqa: E402
 from gobn._testing import global_norm_grad_reference as global_norm_reference  # noqa: E402
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
-EPSILON = 1e-3
 
 TF_DTYPES = {"float": tf.float32, "double": tf.float64, "half": tf.float16, "bfloat16": tf.bfloat16}
 # The manifest's tolerance table, in this order: gobn._testing.TOLERANCES under the cases' T names.
@@ -152,95 +155,43 @@ def global_norm_cases():
                        scale_after_normalization=scale_after)
 
 
-def rng_for(case, seed):
-    return np.random.default_rng([seed, zlib.crc32(case["name"].encode())])
+def seed_for(case, seed):
+    """The seed of a case's inputs: the run's and its name's."""
+    return [seed, zlib.crc32(case["name"].encode())]
 
 
 def gen_fused(case, seed):
     spec = FUSED_OPS[case["op"]]
     data_format, is_training, dtype = case["data_format"], case["is_training"], case["T"]
-    tf_dtype = TF_DTYPES[dtype]
-    rng = rng_for(case, seed)
     shape = SHAPE_4D if data_format in ("NHWC", "NCHW") else SHAPE_5D
-    channels = shape[-1]
-    x = rng.standard_normal(shape) * 1.5 + rng.uniform(-1.0, 1.0, channels)
-    dy = rng.standard_normal(shape)
-    scale = rng.uniform(0.5, 1.5, channels) * rng.choice([-1.0, 1.0], channels)
-    offset = rng.standard_normal(channels)
-    x = tf.constant(from_channels_last(x, data_format), tf_dtype)
-    dy = tf.constant(from_channels_last(dy, data_format), tf_dtype)
-    scale = tf.constant(scale, tf.float32)
-    empty = tf.constant([], tf.float32)
-    if is_training:
-        forward = tf.raw_ops.FusedBatchNormV3(
-            x=x, scale=scale, offset=tf.constant(offset, tf.float32), mean=empty, variance=empty,
-            epsilon=EPSILON, data_format=data_format, is_training=True)
-        mean, variance, reserve_space_3 = forward.reserve_space_1, forward.reserve_space_2, forward.reserve_space_3
-    else:
-        mean = tf.constant(rng.uniform(-0.5, 0.5, channels), tf.float32)
-        variance = tf.constant(rng.uniform(0.5, 2.0, channels), tf.float32)
-        reserve_space_3 = empty
-
+    made = fused_inputs(spec, TF_DTYPES[dtype], data_format, is_training, shape, seed_for(case, seed))
+    inputs = made.inputs
     side = dtype if "U" not in spec.attrs else "float"  # scale, reserve spaces and 1-D outputs
-    inputs = {"y_backprop": dy, "x": x, "scale": tf.cast(scale, TF_DTYPES[side]),
-              "reserve_space_1": tf.cast(mean, TF_DTYPES[side]),
-              "reserve_space_2": tf.cast(variance, TF_DTYPES[side])}
-    if "reserve_space_3" in spec.inputs:
-        inputs["reserve_space_3"] = reserve_space_3
     input_dtypes = {name: (dtype if name in ("y_backprop", "x") else side) for name in inputs}
     outputs = ["x_backprop", "scale_backprop", "offset_backprop"]
     outputs += ["reserve_space_4", "reserve_space_5"] if "reserve_space_3" in spec.inputs else ["reserve_space_3", "reserve_space_4"]
     output_dtypes = [dtype] + [side] * 4
 
-    attrs = dict(epsilon=EPSILON, data_format=data_format, is_training=is_training)
     if is_training or data_format not in CHANNELS_FIRST:
-        want = list(getattr(tf.raw_ops, case["op"])(**inputs, **attrs))
+        want = list(getattr(tf.raw_ops, case["op"])(**inputs, **made.attrs))
         want_dtypes, reference = output_dtypes, "stock"
     else:  # stock's CPU kernel: "only support NHWC tensor format for now"
-        want = list(fused_reference(dy, x, inputs["scale"], inputs["reserve_space_1"], inputs["reserve_space_2"],
-                                    EPSILON, False, data_format))
-        want += [np.zeros([0]), np.zeros([0])]
+        want = list(made.reference()) + [np.zeros([0]), np.zeros([0])]
         want_dtypes, reference = ["double"] * 5, "float64"
     return inputs, input_dtypes, outputs, output_dtypes, want, want_dtypes, reference
 
 
-def run_stock_global_norm(inputs, variance_epsilon, scale_after_normalization):
-    """Stock's op is deprecated at GraphDef version 9: run it in a version-8 graph."""
-    from tensorflow.python.framework import test_util
-
-    graph = tf.Graph()
-    test_util.set_producer_version(graph, 8)
-    arrays = {k: v.numpy() for k, v in inputs.items()}
-    with graph.as_default():
-        placeholders = {k: tf.compat.v1.placeholder(inputs[k].dtype, a.shape) for k, a in arrays.items()}
-        out = getattr(tf.raw_ops, GLOBAL_NORM.stock)(
-            **placeholders, variance_epsilon=variance_epsilon, scale_after_normalization=scale_after_normalization)
-    with tf.compat.v1.Session(graph=graph) as session:
-        return session.run(list(out), {placeholders[k]: a for k, a in arrays.items()})
-
-
 def gen_global_norm(case, seed):
     dtype = case["T"]
-    tf_dtype = TF_DTYPES[dtype]
-    rng = rng_for(case, seed)
-    shape = SHAPE_4D
-    channels = shape[-1]
-    mean = rng.uniform(-0.5, 0.5, channels)
-    inputs = {
-        "t": tf.constant(rng.standard_normal(shape) * 1.5 + mean, tf_dtype),
-        "m": tf.constant(mean, tf_dtype),
-        "v": tf.constant(rng.uniform(0.5, 2.0, channels), tf_dtype),
-        "gamma": tf.constant(rng.uniform(0.5, 1.5, channels), tf_dtype),
-        "backprop": tf.constant(rng.standard_normal(shape), tf_dtype),
-    }
+    inputs = global_norm_inputs(TF_DTYPES[dtype], SHAPE_4D, seed_for(case, seed))
+    attrs = dict(variance_epsilon=EPSILON, scale_after_normalization=case["scale_after_normalization"])
     input_dtypes = {name: dtype for name in inputs}
     output_dtypes = [dtype] * 5
     if dtype == "half":  # stock sums in half: compare with the exact answer instead
-        want = list(global_norm_reference(**inputs, variance_epsilon=EPSILON,
-                                          scale_after_normalization=case["scale_after_normalization"]))
+        want = list(global_norm_reference(**inputs, **attrs))
         want_dtypes, reference = ["double"] * 5, "float64"
     else:
-        want = run_stock_global_norm(inputs, EPSILON, case["scale_after_normalization"])
+        want = run_stock_global_norm_grad(**inputs, **attrs)
         want_dtypes, reference = output_dtypes, "stock"
     return inputs, input_dtypes, list(GLOBAL_NORM.outputs), output_dtypes, want, want_dtypes, reference
 
@@ -318,7 +269,6 @@ def run_gobn(ops, case, tensors):
 
 def compare(case, got, tensors):
     """Returns (max abs err, max err / max|want|, share of tolerance used, problems)."""
-    rtol, atol = tolerance(case["T"])
     max_abs = max_rel = used = 0.0
     problems = []
     for name, value, dtype in zip(case["outputs"], got, case["output_dtypes"]):
@@ -331,17 +281,13 @@ def compare(case, got, tensors):
         g, w = as_float64(value), as_float64(want_tensor)
         if g.size == 0:
             continue
-        err = np.abs(g - w)
-        err = np.where(np.isnan(g) & np.isnan(w), 0.0, err)
+        err = np.where(np.isnan(g) & np.isnan(w), 0.0, np.abs(g - w))
         scale = float(np.max(np.abs(w[np.isfinite(w)]), initial=0.0))
-        bound = atol * scale + rtol * np.abs(w)
         worst = float(np.nanmax(np.where(np.isnan(err), np.inf, err)))
         max_abs = max(max_abs, worst)
         max_rel = max(max_rel, worst / scale if scale > 0 else (0.0 if worst == 0 else np.inf))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.where(bound > 0, err / bound, np.where(err > 0, np.inf, 0.0))
-        used = max(used, float(np.max(np.where(np.isnan(ratio), np.inf, ratio))))
-        bad = int(np.sum(~(err <= bound)))
+        used = max(used, tolerance_used(g, w, case["T"]))
+        bad = int(np.sum(~(err <= tolerance_bound(w, case["T"]))))
         if bad:
             problems.append(f"{name}: {bad} of {err.size} elements out of tolerance")
     return max_abs, max_rel, used, problems

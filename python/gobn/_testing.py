@@ -1,17 +1,24 @@
-"""The accuracy contract of docs/design.md, in one place for Python.
+"""The accuracy contract of docs/design.md and the cases it is checked on,
+in one place for Python.
 
 The tolerance table (generated from Go's internal/tolerance), the float64
-references of the ops' formulas and the layout helpers they need live here,
-once: python_tests/support.py (the pytest suite's helpers), the package's
-smoke tests and scripts/golden.py and scripts/demo.py import them. It is a
-module of the package rather than a file of python_tests/ because the
-scripts and the smoke tests of an installed wheel are not run from the
-checkout's tests; nothing else in the package uses it.
+references of the ops' formulas and the layout helpers they need, the
+comparisons (tolerance_used, accuracy_excess, the asserts), the ops' cases
+and seeded inputs on a device (cases, fused_inputs, global_norm_inputs) and
+the one way to run stock's deprecated BatchNormWithGlobalNormalizationGrad
+(global_norm_session) live here, once: python_tests/support.py (the pytest
+suite's helpers), the package's smoke tests, scripts/golden.py, demo.py,
+bench.py and bench_gpu_call.py import them. It is a module of the package
+rather than a file of python_tests/ because the scripts and the smoke tests
+of an installed wheel are not run from the checkout's tests; nothing else in
+the package uses it.
 
 An element passes when ``|got - want| <= atol * max|want| + rtol * |want|``,
 with ``max|want|`` the largest finite magnitude of the output and (rtol, atol)
 the dtype's row of TOLERANCES.
 """
+
+import collections
 
 import numpy as np
 import tensorflow as tf
@@ -135,3 +142,271 @@ def global_norm_grad_reference(t, m, v, gamma, backprop, variance_epsilon, scale
     dv = -0.5 * s**3 * g * sum_dy_centered
     dg = s * sum_dy_centered if scale_after_normalization else np.zeros_like(gamma)
     return dx, dm, dv, db, dg
+
+
+# ---------------------------------------------------------------------------
+# Comparisons
+
+
+def tolerance_used(got, want, dtype):
+    """The largest |got - want| / (atol*max|want| + rtol*|want|) over the
+    elements: at most 1 passes. NaN where want has NaN counts as equal;
+    other NaN, or a difference where the bound is 0, as infinite; a shape
+    mismatch is infinite, an empty output 0."""
+    got, want = as_float64(got), as_float64(want)
+    if got.shape != want.shape:
+        return np.inf
+    if got.size == 0:
+        return 0.0
+    err = np.where(np.isnan(got) & np.isnan(want), 0.0, np.abs(got - want))
+    bound = tolerance_bound(want, dtype)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        used = np.where(bound > 0, err / bound, np.where(err > 0, np.inf, 0.0))
+    return float(np.max(np.nan_to_num(used, nan=np.inf)))
+
+
+def accuracy_excess(got, stock, reference, dtype):
+    """The largest (|got - ref| - |stock - ref|) / tolerance bound of ref:
+    at most 1 when got is as accurate as stock against the reference, give
+    or take one tolerance."""
+    got, stock, reference = as_float64(got), as_float64(stock), as_float64(reference)
+    if got.size == 0:
+        return 0.0
+    bound = tolerance_bound(reference, dtype)
+    excess = np.abs(got - reference) - np.abs(stock - reference)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        used = np.where(bound > 0, excess / bound, np.where(excess > 0, np.inf, 0.0))
+    return float(np.max(np.nan_to_num(used, nan=np.inf)))
+
+
+def assert_as_accurate(got, stock, reference, dtype, what="output"):
+    """Asserts got is no further from the float64 reference than stock is.
+
+    Element-wise |got - ref| <= |stock - ref| + atol*max|ref| + rtol*|ref|:
+    gobn may differ from the exact answer only by as much as stock does, plus
+    one tolerance of slack.
+    """
+    got, stock, reference = as_float64(got), as_float64(stock), as_float64(reference)
+    assert got.shape == reference.shape, f"{what}: shape {got.shape}, want {reference.shape}"
+    if got.size == 0:
+        return
+    got_err = np.abs(got - reference)
+    stock_err = np.abs(stock - reference)
+    bad = ~(got_err <= stock_err + tolerance_bound(reference, dtype))
+    if bad.any():
+        i = np.unravel_index(np.argmax(np.where(bad, got_err - stock_err, -np.inf)), got.shape)
+        raise AssertionError(
+            f"{what}: less accurate than stock against the float64 reference at "
+            f"{tuple(int(k) for k in i)}: gobn {got[i]!r}, stock {stock[i]!r}, reference "
+            f"{reference[i]!r}; max gobn error {got_err.max():.3g}, max stock error {stock_err.max():.3g}")
+
+
+# ---------------------------------------------------------------------------
+# Cases: the ops' inputs on a device
+
+EPSILON = 1e-3  # the cases' epsilon (and variance_epsilon)
+
+# How each kind's cases run: fused gradients in training and inference, the
+# global-normalization one with and without scale_after_normalization, the
+# synchronized halves in training (their statistics are the replicas').
+MODES = {
+    "FusedBatchNormGrad": ("training", "inference"),
+    "GlobalNormalizationGrad": ("scaled", "unscaled"),
+    "GradReduce": ("training",),
+    "GradApply": ("training",),
+}
+
+
+def device_type(device):
+    """"CPU" or "GPU": the type of a device name ("GPU:0", "/device:CPU:0",
+    or a tensor's full name)."""
+    return device.rsplit("device:", 1)[-1].strip("/").split(":")[0].upper()
+
+
+def dtypes_on(op, device):
+    """The dtypes op's kernels take on device's type, as TensorFlow's specs
+    name them (op: a record of gobn._opdefs_gen.OPS)."""
+    return op.gpu_dtypes if device_type(device) == "GPU" else op.dtypes
+
+
+class Case(collections.namedtuple("Case", "op dtype data_format mode shape_name shape")):
+    """One case of an op: dtype (a tf.DType), data format, mode (MODES) and a
+    named logical channels-last shape (N, [D,] H, W, C)."""
+
+    __slots__ = ()
+
+    @property
+    def is_training(self):
+        return self.mode == "training"
+
+    @property
+    def id(self):
+        return f"{self.op.name.split('>')[-1]}-{self.dtype.name}-{self.data_format}-{self.mode}-{self.shape_name}"
+
+
+def cases(op, device, shapes, dtypes=None):
+    """op's cases on device: each dtype its kernels take there (or of those,
+    the ones in dtypes) x data format x mode x each shape of shapes (a dict
+    name -> logical shape) of the format's rank."""
+    for name in dtypes_on(op, device):
+        if dtypes is not None and name not in dtypes:
+            continue
+        for data_format in op.data_formats:
+            for mode in MODES[op.kind]:
+                for shape_name, shape in shapes.items():
+                    if len(shape) == len(data_format):
+                        yield Case(op, tf.as_dtype(name), data_format, mode, shape_name, tuple(shape))
+
+
+def stock_forward_reserve_spaces(x, scale, offset, epsilon, data_format):
+    """Stock FusedBatchNormV3's training forward on the current device: its
+    three reserve spaces. reserve_space_1 is the batch mean; reserve_space_2
+    the *biased* batch variance on the CPU (batch_variance is
+    Bessel-corrected) and 1/sqrt(variance + epsilon) on a GPU."""
+    empty = tf.constant([], tf.float32)
+    out = tf.raw_ops.FusedBatchNormV3(x=x, scale=scale, offset=offset, mean=empty, variance=empty,
+                                      epsilon=epsilon, data_format=data_format, is_training=True)
+    return out.reserve_space_1, out.reserve_space_2, out.reserve_space_3
+
+
+class FusedInputs:
+    """A fused gradient's inputs on a device (fused_inputs), with what the
+    float64 reference takes.
+
+    inputs: the op's tensor inputs by name; attrs: epsilon, data_format,
+    is_training; offset: the forward's offset (float32); mean, variance:
+    the statistics as float64 arrays, the variance whatever the device's
+    reserve_space_2 holds.
+    """
+
+    def __init__(self, inputs, attrs, offset, mean, variance):
+        self.inputs, self.attrs, self.offset, self.mean, self.variance = inputs, attrs, offset, mean, variance
+
+    def reference(self, is_training=None):
+        """fused_grad_reference of the inputs: (x_backprop, scale_backprop,
+        offset_backprop); is_training defaults to the attrs'."""
+        attrs = self.attrs
+        training = attrs["is_training"] if is_training is None else is_training
+        return fused_grad_reference(self.inputs["y_backprop"], self.inputs["x"], self.inputs["scale"], self.mean,
+                                    self.variance, attrs["epsilon"], training, attrs["data_format"])
+
+
+def fused_inputs(op, dtype, data_format, is_training, shape, seed, device="CPU:0", epsilon=EPSILON,
+                 forward_statistics=None, x_std=1.5):
+    """Seeded inputs of a fused gradient op (a record of gobn._opdefs_gen.OPS)
+    on device: x, y_backprop in dtype laid out as data_format from the
+    logical channels-last shape (x of standard deviation x_std about a
+    mean per channel), scale with both signs; returns FusedInputs.
+
+    The statistics come from stock's training forward on the device where
+    forward_statistics (default: is_training) and the batch is not empty:
+    reserve_space_2 is then the variance on the CPU and the inverse standard
+    deviation on a GPU, and FusedInputs.variance the variance either way.
+    Otherwise they are drawn (a population's, or the replicas' of a
+    synchronized batch norm). seed is anything np.random.default_rng takes.
+    """
+    rng = np.random.default_rng(seed)
+    dtype = tf.as_dtype(dtype)
+    channels = shape[-1]
+    x = rng.standard_normal(shape) * x_std + rng.uniform(-1.0, 1.0, channels)
+    y_backprop = rng.standard_normal(shape)
+    scale = rng.uniform(0.5, 1.5, channels) * rng.choice([-1.0, 1.0], channels)
+    offset = rng.standard_normal(channels)
+    side = dtype if "U" not in op.attrs else tf.float32  # FusedBatchNormGrad has every input in T
+    gpu = device_type(device) == "GPU"
+    if forward_statistics is None:
+        forward_statistics = is_training
+    with tf.device(device):
+        x = tf.constant(from_channels_last(x, data_format), dtype)
+        y_backprop = tf.constant(from_channels_last(y_backprop, data_format), dtype)
+        scale = tf.constant(scale, tf.float32)
+        offset = tf.constant(offset, tf.float32)
+        # what a forward without cuDNN's reserve space leaves (the CPU's is empty)
+        reserve_space_3 = tf.zeros([]) if gpu else tf.constant([], tf.float32)
+        if forward_statistics and np.prod(shape) > 0:
+            # a format of x's rank: x may be 5-D under a 4-D format's name or 4-D under a 5-D one's,
+            # which then says only where the channels are
+            spatial = "DHW"[5 - len(shape):]
+            forward_format = "NC" + spatial if data_format in CHANNELS_FIRST else "N" + spatial + "C"
+            mean, reserve_space_2, reserve_space_3 = stock_forward_reserve_spaces(
+                x, scale, offset, epsilon, forward_format)
+            saved = as_float64(reserve_space_2)
+            variance = 1.0 / (saved * saved) - np.float64(np.float32(epsilon)) if gpu else saved
+            if gpu and not is_training:  # inference takes the variance itself
+                reserve_space_2 = tf.constant(variance, tf.float32)
+        else:
+            mean = tf.constant(rng.uniform(-0.5, 0.5, channels), tf.float32)
+            reserve_space_2 = tf.constant(rng.uniform(0.5, 2.0, channels), tf.float32)
+            variance = as_float64(reserve_space_2)
+        inputs = {"y_backprop": y_backprop, "x": x, "scale": tf.cast(scale, side),
+                  "reserve_space_1": tf.cast(mean, side), "reserve_space_2": tf.cast(reserve_space_2, side)}
+        if "reserve_space_3" in op.inputs:
+            inputs["reserve_space_3"] = reserve_space_3
+    attrs = {"epsilon": epsilon, "data_format": data_format, "is_training": is_training}
+    return FusedInputs(inputs, attrs, offset, as_float64(mean), variance)
+
+
+def global_norm_inputs(dtype, shape, seed, device="CPU:0"):
+    """Seeded inputs (t, m, v, gamma, backprop) of
+    BatchNormWithGlobalNormalizationGrad in dtype on device, of an NHWC shape."""
+    rng = np.random.default_rng(seed)
+    channels = shape[-1]
+    mean = rng.uniform(-0.5, 0.5, channels)
+    values = {
+        "t": rng.standard_normal(shape) * 1.5 + mean,
+        "m": mean,
+        "v": rng.uniform(0.5, 2.0, channels),
+        "gamma": rng.uniform(0.5, 1.5, channels),
+        "backprop": rng.standard_normal(shape),
+    }
+    with tf.device(device):
+        return {k: tf.constant(v, dtype) for k, v in values.items()}
+
+
+# ---------------------------------------------------------------------------
+# Stock's deprecated BatchNormWithGlobalNormalizationGrad
+
+
+def global_norm_session(inputs, attrs, ops=(None,), feed=True, static_shapes=True):
+    """A tf.compat.v1.Session over a graph of GraphDef producer version 8, in
+    which stock's BatchNormWithGlobalNormalizationGrad (removed at version
+    9, so it runs nowhere else) runs; returns (session, outputs, feed_dict),
+    outputs[i] the list of ops[i]'s outputs (None: stock's op; any other op
+    of its signature, gobn's say, beside it) for session.run(outputs[i], feed_dict).
+
+    inputs: t, m, v, gamma, backprop (tensors or arrays); attrs:
+    variance_epsilon, scale_after_normalization. With feed the inputs are
+    placeholders of their shapes (of unknown shapes without static_shapes,
+    so that bad shapes reach the kernel, InvalidArgumentError, not the
+    shape function, ValueError); without, resource variables, initialized,
+    which a run need not feed and grappler cannot fold away: for timing.
+    """
+    from tensorflow.python.framework import test_util
+
+    arrays = {k: np.asarray(v.numpy() if isinstance(v, tf.Tensor) else v) for k, v in inputs.items()}
+    graph = tf.Graph()
+    test_util.set_producer_version(graph, 8)
+    with graph.as_default():
+        if feed:
+            values = {k: tf.compat.v1.placeholder(tf.as_dtype(a.dtype), a.shape if static_shapes else None)
+                      for k, a in arrays.items()}
+        else:
+            values = {k: tf.compat.v1.get_variable(k, initializer=a, use_resource=True).read_value()
+                      for k, a in arrays.items()}
+            init = tf.compat.v1.global_variables_initializer()
+        outputs = [list((op or tf.raw_ops.BatchNormWithGlobalNormalizationGrad)(**values, **attrs)) for op in ops]
+    session = tf.compat.v1.Session(graph=graph)
+    if not feed:
+        session.run(init)
+    return session, outputs, {values[k]: a for k, a in arrays.items()} if feed else {}
+
+
+def run_stock_global_norm_grad(t, m, v, gamma, backprop, variance_epsilon, scale_after_normalization,
+                               static_shapes=True, op=None):
+    """Stock's BatchNormWithGlobalNormalizationGrad (or op) in a graph of
+    producer version 8 (global_norm_session): its outputs as numpy arrays."""
+    inputs = dict(t=t, m=m, v=v, gamma=gamma, backprop=backprop)
+    attrs = dict(variance_epsilon=variance_epsilon, scale_after_normalization=scale_after_normalization)
+    session, (outputs,), feed = global_norm_session(inputs, attrs, ops=(op,), static_shapes=static_shapes)
+    with session:
+        return session.run(outputs, feed)

@@ -83,10 +83,9 @@ import statistics
 import subprocess
 import sys
 
-from machine import core_count, cpu_model, onednn_takes_16_bit
-from timing import geomean, time_interleaved
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench.machine import core_count, cpu_model, onednn_takes_16_bit
+from bench.timing import geomean, time_interleaved
+from tools.checkout import ROOT, module_command, tensorflow_env
 
 RESNET = [(112, 64), (56, 64), (56, 256), (28, 128), (28, 512),
           (14, 256), (14, 1024), (7, 512), (7, 2048)]
@@ -150,20 +149,18 @@ def case_reps(shape, reps):
 
 
 def gobn_package():
-    """The gobn package of this checkout (python/), which loads libgobn.so.
+    """The gobn package of this checkout (python/, tools.checkout), which
+    loads libgobn.so.
 
     Importing gobn imports TensorFlow: call this after load_tf has set
     TensorFlow's environment.
     """
-    if os.path.join(ROOT, "python") not in sys.path:
-        sys.path.insert(0, os.path.join(ROOT, "python"))
     import gobn
     return gobn
 
 
 def load_tf(onednn):
-    os.environ["TF_ENABLE_ONEDNN_OPTS"] = "1" if onednn else "0"
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    tensorflow_env(onednn)
     import tensorflow as tf
     return tf, gobn_package().ops
 
@@ -371,7 +368,7 @@ def threshold(reps):
         env.pop("GOMAXPROCS", None)
         if procs == "1":
             env["GOMAXPROCS"] = "1"  # one worker: the kernel stays on the calling thread
-        outp = subprocess.run([sys.executable, __file__, "--child-threshold", "--reps", str(reps)],
+        outp = subprocess.run(module_command(__spec__, "--child-threshold", "--reps", str(reps)), cwd=ROOT,
                               env=env, check=True, capture_output=True, text=True).stdout
         res[procs] = {int(k): v for k, v in json.loads(outp).items()}
     return res
@@ -459,14 +456,14 @@ def main():
     chained = run_chained(args.reps, only=args.only)
     chained_large = run_chained(args.reps, large=True, only=args.only)
     bw = max(bw_before, bw_after)
-    child = subprocess.run([sys.executable, __file__, "--child-onednn"] + child_args,
+    child = subprocess.run(module_command(__spec__, "--child-onednn", *child_args), cwd=ROOT,
                            check=True, capture_output=True, text=True).stdout
     onednn = {case_key(r): r for r in json.loads(child)}
     sizes, default_malloc = {}, []
     if not args.only:
         sizes = threshold(args.reps)
         plain_env = {k: v for k, v in os.environ.items() if k not in BFC}
-        child = subprocess.run([sys.executable, __file__, "--child-default-malloc"] + child_args,
+        child = subprocess.run(module_command(__spec__, "--child-default-malloc", *child_args), cwd=ROOT,
                                env=plain_env, check=True, capture_output=True, text=True).stdout
         default_malloc = json.loads(child)
     l3 = l3_bytes()

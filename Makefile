@@ -181,9 +181,9 @@ race: $(LIB)
 # execution counts (-fuzztime=Nx), not durations: Go 1.26's coordinator can
 # fail a target with a bare "context deadline exceeded" when a duration runs
 # out while a worker is mid-call (go.dev/issue/75804, fixed in Go 1.27), which
-# is not a finding. make test runs each target's count (about 2-5 s each on 2
-# cores), make fuzz FUZZ_SCALE times as many. The kernels' targets run with
-# the vector loops the library ships (GOEXPERIMENT=simd).
+# is not a finding. make test runs each target's count, make fuzz
+# FUZZ_SCALE times as many. The kernels' targets run with the vector loops
+# the library ships (GOEXPERIMENT=simd).
 FUZZ_TARGETS := opdef:FuzzCheckFusedGrad:80000 opdef:FuzzCheckGlobalNormalizationGrad:120000 \
 	opdef:FuzzCheckStaticShapes:120000 kernels:FuzzFusedGrad:1500 \
 	kernels:FuzzGlobalNormalizationGrad:1500 capi:FuzzCompute:250000
@@ -261,10 +261,9 @@ gpu-bundle: $(GPU_BUNDLE)/libgobncheck.so $(GPU_BUNDLE)/cuda.test $(GPUCHECK_SCR
 # its options); then ResNet50 training steps, stock against gobn, each also
 # compiled by XLA (bench/models.py --device gpu --xla), for each
 # route:layout:batch:precision of GPU_TF_MODELS (GPU_TF_MODELS= skips them;
-# GPU_TF_MODELS_ARGS sets the rest); all into GPU_TF_RECORD. A model
-# configuration takes about 3 minutes on an H200, most of it the start and
-# the XLA compilation of each config's process. python_tests/test_makefile.py
-# runs the target on CPU:0, without the models.
+# GPU_TF_MODELS_ARGS sets the rest); all into GPU_TF_RECORD. Each model
+# configuration starts processes of its own and compiles them with XLA.
+# python_tests/test_makefile.py runs the target on CPU:0, without the models.
 GPU_TF_PYTHON ?= python3
 GPU_TF_DEVICE ?= GPU:0
 GPU_TF_RECORD ?= bench/gpu_tf.json

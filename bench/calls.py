@@ -11,8 +11,8 @@ float32 element (x and dy read once, dx written once: the least any kernel
 must move; a two-pass training gradient moves 20 where its second pass finds
 nothing in cache) against the machine's STREAM-style triad bandwidth
 measured in the same run (internal/cmd/triad).
-A lone call carries about a quarter of a millisecond of calling the
-tf.function from Python, alike on both sides, which pulls every ratio of the
+A lone call carries the cost of calling the tf.function from Python,
+alike on both sides, which pulls every ratio of the
 first table towards 1: the more the smaller the case.
 
 Against stock's oneDNN kernel (TF_ENABLE_ONEDNN_OPTS=1, in a child process)
@@ -21,7 +21,7 @@ chain of K calls, each call's x_backprop the next one's y_backprop, and a
 call's time is the chain's over K. K is chosen case by case from a short
 probe so that a chain takes about CHAIN_TARGET (10 ms) or more, at most
 CHAIN (100) calls, and recorded. The calling from Python is paid once a
-chain, a fortieth of it or less; only the smallest cases, whose 100 calls
+chain; only the smallest cases, whose 100 calls
 take less than 10 ms, keep more of it, which pulls their ratios towards 1. Three chains are timed
 interleaved, round after round: stock, gobn, and stock again, a second chain
 of stock traced on its own. Stock against stock again measures nothing but
@@ -275,8 +275,8 @@ def run_chained(reps, large=False, only=""):
 
 
 # The oneDNN comparison's chains are long enough that one takes about
-# CHAIN_TARGET seconds or more, beside which the ~0.25 ms of calling a
-# tf.function from Python is a fortieth or less, and at most CHAIN calls
+# CHAIN_TARGET seconds or more, beside which the calling of a tf.function
+# from Python is small, and at most CHAIN calls
 # long (a graph of hundreds of ops is slow to trace and optimize, and 100
 # calls of the smallest cases still take well under CHAIN_TARGET). A case's
 # K comes from chains of PROBE calls. The goal counts the cases of at least ONEDNN_MIN_ELEMENTS

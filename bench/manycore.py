@@ -14,8 +14,7 @@ cut short leaves what it measured:
    at least 256 MiB each, every core adding its slice (numpy gives up the
    GIL inside a ufunc), best of several rounds, counting 24 bytes an element
    as STREAM does. That is STREAM's add; its traffic, two reads and one
-   write, is the triad's (internal/cmd/triad, in Go, is make bench's; on a
-   2-core Zen 4 VM the two agreed within a few percent).
+   write, is the triad's (internal/cmd/triad, in Go, is make bench's).
 3. The sweep: the CPU kernels' measured constants (kernels.Tuning:
    per_worker, then wake, stream_bytes and max_chunks) set through
    gobnCPUPlan between the calls of one process, each setting timed on the
@@ -262,9 +261,9 @@ def time_percall(tf, np, ops, case, reps, seconds):
 # A setting replaces the library's default only where its score (the
 # geometric mean of each case's time over the case's best) is this much
 # lower than the default's, in the stage and again in a round of the two
-# alone: below, the two differ within the noise of a short sweep (on a
-# loaded 2-core VM two settings that run the same code scored 1.00 and
-# 1.19), and the default, measured before, stays.
+# alone: below, the two differ within the noise of a short sweep (two
+# settings that run the same code can score that far apart on a loaded
+# machine), and the default, measured before, stays.
 SWEEP_MARGIN = 0.05
 
 

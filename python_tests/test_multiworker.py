@@ -37,8 +37,8 @@ import multiworker_child as child  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLE = os.path.join(REPO_ROOT, "examples", "multiworker", "train.py")
-# A worker's start (TensorFlow's import, the cluster's handshake) takes 3-6 s
-# on 2 cores; these bounds leave room for a loaded machine.
+# A worker's start (TensorFlow's import, the cluster's handshake) takes
+# seconds; these bounds leave room for a loaded machine.
 RUN_TIMEOUT_S = 60
 # The survivor must fail within this many seconds of losing its peer: a dead
 # peer's connections reset (about 1 s); the coordination service's heartbeat

@@ -50,9 +50,9 @@ $(VENV)/.installed: requirements.txt requirements-nodeps.txt
 	touch $@
 
 # TensorFlow's include and library directories, read from tf.sysconfig.
-build/tf.mk: $(VENV)/.installed scripts/tfflags.py
+build/tf.mk: $(VENV)/.installed tools/tfflags.py
 	mkdir -p build
-	$(VPY) scripts/tfflags.py > $@.tmp && mv $@.tmp $@
+	$(VPY) -m tools.tfflags > $@.tmp && mv $@.tmp $@
 
 ifneq ($(filter-out clean help gpu-tf-check,$(MAKECMDGOALS)),)
 include build/tf.mk
@@ -69,7 +69,7 @@ LIB_LDFLAGS := -L$(TF_LIBDIR) -l:libtensorflow_framework.so.2
 
 GO_SOURCES := $(shell find opdef kernels capi internal/cudaspec -name '*.go' -o -name '*.c' -o -name '*.cc' -o -name '*.h' -o -name '*.s') go.mod go.sum
 
-# The CUDA path. scripts/cuda_fatbin.py compiles kernels/cuda/batchnorm.cu
+# The CUDA path. tools/cuda_fatbin.py compiles kernels/cuda/batchnorm.cu
 # (with the headers beside it) with NVRTC for every GPU architecture
 # TensorFlow's GPU build supports into kernels/cuda/gobn.fatbin, which the Go
 # package embeds, and writes build/cuda/manifest.json and build/cuda/ptxas.txt
@@ -90,8 +90,8 @@ endif
 GO_TAGFLAGS := $(if $(GO_TAGS),-tags $(GO_TAGS))
 export GO_TAGS GOBN_CUDA
 
-$(CUDA_FATBIN): $(wildcard $(CUDA_DIR)/*.cu $(CUDA_DIR)/*.cuh $(CUDA_DIR)/*.h) scripts/cuda_fatbin.py $(VENV)/.installed
-	$(VPY) scripts/cuda_fatbin.py $(CUDA_DIR)/batchnorm.cu
+$(CUDA_FATBIN): $(wildcard $(CUDA_DIR)/*.cu $(CUDA_DIR)/*.cuh $(CUDA_DIR)/*.h) tools/cuda_fatbin.py $(VENV)/.installed
+	$(VPY) -m tools.cuda_fatbin $(CUDA_DIR)/batchnorm.cu
 
 # The library's build mode, rewritten only when it changes, so that switching
 # GOBN_CUDA rebuilds the library.
@@ -128,7 +128,7 @@ generate:
 	go generate ./capi ./ops ./internal/genpy ./kernels ./kernels/cuda
 
 demo: $(LIB)
-	$(VPY) scripts/demo.py
+	$(VPY) -m examples.demo
 
 vet: build/tf.mk $(CUDA_DEPS)
 	go vet ./...
@@ -147,9 +147,9 @@ gotest: $(LIB) $(TFLIB)
 pytest: $(LIB) wheel
 	$(VPY) -m pytest -q python_tests
 
-# The Python package with libgobn.so inside, for pip (scripts/wheel.py).
+# The Python package with libgobn.so inside, for pip (tools/wheel.py).
 wheel: $(LIB)
-	$(VPY) scripts/wheel.py $(LIB) dist
+	$(VPY) -m tools.wheel $(LIB) dist
 
 # The wheel beside each supported TensorFlow release (python/gobn/_supported.py),
 # each in a fresh environment under build/compat: its smoke tests
@@ -158,7 +158,7 @@ wheel: $(LIB)
 # COMPAT_ARGS passes options, e.g. make compat COMPAT_ARGS="--only 2.14.1".
 COMPAT_ARGS ?=
 compat: wheel
-	$(VPY) scripts/compat.py $(COMPAT_ARGS)
+	$(VPY) -m tools.compat $(COMPAT_ARGS)
 
 test: lint vet gotest race fuzz-short pytest
 
@@ -167,7 +167,7 @@ test: lint vet gotest race fuzz-short pytest
 lint: $(VENV)/.installed
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
 	if [ -n "$$unformatted" ]; then echo "gofmt: not formatted:"; echo "$$unformatted"; exit 1; fi
-	$(VENV)/bin/ruff check python python_tests scripts examples
+	$(VENV)/bin/ruff check python python_tests tools bench examples
 
 # The race detector over the kernels and the capi layer (TestComputeConcurrent
 # runs every op from many goroutines; -short makes it one round).
@@ -181,9 +181,9 @@ race: $(LIB)
 # execution counts (-fuzztime=Nx), not durations: Go 1.26's coordinator can
 # fail a target with a bare "context deadline exceeded" when a duration runs
 # out while a worker is mid-call (go.dev/issue/75804, fixed in Go 1.27), which
-# is not a finding. make test runs each target's count (about 2-5 s each on 2
-# cores), make fuzz FUZZ_SCALE times as many. The kernels' targets run with
-# the vector loops the library ships (GOEXPERIMENT=simd).
+# is not a finding. make test runs each target's count, make fuzz
+# FUZZ_SCALE times as many. The kernels' targets run with the vector loops
+# the library ships (GOEXPERIMENT=simd).
 FUZZ_TARGETS := opdef:FuzzCheckFusedGrad:80000 opdef:FuzzCheckGlobalNormalizationGrad:120000 \
 	opdef:FuzzCheckStaticShapes:120000 kernels:FuzzFusedGrad:1500 \
 	kernels:FuzzGlobalNormalizationGrad:1500 capi:FuzzCompute:250000
@@ -203,14 +203,14 @@ fuzz-short: $(LIB)
 fuzz: $(LIB)
 	$(call run-fuzz,$(FUZZ_SCALE))
 
-# Validates gobn against the TensorFlow in .venv (see scripts/golden.py).
+# Validates gobn against the TensorFlow in .venv (see tools/golden.py).
 golden: $(LIB)
-	$(VPY) scripts/golden.py gen build/golden
-	$(VPY) scripts/golden.py check build/golden
+	$(VPY) -m tools.golden gen build/golden
+	$(VPY) -m tools.golden check build/golden
 
 # Stock and gobn side by side: bench/results.json, bench/ratios.png, a table.
 bench: $(LIB)
-	$(VPY) scripts/bench.py
+	$(VPY) -m bench.calls
 
 clean:
 	rm -rf build dist
@@ -226,14 +226,14 @@ help:
 # CUDA path: cuda.test (the Go tests of kernels/cuda as a binary: every CUDA
 # kernel against gobn's CPU kernels and a float64 reference), libgobncheck.so (internal/cmd/gpucheck:
 # the CUDA kernels behind a ctypes ABI, linking no TensorFlow, for timing)
-# and the scripts of scripts/gpucheck. There: bash build/gpu/run.sh
+# and the files of tools/gpucheck. There: bash build/gpu/run.sh
 # (correctness, compute-sanitizer, speed beside PyTorch's and cuDNN's
 # backward; results in $OUT or build/gpu/results). Both are built with
 # -tags cuda; GPUCHECK_LDFLAGS is for any link flags that needs (TensorFlow's,
 # exported above, are left out).
 GPU_BUNDLE := build/gpu
 GPUCHECK_LDFLAGS ?=
-GPUCHECK_SCRIPTS := $(wildcard scripts/gpucheck/*.py) scripts/gpucheck/run.sh
+GPUCHECK_SCRIPTS := $(wildcard tools/gpucheck/*.py) tools/gpucheck/run.sh
 
 $(GPU_BUNDLE)/libgobncheck.so: kernels/cuda/gobn.fatbin $(GO_SOURCES) $(wildcard internal/cmd/gpucheck/*.go)
 	@mkdir -p $(GPU_BUNDLE)
@@ -257,14 +257,13 @@ gpu-bundle: $(GPU_BUNDLE)/libgobncheck.so $(GPU_BUNDLE)/cuda.test $(GPUCHECK_SCR
 # GPU_TF_ARGS adds pytest's options, e.g. --matrix full for ResNet-50's
 # shapes too), their rows recorded; then a call's time inside TensorFlow,
 # stock against gobn on TensorFlow's stream and by the synchronizing rule
-# (scripts/bench_gpu_call.py, the record's "stream"; GPU_TF_BENCH_ARGS adds
+# (bench/gpu_calls.py, the record's "stream"; GPU_TF_BENCH_ARGS adds
 # its options); then ResNet50 training steps, stock against gobn, each also
-# compiled by XLA (scripts/bench_models.py --device gpu --xla), for each
+# compiled by XLA (bench/models.py --device gpu --xla), for each
 # route:layout:batch:precision of GPU_TF_MODELS (GPU_TF_MODELS= skips them;
-# GPU_TF_MODELS_ARGS sets the rest); all into GPU_TF_RECORD. A model
-# configuration takes about 3 minutes on an H200, most of it the start and
-# the XLA compilation of each config's process. python_tests/test_makefile.py
-# runs the target on CPU:0, without the models.
+# GPU_TF_MODELS_ARGS sets the rest); all into GPU_TF_RECORD. Each model
+# configuration starts processes of its own and compiles them with XLA.
+# python_tests/test_makefile.py runs the target on CPU:0, without the models.
 GPU_TF_PYTHON ?= python3
 GPU_TF_DEVICE ?= GPU:0
 GPU_TF_RECORD ?= bench/gpu_tf.json
@@ -275,8 +274,8 @@ GPU_TF_MODELS ?= tf_keras:channels_first:32:float32 keras3:channels_last:32:floa
 GPU_TF_MODELS_ARGS ?= --models resnet50 --image 112 --warmup 3 --rounds 5 --steps-per-round 2 --no-float64 --xla
 gpu-tf-check:
 	$(GPU_TF_PYTHON) -m pytest -q python_tests/test_device.py --device $(GPU_TF_DEVICE) --record $(GPU_TF_RECORD) $(GPU_TF_ARGS)
-	$(GPU_TF_PYTHON) scripts/bench_gpu_call.py --device $(GPU_TF_DEVICE) --merge-into $(GPU_TF_RECORD) $(GPU_TF_BENCH_ARGS)
-	$(foreach m,$(GPU_TF_MODELS),$(GPU_TF_PYTHON) scripts/bench_models.py --device gpu --routes $(word 1,$(subst :, ,$(m))) \
+	$(GPU_TF_PYTHON) -m bench.gpu_calls --device $(GPU_TF_DEVICE) --merge-into $(GPU_TF_RECORD) $(GPU_TF_BENCH_ARGS)
+	$(foreach m,$(GPU_TF_MODELS),$(GPU_TF_PYTHON) -m bench.models --device gpu --routes $(word 1,$(subst :, ,$(m))) \
 		--data-format $(word 2,$(subst :, ,$(m))) --batch-size $(word 3,$(subst :, ,$(m))) \
 		--precision $(word 4,$(subst :, ,$(m))) $(GPU_TF_MODELS_ARGS) --merge-into $(GPU_TF_RECORD) &&) true
 
@@ -285,10 +284,10 @@ gpu-tf-check:
 # worker processes (127.0.0.1, free ports, TF_CONFIG per worker).
 WORKERS ?= 2
 multiworker: $(LIB)
-	$(VPY) examples/multiworker/train.py --workers $(WORKERS)
+	PYTHONPATH=python $(VPY) examples/multiworker/train.py --workers $(WORKERS)
 
 bench-multiworker: $(LIB)
-	$(VPY) scripts/bench_multiworker.py
+	$(VPY) -m bench.multiworker
 
 # ---------------------------------------------------------------------------
 # Existing models on gobn: training-step time of ResNet50 and MobileNetV2,
@@ -298,4 +297,4 @@ bench-multiworker: $(LIB)
 # make bench-models BENCH_MODELS_ARGS="--rounds 20 --batch-size 16".
 BENCH_MODELS_ARGS ?=
 bench-models: $(LIB)
-	$(VPY) scripts/bench_models.py $(BENCH_MODELS_ARGS)
+	$(VPY) -m bench.models $(BENCH_MODELS_ARGS)

@@ -13,7 +13,7 @@ import (
 // The CPU kernels' plan is tuned by a few measured constants
 // (kernels.Tuning). For benchmarking they can be set without rebuilding the
 // library: GOBN_CPU_PLAN, read when the library loads, and gobnCPUPlan,
-// which scripts/bench_manycore.py calls through ctypes to sweep them in one
+// which bench/manycore.py calls through ctypes to sweep them in one
 // process. Both take kernels.ParseTuning's spec, e.g.
 // "per_worker=131072,wake=2" (docs/performance.md, "The plan").
 

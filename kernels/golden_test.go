@@ -20,13 +20,13 @@ import (
 )
 
 // The golden set in testdata/golden holds stock TensorFlow's outputs for
-// every op, dtype, data format and mode, written by `scripts/golden.py gen`
-// (see that script for the file format). These tests run the kernels on the
+// every op, dtype, data format and mode, written by `python -m tools.golden gen`
+// (see tools/golden.py for the file format). These tests run the kernels on the
 // saved inputs and compare with the saved outputs, so the kernels are checked
 // against real stock output where TensorFlow is not installed. Regenerate
 // with:
 //
-//	.venv/bin/python scripts/golden.py gen kernels/testdata/golden
+//	.venv/bin/python -m tools.golden gen kernels/testdata/golden
 //
 // Arrays of TensorFlow dtype float are float32 in the .npz, double float64,
 // and half and bfloat16 their uint16 bit patterns, which are exactly
@@ -61,7 +61,7 @@ type goldenCase struct {
 func readGoldenManifest(t *testing.T) goldenManifest {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join(goldenDir, "manifest.json"))
-	require.NoError(t, err, "the golden set is committed: regenerate it with scripts/golden.py gen")
+	require.NoError(t, err, "the golden set is committed: regenerate it with python -m tools.golden gen")
 	var m goldenManifest
 	require.NoError(t, json.Unmarshal(raw, &m))
 	require.Equal(t, 1, m.Format, "manifest format")

@@ -59,7 +59,7 @@ func lastLevel(m Machine, t Tuning) int {
 // and switches for tests and benchmarks. DefaultTuning has the defaults;
 // SetTuning replaces them for the process (capi reads GOBN_CPU_PLAN when the
 // library loads and exports a setter, for benchmarking:
-// scripts/bench_manycore.py sweeps them on a many-core machine).
+// bench/manycore.py sweeps them on a many-core machine).
 type Tuning struct {
 	// PerWorker, where positive, is the least number of float32 elements a
 	// worker takes (half as many Half or BFloat16 ones, whose conversions
@@ -100,12 +100,10 @@ func DefaultTuning() Tuning {
 // machine of the given cores: 2^19/cores, from 2^16 to 2^18. A helper must
 // be woken, and TensorFlow's idle threads spin for a while after each op,
 // so a helper pays only on a share of a few hundred microseconds on few
-// cores; on many, the finer shares pay. Both ends were measured, on chains
-// of FusedBatchNormGradV3 in one tf.function: on 2 cores (make bench's
-// oneDNN table) 2^18, where from 2^19 8x28x28x128 went from 0.335 to 0.249
-// ms a call and 2^17 gained nothing more; on 16 (bench_manycore.py's sweep,
-// bench/manycore.json) 2^16, where 2^18 took 1.6 times as long over the
-// sweep's cases and 2^15 5 % longer.
+// cores; on many, the finer shares pay. Both ends were measured on chains
+// of FusedBatchNormGradV3 in one tf.function: 2 cores by make bench's oneDNN
+// table, 16 by bench/manycore.py's sweep (bench/manycore.json;
+// docs/performance.md, "The plan").
 func perWorkerFor(cores int) int { return max(1<<16, min(1<<18, (1<<19)/max(1, cores))) }
 
 var tuning atomic.Pointer[Tuning]

@@ -2,6 +2,8 @@
 
     python multiworker_child.py OUTDIR
 
+with the checkout's package on PYTHONPATH (the test's child_env puts it there).
+
 Every worker makes the same global batch, takes its slice of it, and runs one
 training step of gobn.keras.SyncBatchNormalization and of
 gobn.sync_batch_norm under tf.distribute.MultiWorkerMirroredStrategy (one CPU
@@ -16,8 +18,6 @@ import os
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(_REPO, "python"))
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402

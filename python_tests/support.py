@@ -3,13 +3,16 @@
 conftest.py keeps the fixtures and hooks; everything else the tests share is
 here. The tolerance table, the float64 references, the comparisons, the
 ops' cases and inputs and the runner of stock's deprecated op are the
-package's (python/gobn/_testing.py), which the scripts use too; this module
-re-exports them.
+package's (python/gobn/_testing.py), which the tools, the benchmarks and the
+demo use too; this module re-exports them.
 
 Importing this module first thing (conftest.py does, and so do the child
 scripts the tests start) sets up the process: oneDNN off, so that stock's
 reference is the Eigen kernel, before TensorFlow is imported, and the
-package on sys.path, as a user of the checkout has it (``PYTHONPATH=python``).
+package on sys.path, as a user of the checkout has it (``PYTHONPATH=python``),
+and the repository root after everything else on it, so that a test imports
+the checkout's tools, benchmarks and examples as the Makefile runs them, as
+modules (``tools.cuda_fatbin``, ``bench.machine``, ``examples.multiworker.train``).
 The tests load gobn as the README tells users to, through the package
 (``gobn.ops``), which finds the checkout's build/libgobn.so.
 """
@@ -27,6 +30,7 @@ PYTHON_DIR = os.path.join(REPO_ROOT, "python")
 BUILT_LIBRARY = os.path.join(REPO_ROOT, "build", "libgobn.so")
 
 sys.path.insert(0, PYTHON_DIR)
+sys.path.append(REPO_ROOT)
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402

@@ -1,6 +1,6 @@
 """The CPU kernels' tuning, set for benchmarking: GOBN_CPU_PLAN when the
 library loads and the library's gobnCPUPlan export (capi/cpuplan.go), as
-scripts/bench_manycore.py uses them. A setting must reach the kernels: the
+bench/manycore.py uses them. A setting must reach the kernels: the
 split statistics (gobnSplitStats) of a fresh process show how many workers
 its calls ran on."""
 

@@ -1,7 +1,7 @@
 """The CUDA build's outputs, checked without a GPU.
 
 `make` (GOBN_CUDA=1, the default) compiles kernels/cuda/batchnorm.cu with
-scripts/cuda_fatbin.py into kernels/cuda/gobn.fatbin, which the library
+tools/cuda_fatbin.py into kernels/cuda/gobn.fatbin, which the library
 embeds, beside build/cuda/manifest.json and build/cuda/ptxas.txt. These tests
 read those files:
 
@@ -19,7 +19,6 @@ library's Go build info (go version -m) has -tags=cuda.
 """
 
 import hashlib
-import importlib.util
 import json
 import os
 import re
@@ -29,18 +28,18 @@ import subprocess
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from support import REPO_ROOT as REPO
+from tools import cuda_fatbin
 FATBIN = os.path.join(REPO, "kernels", "cuda", "gobn.fatbin")
 SOURCE = "kernels/cuda/batchnorm.cu"
 BUILD = os.path.join(REPO, "build", "cuda")
 MANIFEST = os.path.join(BUILD, "manifest.json")
 PTXAS = os.path.join(BUILD, "ptxas.txt")
-SCRIPT = os.path.join(REPO, "scripts", "cuda_fatbin.py")
 
 # build_info['cuda_compute_capabilities'] of the official tensorflow==2.21.0
 # wheel (tensorflow-2.21.0-cp311-cp311-manylinux_2_27_x86_64.whl,
 # tensorflow/python/platform/build_info.py; CUDA 12.5.1). Written out here,
-# apart from scripts/cuda_fatbin.py's CUDA_COMPUTE_CAPABILITIES, so that a
+# apart from tools/cuda_fatbin.py's CUDA_COMPUTE_CAPABILITIES, so that a
 # change to either is caught.
 TENSORFLOW_2_21_CUDA_COMPUTE_CAPABILITIES = ["sm_60", "sm_70", "sm_80", "sm_89", "compute_90"]
 
@@ -149,10 +148,7 @@ def elf_sm(elf):
 
 
 def test_architectures_are_tensorflows(manifest):
-    spec = importlib.util.spec_from_file_location("cuda_fatbin", SCRIPT)
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    assert list(script.CUDA_COMPUTE_CAPABILITIES) == TENSORFLOW_2_21_CUDA_COMPUTE_CAPABILITIES
+    assert list(cuda_fatbin.CUDA_COMPUTE_CAPABILITIES) == TENSORFLOW_2_21_CUDA_COMPUTE_CAPABILITIES
     assert manifest["cuda_compute_capabilities"] == TENSORFLOW_2_21_CUDA_COMPUTE_CAPABILITIES, (
         "the fatbin was built for another list: run make")
     numbers = sorted({arch_number(c) for c in TENSORFLOW_2_21_CUDA_COMPUTE_CAPABILITIES})
@@ -189,7 +185,7 @@ def test_fatbin_holds_sass_per_arch_and_ptx_for_the_newest(manifest):
     assert kernels, "no kernels"
     for e in entries:
         what = f"{'sm' if e['kind'] == KIND_ELF else 'compute'}_{e['arch']}"
-        # Uncompressed (scripts/cuda_fatbin.py's FATBIN_OPTIONS): the payloads
+        # Uncompressed (tools/cuda_fatbin.py's FATBIN_OPTIONS): the payloads
         # are read below.
         assert not e["flags"] & FLAG_COMPRESSED, f"{what} is compressed"
         assert e["flags"] & FLAG_64BIT and not e["flags"] & FLAG_DEBUG, f"{what}: flags {e['flags']:#x}"

@@ -42,7 +42,7 @@ The matrix is the device's: quick on the CPU (float, a shape of each rank;
 test_parity.py, test_global_norm.py, test_sync_batch_norm.py and
 test_xla.py check the CPU's every case), every dtype and shape on a GPU.
 --record JSON writes each test's row by section (bench/gpu_tf.json);
-scripts/bench_gpu_call.py times a call inside TensorFlow.
+bench/gpu_calls.py times a call inside TensorFlow.
 """
 
 import os

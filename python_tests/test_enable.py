@@ -29,11 +29,10 @@ import sys
 import numpy as np
 import pytest
 
-from support import REPO_ROOT, TOLERANCES, child_env, tf
+from support import TOLERANCES, child_env, tf
 from test_cuda_build import cuda_mode
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "enable_child.py")
-sys.path.insert(0, os.path.join(REPO_ROOT, "scripts"))  # machine.py
 
 # The dtypes of T stock TensorFlow 2.21 registers kernels for, by device
 # (its CPU and GPU builds' registries): what enable() must cover.
@@ -91,10 +90,10 @@ def onednn_rewrites(op, dtype):
     """Whether TensorFlow 2.21 with oneDNN on runs an eager call of stock op
     in dtype as its own _MklNative op (mkl_eager_op_rewrite, IsMklOp): when
     it registers that op for dtype, and for bfloat16 and float16 only on a
-    CPU where oneDNN takes them (scripts/machine.py)."""
+    CPU where oneDNN takes them (bench/machine.py)."""
     from tensorflow.python.framework import kernels
 
-    from machine import onednn_takes_16_bit
+    from bench.machine import onednn_takes_16_bit
 
     want = tf.as_dtype(dtype).as_datatype_enum
     registered = any(c.name == "T" and want in c.allowed_values.list.type

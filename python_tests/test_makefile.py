@@ -1,7 +1,7 @@
 """The Makefile: its header (what `make help` prints) lists every target, and
 `make gpu-tf-check`, run here on CPU:0 with a few of test_device.py's tests,
 one shape timed and no models, writes its record whole: the tests' rows by
-section and bench_gpu_call.py's "stream" beside them."""
+section and bench/gpu_calls.py's "stream" beside them."""
 
 import json
 import os
@@ -49,9 +49,9 @@ def test_gpu_tf_check_record(tmp_path):
     [stream_row] = record["tf_stream"]
     assert stream_row["outcome"] == "skipped" and "GPU only" in stream_row["reason"] and not stream_row["ok"]
     assert record["checks"] == {"device": "CPU:0", "passed": len(OPS) + 3, "failed": 0, "skipped": 1}
-    # bench_gpu_call.py's record: the stream's counts and a row per shape
+    # bench/gpu_calls.py's record: the stream's counts and a row per shape
     stream = record["stream"]
-    assert stream["command"] == "bench_gpu_call.py --device CPU:0 --merge-into gpu_tf.json --shapes 2x3x3x8 --reps 1"
+    assert stream["command"] == "python -m bench.gpu_calls --device CPU:0 --merge-into gpu_tf.json --shapes 2x3x3x8 --reps 1"
     assert stream["on_stream"] == stream["fallbacks"] == stream["enqueued_calls"] == 0  # no GPU call on the CPU
     [row] = stream["per_call"]
     assert row["shape"] == [2, 3, 3, 8] and row["op"] == "FusedBatchNormGradV3"

@@ -28,19 +28,17 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+# The example's launcher helpers: free loopback ports, a worker's TF_CONFIG.
+from examples.multiworker.train import free_ports, tf_config
 from support import REPO_ROOT, assert_close, child_env
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import multiworker_child as child  # noqa: E402
 
-# The example's launcher helpers: free loopback ports, a worker's TF_CONFIG.
-sys.path.insert(0, os.path.join(REPO_ROOT, "examples", "multiworker"))
-from train import free_ports, tf_config  # noqa: E402
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLE = os.path.join(REPO_ROOT, "examples", "multiworker", "train.py")
-# A worker's start (TensorFlow's import, the cluster's handshake) takes 3-6 s
-# on 2 cores; these bounds leave room for a loaded machine.
+# A worker's start (TensorFlow's import, the cluster's handshake) takes
+# seconds; these bounds leave room for a loaded machine.
 RUN_TIMEOUT_S = 60
 # The survivor must fail within this many seconds of losing its peer: a dead
 # peer's connections reset (about 1 s); the coordination service's heartbeat

@@ -3,7 +3,10 @@
 One command trains on N local worker processes of
 tf.distribute.MultiWorkerMirroredStrategy (loopback only):
 
-    .venv/bin/python examples/multiworker/train.py --workers 2 --steps 20
+    python examples/multiworker/train.py --workers 2 --steps 20
+
+(with the gobn package installed, or from a checkout after make:
+PYTHONPATH=python .venv/bin/python examples/multiworker/train.py).
 
 Without TF_CONFIG in its environment the script is the launcher: it picks N
 free ports on 127.0.0.1, starts N copies of itself, each with its own
@@ -31,8 +34,6 @@ import sys
 import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(os.path.dirname(HERE))
 
 
 def parse_args(argv=None):
@@ -134,15 +135,6 @@ def launch(args, argv):
 # Worker: one process of the cluster TF_CONFIG names
 
 
-def import_gobn():
-    try:
-        import gobn
-    except ImportError:  # run from a checkout: python/gobn and build/libgobn.so
-        sys.path.insert(0, os.path.join(REPO, "python"))
-        import gobn
-    return gobn
-
-
 def build_model(keras, gobn, classes):
     return keras.Sequential([
         keras.Input((16, 16, 3)),
@@ -177,7 +169,7 @@ def train(args):
         tf.config.threading.set_inter_op_parallelism_threads(args.threads)
     import keras
 
-    gobn = import_gobn()
+    import gobn
     config = json.loads(os.environ["TF_CONFIG"])
     index, workers = config["task"]["index"], len(config["cluster"]["worker"])
     if args.batch_size % workers:

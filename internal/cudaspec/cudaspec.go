@@ -126,10 +126,10 @@ type Kernel struct {
 
 // Rows returns U for a layout kernel. Channels last: 16 elements of x and
 // of dy a thread and step (U·V = 16), but 64 bytes of each for 16-bit
-// elements with V ≥ 4, which measured faster so on an H200 (bench/gpu.json:
-// 0.953 of the 16-element kernels' time on half NHWC training). Channels
-// first, whose per-element offsets are 64-bit registers of their own: half
-// the elements, at least two rows, so that no kernel spills.
+// elements with V ≥ 4, which measured faster so (bench/gpu.json, half NHWC
+// training). Channels first, whose per-element offsets are 64-bit registers
+// of their own: half the elements, at least two rows, so that no kernel
+// spills.
 func Rows(l Layout, e Elem, v int) int {
 	switch {
 	case l == ChannelsFirst:

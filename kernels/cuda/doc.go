@@ -1,7 +1,7 @@
 // Package cuda runs gobn's batch-normalization gradients on NVIDIA GPUs.
 //
 // The kernels are CUDA C in batchnorm.cu (with elements.cuh), compiled by
-// make into gobn.fatbin (scripts/cuda_fatbin.py: NVRTC, SASS for every
+// make into gobn.fatbin (tools/cuda_fatbin.py: NVRTC, SASS for every
 // architecture TensorFlow's GPU build targets and PTX for the newest) and
 // embedded in the package when it is built with the cuda tag. Without the
 // tag every call returns an error saying so. Which kernels there are, the

@@ -21,7 +21,7 @@ const Built = true
 
 // fatbin is the device code of batchnorm.cu for every architecture
 // TensorFlow's GPU build targets, with PTX for the newest (make builds it
-// with scripts/cuda_fatbin.py).
+// with tools/cuda_fatbin.py).
 //
 //go:embed gobn.fatbin
 var fatbin []byte

@@ -5,7 +5,7 @@ environment and runs the package's smoke tests there (bench/compat.json); the
 README states the range they span. At import, gobn refuses a TensorFlow whose
 minor version lies outside it, since its C API is what libgobn.so links to.
 
-This module imports nothing, so scripts can read it without TensorFlow.
+This module imports nothing, so tools can read it without TensorFlow (tools/compat.py).
 """
 
 # One release per minor version: the newest patch of each, tensorflow-cpu

@@ -7,10 +7,11 @@ comparisons (tolerance_used, accuracy_excess, the asserts), the ops' cases
 and seeded inputs on a device (cases, fused_inputs, global_norm_inputs) and
 the one way to run stock's deprecated BatchNormWithGlobalNormalizationGrad
 (global_norm_session) live here, once: python_tests/support.py (the pytest
-suite's helpers), the package's smoke tests, scripts/golden.py, demo.py,
-bench.py and bench_gpu_call.py import them. It is a module of the package
-rather than a file of python_tests/ because the scripts and the smoke tests
-of an installed wheel are not run from the checkout's tests; nothing else in
+suite's helpers), the package's smoke tests, tools/golden.py,
+examples/demo.py, bench/calls.py and bench/gpu_calls.py import them. It is a
+module of the package rather than a file of python_tests/ because the tools,
+the benchmarks and the smoke tests of an installed wheel are not run from
+the checkout's tests; nothing else in
 the package uses it.
 
 An element passes when ``|got - want| <= atol * max|want| + rtol * |want|``,
@@ -23,7 +24,7 @@ import collections
 import numpy as np
 import tensorflow as tf
 
-from gobn._opdefs_gen import CHANNELS_FIRST  # noqa: F401  (re-exported for the tests and scripts)
+from gobn._opdefs_gen import CHANNELS_FIRST  # noqa: F401  (re-exported for the tests, tools and benchmarks)
 from gobn._tolerance_gen import TOLERANCES  # (rtol, atol) per dtype name, from docs/design.md
 
 

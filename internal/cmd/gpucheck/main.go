@@ -1,5 +1,5 @@
 // Command gpucheck is the C ABI the GPU check bundle's timing script
-// (scripts/gpucheck/bench.py) calls through ctypes: gobn's CUDA kernels on
+// (tools/gpucheck/bench.py) calls through ctypes: gobn's CUDA kernels on
 // PyTorch's tensors and stream, built as a shared library that links no
 // TensorFlow:
 //

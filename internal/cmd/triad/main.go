@@ -3,7 +3,7 @@
 // split over every core. It prints the best of several runs in GB/s, counting
 // 24 bytes per element as STREAM does (two reads, one write).
 //
-// scripts/bench.py runs it in the same run as the timings it reports.
+// bench/calls.py runs it in the same run as the timings it reports.
 package main
 
 import (

@@ -38,8 +38,8 @@ TensorFlow is imported.
 
 --gobn-plan SPEC adds gobn_plan, a gobn config whose process sets the CPU
 kernels' tuning to SPEC (GOBN_CPU_PLAN, e.g. workers=8: at most 8 workers a
-call, leaving the other cores to TensorFlow's own pools); scripts/
-bench_manycore.py uses it on a many-core machine.
+call, leaving the other cores to TensorFlow's own pools); bench/manycore.py
+uses it on a many-core machine.
 
 With --device gpu the steps run on TensorFlow's GPU build (make gpu-tf-check
 runs it so): --data-format, --precision mixed (mixed_float16) and --batch-size
@@ -68,9 +68,8 @@ import sys
 import tempfile
 import time
 
-from machine import portable
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench.machine import command_line, portable
+from tools.checkout import ROOT, module_command
 CONFIGS = ("stock", "stock'", "gobn")
 MODELS = {"resnet50": "ResNet50", "mobilenetv2": "MobileNetV2"}
 ROUTES = ("keras3", "tf_keras")
@@ -123,7 +122,6 @@ def parse_args(argv=None):
 
 
 def worker(route, name, config, options):
-    sys.path.insert(0, os.path.join(ROOT, "python"))
     import numpy as np
     import tensorflow as tf
     from tensorflow.python.util import _pywrap_util_port
@@ -304,16 +302,16 @@ class Worker:
             env["GOBN_CPU_PLAN"] = args.gobn_plan
         self.what, self.timeout = f"{route} {MODELS[name]} {config} (oneDNN {'on' if onednn else 'off'})", args.timeout
         self.log = tempfile.TemporaryFile("w+")  # its stderr: a pipe nobody reads would fill and stop it
-        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", route, name, config,
-                                      options], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.log, text=True)
+        self.proc = subprocess.Popen(module_command(__spec__, "--worker", route, name, config, options), cwd=ROOT,
+                                     env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+                                     text=True)
 
     def read(self):
         line = self.proc.stdout.readline()
         if not line:
             self.proc.wait(self.timeout)
             self.log.seek(0)
-            raise SystemExit(f"bench_models: {self.what} exited ({self.proc.returncode}):\n{self.log.read()[-4000:]}")
+            raise SystemExit(f"bench.models: {self.what} exited ({self.proc.returncode}):\n{self.log.read()[-4000:]}")
         return json.loads(line)
 
     def ask(self, command):
@@ -532,15 +530,15 @@ def main(argv=None):
     if args.worker:
         return worker(*args.worker)
     if args.xla and args.under_xla:
-        raise SystemExit("bench_models: --under-xla compiles every config with XLA; --xla adds stock's compiled step "
+        raise SystemExit("bench.models: --under-xla compiles every config with XLA; --xla adds stock's compiled step "
                          "to uncompiled ones: choose one")
     models, routes = args.models.split(","), args.routes.split(",")
     for name in models:
         if name not in MODELS:
-            raise SystemExit(f"bench_models: unknown model {name!r} (known: {', '.join(MODELS)})")
+            raise SystemExit(f"bench.models: unknown model {name!r} (known: {', '.join(MODELS)})")
     for route in routes:
         if route not in ROUTES:
-            raise SystemExit(f"bench_models: unknown route {route!r} (known: {', '.join(ROUTES)})")
+            raise SystemExit(f"bench.models: unknown route {route!r} (known: {', '.join(ROUTES)})")
     settings = {"both": (True, False), "on": (True,), "off": (False,)}[args.onednn]
     if args.device == "gpu":
         settings = (False,)  # oneDNN changes CPU ops only
@@ -565,7 +563,7 @@ def main(argv=None):
             record = json.load(f)
         shown = [a for i, a in enumerate(argv) if a != "--merge-into" and not a.startswith("--merge-into=")
                  and not (i > 0 and argv[i - 1] == "--merge-into")]
-        command = " ".join(["bench_models.py"] + [portable(a) for a in shown])
+        command = command_line(__spec__, shown)
         record.setdefault("xla" if args.under_xla else "models", []).extend(
             dict(r, command=command, ok=not problems(r)) for r in rows)
         if args.xla:  # both compiled by XLA, beside the uncompiled steps of the same processes

@@ -3,7 +3,7 @@
 `make gpu-tf-check` runs it on GPU:0 after the checks (python_tests/
 test_device.py) and merges its record into bench/gpu_tf.json as "stream":
 
-    python3 scripts/bench_gpu_call.py --device GPU:0 --merge-into bench/gpu_tf.json
+    python3 -m bench.gpu_calls --device GPU:0 --merge-into bench/gpu_tf.json
 
 For each shape, float32 NHWC training with the statistics of stock's forward
 on the device (gobn._testing.fused_inputs), four ways of calling are timed
@@ -24,12 +24,11 @@ same on the CPU, where both gobn rows are one kernel.
 
 import argparse
 import json
-import os
 import sys
 
-import eigen  # noqa: F401  (first: the package on sys.path, TensorFlow's log quiet)
-from machine import portable
-from timing import time_interleaved
+from bench.machine import command_line
+from bench.timing import time_interleaved
+from tools.checkout import tensorflow_env
 
 SHAPES = [(8, 8, 8, 32), (32, 7, 7, 512), (32, 14, 14, 256), (32, 56, 56, 64)]
 CHAIN = 20
@@ -94,6 +93,7 @@ def per_call(tf, gobn, op, device, shape, reps, seed):
 
 def main(argv=None):
     args = parse_args(argv)
+    tensorflow_env()
     import tensorflow as tf
 
     tf.get_logger().setLevel("ERROR")  # each shape traces functions of its own, on purpose
@@ -113,7 +113,7 @@ def main(argv=None):
         rows.append(per_call(tf, gobn, op, args.device, shape, args.reps, seed))
         print(json.dumps(rows[-1]), flush=True)
     stream = dict(gobn._stream_stats(), per_call=rows,
-                  command=" ".join([os.path.basename(sys.argv[0])] + [portable(a) for a in sys.argv[1:]]))
+                  command=command_line(__spec__, sys.argv[1:]))
     if args.merge_into:
         with open(args.merge_into) as f:
             record = json.load(f)

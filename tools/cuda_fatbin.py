@@ -2,7 +2,7 @@
 
 Run with the Python of .venv (make does: see the Makefile's GOBN_CUDA):
 
-    .venv/bin/python scripts/cuda_fatbin.py [SOURCE]
+    .venv/bin/python -m tools.cuda_fatbin [SOURCE]
 
 SOURCE defaults to kernels/cuda/batchnorm.cu, one translation unit; its
 directory is on the include path, so it may #include "x.cuh" beside it, and
@@ -43,7 +43,7 @@ import re
 import sys
 import tempfile
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tools.checkout import ROOT
 
 # The GPU architectures of TensorFlow 2.21.0's official GPU wheel
 # (tensorflow==2.21.0 on PyPI, manylinux x86_64): build_info['cuda_compute_
@@ -67,9 +67,9 @@ PTXAS_VERBOSE = "--ptxas-options=-v"
 # whatever compression modes it knows, and the tests read its payloads.
 FATBIN_OPTIONS = ("-64", "-host=linux", "-compress=false")
 
-DEFAULT_SOURCE = os.path.join(REPO, "kernels", "cuda", "batchnorm.cu")
-DEFAULT_FATBIN = os.path.join(REPO, "kernels", "cuda", "gobn.fatbin")
-DEFAULT_BUILD_DIR = os.path.join(REPO, "build", "cuda")
+DEFAULT_SOURCE = os.path.join(ROOT, "kernels", "cuda", "batchnorm.cu")
+DEFAULT_FATBIN = os.path.join(ROOT, "kernels", "cuda", "gobn.fatbin")
+DEFAULT_BUILD_DIR = os.path.join(ROOT, "build", "cuda")
 
 
 def arch_numbers():
@@ -93,7 +93,7 @@ def nvidia_dirs():
         import nvidia  # noqa: PLC0415
     except ImportError:
         sys.exit("cuda_fatbin: no `nvidia` package: install requirements.txt into "
-                 "this Python (make does), e.g. .venv/bin/python scripts/cuda_fatbin.py")
+                 "this Python (make does), e.g. .venv/bin/python -m tools.cuda_fatbin")
     return list(nvidia.__path__)
 
 
@@ -372,7 +372,7 @@ def sha256(data):
 
 def rel(path):
     p = os.path.abspath(path)
-    return os.path.relpath(p, REPO) if p.startswith(REPO + os.sep) else p
+    return os.path.relpath(p, ROOT) if p.startswith(ROOT + os.sep) else p
 
 
 def write_atomic(path, data):
@@ -484,7 +484,7 @@ def main():
 
     ptx_isa = re.search(rb"^\s*\.version\s+(\d+\.\d+)", ptx, re.M)
     manifest = {
-        "tool": "scripts/cuda_fatbin.py",
+        "tool": "tools/cuda_fatbin.py",
         "wheels": wheel_versions(),
         # The driver JIT-compiles the PTX only if it knows this PTX ISA
         # version (8.8: a CUDA 12.9 driver, r575, or newer); the cubins load

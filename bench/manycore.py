@@ -3,7 +3,7 @@
 One script for a machine lent for a few minutes, with TensorFlow importable
 and a built libgobn.so, no Go and no network needed (plain `python3`):
 
-    python3 scripts/bench_manycore.py --lib build/libgobn.so [--budget 240] [--quick]
+    python3 -m bench.manycore --lib build/libgobn.so [--budget 240] [--quick]
 
 In order, writing --out (bench/manycore.json) after every step, so that a run
 cut short leaves what it measured:
@@ -14,8 +14,7 @@ cut short leaves what it measured:
    at least 256 MiB each, every core adding its slice (numpy gives up the
    GIL inside a ufunc), best of several rounds, counting 24 bytes an element
    as STREAM does. That is STREAM's add; its traffic, two reads and one
-   write, is the triad's (internal/cmd/triad, in Go, is make bench's; on a
-   2-core Zen 4 VM the two agreed within a few percent).
+   write, is the triad's (internal/cmd/triad, in Go, is make bench's).
 3. The sweep: the CPU kernels' measured constants (kernels.Tuning:
    per_worker, then wake, stream_bytes and max_chunks) set through
    gobnCPUPlan between the calls of one process, each setting timed on the
@@ -36,7 +35,7 @@ cut short leaves what it measured:
    bfloat16), and at what gobn's form moves (20 for a two-pass training
    gradient, which reads dy and x twice).
 5. Training steps: tf_keras MobileNetV2 and ResNet50 (64x64, batch 8) with
-   gobn.enable() against stock, oneDNN on (scripts/bench_models.py: stock,
+   gobn.enable() against stock, oneDNN on (bench/models.py: stock,
    stock again and gobn in processes of their own, in lockstep), gobn with
    the sweep's tuning and, as gobn_plan, with its workers capped at half the
    cores (what TensorFlow's own pools then have to themselves).
@@ -58,11 +57,9 @@ import threading
 import time
 import traceback
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
+from tools.checkout import ROOT
 
-# ResNet-50's batch-norm shapes (H, W, C), as scripts/gpucheck/bench.py has them.
+# ResNet-50's batch-norm shapes (H, W, C), as tools/gpucheck/bench.py has them.
 RESNET50 = [(112, 112, 64), (56, 56, 64), (56, 56, 128), (56, 56, 256), (28, 28, 128), (28, 28, 256),
             (28, 28, 512), (14, 14, 256), (14, 14, 512), (14, 14, 1024), (7, 7, 512), (7, 7, 2048)]
 # The many-core issue's cases (dtype, format, training, shape).
@@ -190,7 +187,7 @@ def bandwidth(cores, seconds=4.0, min_mib=256):
 
 
 def case_name(dtype, fmt, training, shape):
-    from bench import case_name as name
+    from bench.calls import case_name as name
     return name(dtype, fmt, training, shape)
 
 
@@ -198,7 +195,7 @@ def percall_cases(quick, only, groups):
     """(label, dtype, format, training, shape) of the comparison, each once:
     the groups of --cases, the issue's first and make bench's last, so that
     a run short of time leaves out the cases the issue measured already."""
-    from bench import BEYOND, onednn_dtypes, suite
+    from bench.calls import BEYOND, onednn_dtypes, suite
     cases, seen = [], set()
 
     def add(label, dtype, fmt, training, shape):
@@ -241,8 +238,8 @@ def bytes_moved(dtype, fmt, training, llc, elements):
 
 
 def time_percall(tf, np, ops, case, reps, seconds):
-    from bench import chain, chain_length, make_inputs
-    from timing import time_interleaved
+    from bench.calls import chain, chain_length, make_inputs
+    from bench.timing import time_interleaved
     label, dtype, fmt, training, shape = case
     stock, gobn_op = ops
     args = make_inputs(tf, np, dtype, fmt, training, shape)
@@ -264,17 +261,17 @@ def time_percall(tf, np, ops, case, reps, seconds):
 # A setting replaces the library's default only where its score (the
 # geometric mean of each case's time over the case's best) is this much
 # lower than the default's, in the stage and again in a round of the two
-# alone: below, the two differ within the noise of a short sweep (on a
-# loaded 2-core VM two settings that run the same code scored 1.00 and
-# 1.19), and the default, measured before, stays.
+# alone: below, the two differ within the noise of a short sweep (two
+# settings that run the same code can score that far apart on a loaded
+# machine), and the default, measured before, stays.
 SWEEP_MARGIN = 0.05
 
 
 def sweep(tf, np, ops, base, cases, reps, seconds, record):
     """Each stage's settings on top of the best so far, timed on gobn chains
     of cases, interleaved; returns the spec kept."""
-    from bench import chain, chain_length, make_inputs
-    from timing import geomean, time_interleaved
+    from bench.calls import chain, chain_length, make_inputs
+    from bench.timing import geomean, time_interleaved
     _, gobn_op = ops
     defaults = set(cpu_plan()["default"].split(","))
     chains = []
@@ -340,7 +337,7 @@ def sweep(tf, np, ops, base, cases, reps, seconds, record):
 
 
 def steps(spec, tunable, cores, quick, record):
-    import bench_models
+    from bench import models as bench_models
     argv = ["--routes", "tf_keras", "--onednn", "on", "--no-float64", "--timeout", "300"]
     argv += (["--rounds", "2", "--steps-per-round", "1", "--warmup", "1"] if quick else
              ["--rounds", "6", "--steps-per-round", "2", "--warmup", "2"])
@@ -374,7 +371,7 @@ def steps(spec, tunable, cores, quick, record):
 
 
 def summary(rows, triad):
-    from timing import geomean
+    from bench.timing import geomean
     ok = [r for r in rows if "ratio" in r]
     if not ok:
         return {}
@@ -436,12 +433,11 @@ def main(argv=None):
     os.environ.pop("GOBN_CPU_PLAN", None)  # the sweep and --tuning set the tuning
     record = Record(args.out)
     budget = args.budget
-    from machine import core_count, cpu_model
+    from bench.machine import command_line, core_count, cpu_model
     cores = core_count()
     record.data.update(cpu=cpu_model(), cores=cores, os_cpu_count=os.cpu_count(), quick=args.quick,
-                       budget_s=budget, library=os.path.basename(lib), command=" ".join(
-                           ["bench_manycore.py"] + [a if not os.path.isabs(a) else os.path.basename(a)
-                                                    for a in (argv if argv is not None else sys.argv[1:])]))
+                       budget_s=budget, library=os.path.basename(lib),
+                       command=command_line(__spec__, argv if argv is not None else sys.argv[1:]))
     record.write()
 
     log(f"{record.data['cpu']}, {cores} cores: bandwidth ...")
@@ -454,7 +450,7 @@ def main(argv=None):
     import tensorflow as tf
     from tensorflow.python.util import _pywrap_util_port
 
-    from bench import newest_fused, gobn_package
+    from bench.calls import newest_fused, gobn_package
     gobn_package().load_library()
     lib_ops = gobn_package().ops
     ops = newest_fused(tf, lib_ops)

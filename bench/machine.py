@@ -1,10 +1,9 @@
-"""The machine a demo or benchmark ran on, as both scripts report it, and
-what TensorFlow's oneDNN takes on its CPU (bench.py and the tests ask)."""
+"""The machine a demo or benchmark ran on, as they report it, and what
+TensorFlow's oneDNN takes on its CPU (bench.calls and the tests ask)."""
 import os
 import platform
 
-# the checkout, whose paths records show relative to it (portable)
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tools.checkout import ROOT  # records show the checkout's paths relative to it (portable)
 
 
 def cpu_model():
@@ -56,3 +55,9 @@ def portable(arg):
         rel = os.path.relpath(arg, ROOT)
         return rel if not rel.startswith("..") else os.path.basename(arg)
     return arg
+
+
+def command_line(spec, args):
+    """The run as a record names it: python -m and module spec's name (a
+    module's __spec__), then args, each portable."""
+    return " ".join(["python", "-m", spec.name] + [portable(a) for a in args])

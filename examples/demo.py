@@ -9,7 +9,7 @@ tolerance, and the median time of each side (both run inside tf.function, or
 both through Session.run for the deprecated global-normalization op,
 interleaved, after warm-up). Exits non-zero if any row is out of tolerance.
 
-Usage: .venv/bin/python scripts/demo.py [--reps N]
+Usage, from the repository root: .venv/bin/python -m examples.demo [--reps N]
 """
 
 import argparse
@@ -17,9 +17,11 @@ import os
 import sys
 import time
 
-import eigen  # noqa: F401  (first: oneDNN off, the package on sys.path)
-from machine import core_count, cpu_model
-from timing import geomean, time_interleaved
+from bench.machine import core_count, cpu_model
+from bench.timing import geomean, time_interleaved
+from tools import checkout
+
+checkout.tensorflow_env()  # oneDNN off: stock is the Eigen kernel
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402

@@ -11,8 +11,8 @@ float32 element (x and dy read once, dx written once: the least any kernel
 must move; a two-pass training gradient moves 20 where its second pass finds
 nothing in cache) against the machine's STREAM-style triad bandwidth
 measured in the same run (internal/cmd/triad).
-A lone call carries about a quarter of a millisecond of calling the
-tf.function from Python, alike on both sides, which pulls every ratio of the
+A lone call carries the cost of calling the tf.function from Python,
+alike on both sides, which pulls every ratio of the
 first table towards 1: the more the smaller the case.
 
 Against stock's oneDNN kernel (TF_ENABLE_ONEDNN_OPTS=1, in a child process)
@@ -21,7 +21,7 @@ chain of K calls, each call's x_backprop the next one's y_backprop, and a
 call's time is the chain's over K. K is chosen case by case from a short
 probe so that a chain takes about CHAIN_TARGET (10 ms) or more, at most
 CHAIN (100) calls, and recorded. The calling from Python is paid once a
-chain, a fortieth of it or less; only the smallest cases, whose 100 calls
+chain; only the smallest cases, whose 100 calls
 take less than 10 ms, keep more of it, which pulls their ratios towards 1. Three chains are timed
 interleaved, round after round: stock, gobn, and stock again, a second chain
 of stock traced on its own. Stock against stock again measures nothing but
@@ -83,10 +83,9 @@ import statistics
 import subprocess
 import sys
 
-from machine import core_count, cpu_model, onednn_takes_16_bit
-from timing import geomean, time_interleaved
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench.machine import core_count, cpu_model, onednn_takes_16_bit
+from bench.timing import geomean, time_interleaved
+from tools.checkout import ROOT, module_command, tensorflow_env
 
 RESNET = [(112, 64), (56, 64), (56, 256), (28, 128), (28, 512),
           (14, 256), (14, 1024), (7, 512), (7, 2048)]
@@ -150,20 +149,18 @@ def case_reps(shape, reps):
 
 
 def gobn_package():
-    """The gobn package of this checkout (python/), which loads libgobn.so.
+    """The gobn package of this checkout (python/, tools.checkout), which
+    loads libgobn.so.
 
     Importing gobn imports TensorFlow: call this after load_tf has set
     TensorFlow's environment.
     """
-    if os.path.join(ROOT, "python") not in sys.path:
-        sys.path.insert(0, os.path.join(ROOT, "python"))
     import gobn
     return gobn
 
 
 def load_tf(onednn):
-    os.environ["TF_ENABLE_ONEDNN_OPTS"] = "1" if onednn else "0"
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    tensorflow_env(onednn)
     import tensorflow as tf
     return tf, gobn_package().ops
 
@@ -278,8 +275,8 @@ def run_chained(reps, large=False, only=""):
 
 
 # The oneDNN comparison's chains are long enough that one takes about
-# CHAIN_TARGET seconds or more, beside which the ~0.25 ms of calling a
-# tf.function from Python is a fortieth or less, and at most CHAIN calls
+# CHAIN_TARGET seconds or more, beside which the calling of a tf.function
+# from Python is small, and at most CHAIN calls
 # long (a graph of hundreds of ops is slow to trace and optimize, and 100
 # calls of the smallest cases still take well under CHAIN_TARGET). A case's
 # K comes from chains of PROBE calls. The issue's goal counts the cases of at least ONEDNN_MIN_ELEMENTS
@@ -371,7 +368,7 @@ def threshold(reps):
         env.pop("GOMAXPROCS", None)
         if procs == "1":
             env["GOMAXPROCS"] = "1"  # one worker: the kernel stays on the calling thread
-        outp = subprocess.run([sys.executable, __file__, "--child-threshold", "--reps", str(reps)],
+        outp = subprocess.run(module_command(__spec__, "--child-threshold", "--reps", str(reps)), cwd=ROOT,
                               env=env, check=True, capture_output=True, text=True).stdout
         res[procs] = {int(k): v for k, v in json.loads(outp).items()}
     return res
@@ -459,14 +456,14 @@ def main():
     chained = run_chained(args.reps, only=args.only)
     chained_large = run_chained(args.reps, large=True, only=args.only)
     bw = max(bw_before, bw_after)
-    child = subprocess.run([sys.executable, __file__, "--child-onednn"] + child_args,
+    child = subprocess.run(module_command(__spec__, "--child-onednn", *child_args), cwd=ROOT,
                            check=True, capture_output=True, text=True).stdout
     onednn = {case_key(r): r for r in json.loads(child)}
     sizes, default_malloc = {}, []
     if not args.only:
         sizes = threshold(args.reps)
         plain_env = {k: v for k, v in os.environ.items() if k not in BFC}
-        child = subprocess.run([sys.executable, __file__, "--child-default-malloc"] + child_args,
+        child = subprocess.run(module_command(__spec__, "--child-default-malloc", *child_args), cwd=ROOT,
                                env=plain_env, check=True, capture_output=True, text=True).stdout
         default_malloc = json.loads(child)
     l3 = l3_bytes()

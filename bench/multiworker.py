@@ -28,11 +28,10 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 # The example's launcher helpers: free loopback ports, a worker's TF_CONFIG.
-sys.path.insert(0, os.path.join(ROOT, "examples", "multiworker"))
-from train import free_ports, tf_config  # noqa: E402
+from examples.multiworker.train import free_ports, tf_config
+from tools.checkout import ROOT, module_command
+
 CONFIGS = ("gobn", "gobn'", "keras")
 
 
@@ -61,9 +60,8 @@ def launch(args, argv):
         for i in range(n):
             env = dict(os.environ, TF_CONFIG=tf_config(cluster, i))
             env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-            procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__)] + list(argv)
-                                          + ["--threads", str(threads)], env=env, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, text=True))
+            procs.append(subprocess.Popen(module_command(__spec__, *argv, "--threads", str(threads)), cwd=ROOT,
+                                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         deadline = time.monotonic() + args.timeout
         outputs = []
         for i, p in enumerate(procs):
@@ -84,7 +82,7 @@ def launch(args, argv):
 
 
 def report(args, threads, outputs):
-    from machine import core_count, cpu_model
+    from bench.machine import core_count, cpu_model
 
     print(f"{args.workers} workers on 127.0.0.1, {threads} TensorFlow thread(s) each; {cpu_model()}, "
           f"{core_count()} cores")
@@ -128,7 +126,6 @@ def worker(args):
     tf.config.threading.set_inter_op_parallelism_threads(args.threads)
     import keras
 
-    sys.path.insert(0, os.path.join(ROOT, "python"))
     import gobn
 
     index = json.loads(os.environ["TF_CONFIG"])["task"]["index"]

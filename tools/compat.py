@@ -1,6 +1,6 @@
 """make compat: gobn's wheel in a fresh environment of each supported TensorFlow.
 
-    python scripts/compat.py [--only 2.14.1 ...] [--exports-only] [--out bench/compat.json]
+    python -m tools.compat [--only 2.14.1 ...] [--exports-only] [--out bench/compat.json]
 
 For each release of gobn._supported.TENSORFLOW_RELEASES: a new virtual
 environment in build/compat/, tensorflow-cpu of that release, pytest as
@@ -34,17 +34,18 @@ import urllib.request
 import xml.etree.ElementTree as ET
 import zipfile
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "python", "gobn"))
+from tools.checkout import PYTHON, ROOT
+
+sys.path.insert(0, os.path.join(PYTHON, "gobn"))
 import _supported  # noqa: E402  (imports nothing; gobn itself needs TensorFlow)
 
-TESTS = [os.path.join(REPO, "python_tests", name) for name in ("test_smoke.py", "test_xla.py")]
-WORK = os.path.join(REPO, "build", "compat")
+TESTS = [os.path.join(ROOT, "python_tests", name) for name in ("test_smoke.py", "test_xla.py")]
+WORK = os.path.join(ROOT, "build", "compat")
 
 
 def pinned(package):
     """package's exact version in requirements.txt."""
-    with open(os.path.join(REPO, "requirements.txt")) as f:
+    with open(os.path.join(ROOT, "requirements.txt")) as f:
         for line in f:
             m = re.match(rf"{re.escape(package)}==(\S+)", line.strip())
             if m:
@@ -53,10 +54,10 @@ def pinned(package):
 
 
 def the_wheel():
-    wheels = [f for f in os.listdir(os.path.join(REPO, "dist")) if f.startswith("gobn-") and f.endswith(".whl")]
+    wheels = [f for f in os.listdir(os.path.join(ROOT, "dist")) if f.startswith("gobn-") and f.endswith(".whl")]
     if len(wheels) != 1:
         raise SystemExit(f"compat: expected one gobn wheel in dist/, found {wheels}: run `make wheel`")
-    return os.path.join(REPO, "dist", wheels[0])
+    return os.path.join(ROOT, "dist", wheels[0])
 
 
 def run(cmd, log, **kwargs):
@@ -220,7 +221,7 @@ def main():
     parser.add_argument("--only", nargs="+", metavar="RELEASE", help="check these releases only")
     parser.add_argument("--exports-only", action="store_true",
                         help="only check the GPU wheels' exports (GPU_EXPORTS), keeping the rest of --out")
-    parser.add_argument("--out", default=os.path.join(REPO, "bench", "compat.json"))
+    parser.add_argument("--out", default=os.path.join(ROOT, "bench", "compat.json"))
     args = parser.parse_args()
     releases = args.only or list(_supported.TENSORFLOW_RELEASES)
     exports = check_exports(releases)
@@ -257,7 +258,7 @@ def main():
     with open(args.out, "w") as f:
         json.dump(report, f, indent=1)
         f.write("\n")
-    print(f"wrote {os.path.relpath(args.out, REPO)}")
+    print(f"wrote {os.path.relpath(args.out, ROOT)}")
     return 0 if all(row["ok"] for row in rows + exports) else 1
 
 

@@ -1,6 +1,6 @@
 """Writes gobn's wheel: the Python package with libgobn.so inside.
 
-    python scripts/wheel.py build/libgobn.so dist
+    python -m tools.wheel build/libgobn.so dist
 
 The wheel is a platform wheel, py3-none-manylinux_2_<N>_<arch>: libgobn.so
 calls no CPython API, so one wheel serves every Python, and N is the newest
@@ -25,9 +25,10 @@ import sys
 import tomllib
 import zipfile
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGE = os.path.join(REPO, "python", "gobn")
-PYPROJECT = os.path.join(REPO, "python", "pyproject.toml")
+from tools.checkout import PYTHON
+
+PACKAGE = os.path.join(PYTHON, "gobn")
+PYPROJECT = os.path.join(PYTHON, "pyproject.toml")
 # ZIP's earliest date: the wheel's bytes depend on its contents only.
 EPOCH = (1980, 1, 1, 0, 0, 0)
 
@@ -58,7 +59,7 @@ def platform_tag(library):
 
 
 def metadata(project):
-    with open(os.path.join(REPO, "python", project["readme"]), encoding="utf-8") as f:
+    with open(os.path.join(PYTHON, project["readme"]), encoding="utf-8") as f:
         readme = f.read()
     lines = [
         "Metadata-Version: 2.1",
@@ -92,7 +93,7 @@ def build(library, out_dir):
     with open(library, "rb") as f:
         files.append(("gobn/libgobn.so", f.read(), True))
     files.append((f"{dist_info}/METADATA", metadata(project).encode(), False))
-    wheel = f"Wheel-Version: 1.0\nGenerator: gobn scripts/wheel.py\nRoot-Is-Purelib: false\nTag: {tag}\n"
+    wheel = f"Wheel-Version: 1.0\nGenerator: gobn tools/wheel.py\nRoot-Is-Purelib: false\nTag: {tag}\n"
     files.append((f"{dist_info}/WHEEL", wheel.encode(), False))
     files.append((f"{dist_info}/top_level.txt", b"gobn\n", False))
     record = io.StringIO()

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Golden files: stock TensorFlow's outputs, saved, and gobn checked against them.
 
-    golden.py gen DIR [--seed N]        write DIR/manifest.json and one .npz per case
-    golden.py check DIR [--library P]   run gobn on every case; print a table; exit 1 on any failure
+    python -m tools.golden gen DIR [--seed N]        write DIR/manifest.json and one .npz per case
+    python -m tools.golden check DIR [--library P]   run gobn on every case; print a table; exit 1 on any failure
 
 `gen` runs the stock ops of the TensorFlow it is run with on seeded inputs, for
 a case matrix covering every op, dtype, data format and mode:
@@ -50,7 +50,9 @@ import sys
 import zipfile
 import zlib
 
-import eigen  # noqa: F401,E402  (first: oneDNN off, the package on sys.path)
+from tools import checkout
+
+checkout.tensorflow_env()  # oneDNN off: stock is the Eigen kernel
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -216,7 +218,7 @@ def gen(directory, seed):
         print(f"wrote {path} ({reference})")
     manifest = {
         "format": FORMAT_VERSION,
-        "generator": "scripts/golden.py gen",
+        "generator": "python -m tools.golden gen",
         "tensorflow": tf.__version__,
         "seed": seed,
         "tolerances": {k: dict(zip(("rtol", "atol"), tolerance(k))) for k in TOLERANCE_NAMES},

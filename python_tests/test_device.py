@@ -165,6 +165,14 @@ def run_op(fn, inputs, run, device):
     return [t.numpy() for t in f(inputs)]
 
 
+def run_gobn(op, fn, inputs, run, device):
+    """run_op of fn, which calls gobn's op, and how many calls of op's kernel
+    (or XLA handler) on device's type it made."""
+    before = calls_on(op.name, device, run)
+    got = run_op(fn, inputs, run, device)
+    return got, calls_on(op.name, device, run) - before
+
+
 def seed(case):
     return zlib.crc32(case.id.encode())
 
@@ -209,9 +217,7 @@ def test_fused_parity(gobn, device, case, run, record_property):
     ours, stock = getattr(gobn, op.wrapper), getattr(tf.raw_ops, op.stock)
     stock_error = None
     with tf.device(device):
-        before = calls_on(op.name, device, run)
-        got = run_op(lambda **kw: ours(**kw, **made.attrs)[:3], made.inputs, run, device)
-        ran = calls_on(op.name, device, run) - before
+        got, ran = run_gobn(op, lambda **kw: ours(**kw, **made.attrs)[:3], made.inputs, run, device)
         try:
             theirs = run_op(lambda **kw: stock(**kw, **made.attrs)[:3], made.inputs, run, device)
         except tf.errors.OpError as e:  # stock has no kernel for it here (the CPU's channels-first inference)
@@ -256,9 +262,7 @@ def test_global_norm_parity(gobn, device, case, run, record_property):
     want = global_norm_grad_reference(**inputs, **attrs)
     ours = getattr(gobn, op.wrapper)
     with tf.device(device):
-        before = calls_on(op.name, device, run)
-        got = run_op(lambda **kw: ours(**kw, **attrs), inputs, run, device)
-        ran = calls_on(op.name, device, run) - before
+        got, ran = run_gobn(op, lambda **kw: ours(**kw, **attrs), inputs, run, device)
     record(record_property, op=op.name, dtype=case.dtype.name, data_format=case.data_format, mode=case.mode,
            shape=layout(case), run=run, calls=ran,
            gobn_norm=round(max(tolerance_used(g, w, case.dtype) for g, w in zip(got, want)), 4))
@@ -286,10 +290,9 @@ def test_reduce_parity(gobn, device, case, run, record_property):
     inputs, _, sum_dy, sum_dy_xmu, count = sync_inputs(case, device)
     ours = getattr(gobn, op.wrapper)
     with tf.device(device):
-        before = calls_on(op.name, device, run)
-        got = run_op(lambda **kw: ours(**kw, data_format=case.data_format),
-                     dict(y_backprop=inputs["y_backprop"], x=inputs["x"], mean=inputs["reserve_space_1"]), run, device)
-        ran = calls_on(op.name, device, run) - before
+        got, ran = run_gobn(op, lambda **kw: ours(**kw, data_format=case.data_format),
+                            dict(y_backprop=inputs["y_backprop"], x=inputs["x"], mean=inputs["reserve_space_1"]), run,
+                            device)
     record(record_property, op=op.name, dtype=case.dtype.name, data_format=case.data_format, mode="reduce",
            shape=layout(case), run=run, calls=ran,
            gobn_norm=round(max(tolerance_used(got[0], sum_dy, tf.float32),
@@ -311,9 +314,7 @@ def test_apply_parity(gobn, device, case, run, record_property):
                     mean=inputs["reserve_space_1"], variance=inputs["reserve_space_2"],
                     sum_dy=tf.constant(sum_dy, tf.float32), sum_dy_xmu=tf.constant(sum_dy_xmu, tf.float32),
                     count=tf.constant(count, tf.int64))
-        before = calls_on(op.name, device, run)
-        got = run_op(lambda **kw: [ours(**kw, epsilon=EPSILON, data_format=case.data_format)], args, run, device)
-        ran = calls_on(op.name, device, run) - before
+        got, ran = run_gobn(op, lambda **kw: [ours(**kw, epsilon=EPSILON, data_format=case.data_format)], args, run, device)
     record(record_property, op=op.name, dtype=case.dtype.name, data_format=case.data_format, mode="apply",
            shape=layout(case), run=run, calls=ran, gobn_norm=round(tolerance_used(got[0], want_dx, case.dtype), 4))
     assert ran >= 1, f"gobn's kernel did not run on {device}"

@@ -34,7 +34,7 @@ only: they load, serve and convert to TFLite without gobn (see gobn._saving).
 
 This module is the facade: the functions live in gobn._functional
 (fused_batch_norm, sync_batch_norm), gobn._enable (enable), gobn._library
-(library_path, load_library, kernel_calls) and gobn._xla (xla_status).
+(library_path, kernel_calls) and gobn._xla (load_library, xla_status).
 """
 
 import importlib
@@ -51,7 +51,8 @@ _supported.check_tensorflow(tf.__version__)
 from gobn import _gradients  # noqa: E402,F401  (registers the Gobn> gradients and pfor converters)
 from gobn._enable import enable  # noqa: E402
 from gobn._functional import FusedBatchNormOutput, SyncBatchNormOutput, fused_batch_norm, sync_batch_norm  # noqa: E402
-from gobn._library import kernel_calls, library_path, load_library  # noqa: E402
+from gobn._library import kernel_calls, library_path  # noqa: E402
+from gobn._xla import load_library  # noqa: E402
 from gobn._xla import status as xla_status  # noqa: E402
 
 # Beyond __all__: the constants tests and tools read, and the private

@@ -151,21 +151,6 @@ def load(given=None):
         return _ops
 
 
-def load_library(path=None):
-    """Loads libgobn.so once per process and returns its op module.
-
-    When the process has a copy loaded already (``tf.load_op_library``), the
-    module is made from that copy's ops and nothing is loaded again. path
-    (else ``$GOBN_LIBRARY``) names the file to load; a copy loaded from
-    another file is refused with an ImportError naming both, since two
-    copies of gobn cannot share a process. Its op wrappers build calls of
-    gobn's XLA handlers where XLA will compile them (gobn._xla).
-    """
-    from gobn import _xla  # which imports this module
-
-    return _xla.ops_module(load(path))
-
-
 def _registered_ops():
     from tensorflow.python.framework import op_def_registry
 

@@ -401,3 +401,16 @@ def ops_module(module):
         if id(module) not in _modules:
             _modules[id(module)] = (module, OpsModule(module))
         return _modules[id(module)][1]
+
+
+def load_library(path=None):
+    """Loads libgobn.so once per process and returns its op module.
+
+    When the process has a copy loaded already (``tf.load_op_library``), the
+    module is made from that copy's ops and nothing is loaded again. path
+    (else ``$GOBN_LIBRARY``) names the file to load; a copy loaded from
+    another file is refused with an ImportError naming both, since two
+    copies of gobn cannot share a process. Its op wrappers build calls of
+    gobn's XLA handlers where XLA will compile them.
+    """
+    return ops_module(_library.load(path))

@@ -132,8 +132,7 @@ type pass struct {
 	// Where a virtual machine's two CPUs sit on parts of the processor with
 	// caches of their own (two CCDs of an AMD EPYC), a range summed on one
 	// and written in place on the other moves its lines between the caches
-	// (BenchmarkTrainingGradAffine times both ways; docs/performance.md has
-	// the figures).
+	// (BenchmarkTrainingGradAffine times both ways).
 	affine bool
 }
 

@@ -17,7 +17,7 @@ import (
 // thread that woke it. Inside TensorFlow that was often the calling thread's
 // own CPU, where the helper waited for the caller to finish its share, so
 // the call ran on one core (docs/performance.md, "Helper threads pinned to
-// CPUs", has the timings). So on Linux a
+// CPUs"). So on Linux a
 // call's helpers run on threads of gobn's own, one pinned to each CPU the
 // process may use (the first maxHelperThreads of them), each asleep on a
 // futex between calls: a call wakes threads pinned to CPUs other than the

@@ -209,6 +209,19 @@ def test_matrix_covers_every_op(request):
     assert sorted(op.name for op in OPS) == sorted(gobn_package.OP_NAMES)
 
 
+def test_device_type_of_every_spelling():
+    """--device as a user may spell it (conftest.device_name takes any case)
+    picks the device's dtypes: a GPU's global-normalization cases have no
+    double, which TensorFlow has no GPU kernel of."""
+    spellings = {"GPU:0": "GPU", "gpu:0": "GPU", "/device:GPU:0": "GPU", "/DEVICE:GPU:0": "GPU", "/GPU:0": "GPU",
+                 "/job:localhost/replica:0/task:0/DEVICE:GPU:0": "GPU", "/device:CPU:0": "CPU", "CPU:0": "CPU"}
+    assert {name: device_type(name) for name in spellings} == spellings
+    [op] = BY_KIND["GlobalNormalizationGrad"]
+    shapes = {"small": SHAPES["small"]}
+    assert {c.dtype.name for c in cases(op, "/DEVICE:GPU:0", shapes)} == {"float16", "float32"}
+    assert "float64" in {c.dtype.name for c in cases(op, "/device:cpu:0", shapes)}
+
+
 @pytest.mark.section("parity")
 def test_fused_parity(gobn, device, case, run, record_property):
     op, made = case.op, fused_inputs(case.op, case.dtype, case.data_format, case.is_training, case.shape, seed(case),
@@ -449,7 +462,10 @@ def test_enable(gobn, device, record_property):
     assert report["calls_on_device"] == 1
     assert report["norm_vs_stock"] <= 1
     if device_type(device) == "GPU":
-        assert report["stream"]["fallbacks"] == report["stream"]["synchronized_calls"] == 0, report["stream"]
+        stream = report["stream"]
+        # the call ran on TensorFlow's stream: found, enqueued, neither falling back nor synchronizing
+        assert stream["resolved"] and stream["enqueued_calls"] >= 1, stream
+        assert stream["fallbacks"] == stream["synchronized_calls"] == 0, stream
 
 
 @pytest.mark.section("tf_stream")

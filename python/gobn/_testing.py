@@ -219,9 +219,9 @@ MODES = {
 
 
 def device_type(device):
-    """"CPU" or "GPU": the type of a device name ("GPU:0", "/device:CPU:0",
-    or a tensor's full name)."""
-    return device.rsplit("device:", 1)[-1].strip("/").split(":")[0].upper()
+    """"CPU" or "GPU": the type of a device name in any case ("GPU:0",
+    "/device:CPU:0", "/DEVICE:GPU:0", or a tensor's full name)."""
+    return device.upper().rsplit("DEVICE:", 1)[-1].strip("/").split(":")[0]
 
 
 def dtypes_on(op, device):

@@ -367,56 +367,35 @@ func argNames(args []opdef.Arg) []string {
 	return names
 }
 
+// TestAll checks each op's facts against testdata/ops.json.
 func TestAll(t *testing.T) {
-	fusedIn := []string{"y_backprop", "x", "scale", "reserve_space_1", "reserve_space_2"}
-	fusedOut := func(placeholders ...string) []string {
-		return append([]string{"x_backprop", "scale_backprop", "offset_backprop"}, placeholders...)
-	}
-	want := []struct {
-		name, stock     string
-		kind            opdef.Kind
-		inputs, outputs []string
-		attrs           []string
-	}{
-		{"Gobn>FusedBatchNormGrad", "FusedBatchNormGrad", opdef.FusedBatchNormGrad,
-			fusedIn, fusedOut("reserve_space_3", "reserve_space_4"),
-			[]string{"T", "epsilon", "data_format", "is_training"}},
-		{"Gobn>FusedBatchNormGradV2", "FusedBatchNormGradV2", opdef.FusedBatchNormGrad,
-			fusedIn, fusedOut("reserve_space_3", "reserve_space_4"),
-			[]string{"T", "U", "epsilon", "data_format", "is_training"}},
-		{"Gobn>FusedBatchNormGradV3", "FusedBatchNormGradV3", opdef.FusedBatchNormGrad,
-			append(append([]string(nil), fusedIn...), "reserve_space_3"), fusedOut("reserve_space_4", "reserve_space_5"),
-			[]string{"T", "U", "epsilon", "data_format", "is_training"}},
-		{"Gobn>BatchNormWithGlobalNormalizationGrad", "BatchNormWithGlobalNormalizationGrad", opdef.GlobalNormalizationGrad,
-			[]string{"t", "m", "v", "gamma", "backprop"}, []string{"dx", "dm", "dv", "db", "dg"},
-			[]string{"T", "variance_epsilon", "scale_after_normalization"}},
-		{"Gobn>BatchNormGradReduce", "", opdef.GradReduce,
-			[]string{"y_backprop", "x", "mean"}, []string{"sum_dy", "sum_dy_xmu", "count"},
-			[]string{"T", "U", "data_format"}},
-		{"Gobn>BatchNormGradApply", "", opdef.GradApply,
-			[]string{"y_backprop", "x", "scale", "mean", "variance", "sum_dy", "sum_dy_xmu", "count"}, []string{"x_backprop"},
-			[]string{"T", "U", "epsilon", "data_format"}},
-	}
-	require.Len(t, opdef.All, len(want))
+	want := opTable(t)
 	for i, w := range want {
 		op := opdef.All[i]
-		t.Run(w.name, func(t *testing.T) {
-			assert.Equal(t, w.name, op.Name)
-			assert.Equal(t, w.stock, op.Stock)
+		t.Run(w.Name, func(t *testing.T) {
+			assert.Equal(t, w.Name, op.Name)
+			assert.Equal(t, w.Stock, op.Stock)
 			assert.Equal(t, "Gobn>"+op.BaseName(), op.Name)
 			if op.Stock != "" {
 				assert.Equal(t, op.Stock, op.BaseName())
 			}
 			// python_tests/test_python_package.py checks GradientOf against TensorFlow's gradients.
 			assert.Equal(t, op.Stock == "", op.GradientOf == "", "GradientOf is set exactly where Stock is")
-			assert.Equal(t, w.kind, op.Kind)
-			assert.Equal(t, w.inputs, argNames(op.Inputs))
-			assert.Equal(t, w.outputs, argNames(op.Outputs))
-			var attrs []string
+			assert.Equal(t, w.GradientOf, op.GradientOf)
+			assert.Equal(t, w.Kind, op.Kind.String())
+			assert.Equal(t, w.Inputs, argNames(op.Inputs))
+			assert.Equal(t, w.Outputs, argNames(op.Outputs))
+			var attrs, wantAttrs []string
 			for _, a := range op.Attrs {
 				attrs = append(attrs, a.Name)
 			}
-			assert.Equal(t, w.attrs, attrs)
+			for _, spec := range w.Attrs {
+				wantAttrs = append(wantAttrs, strings.SplitN(spec, ":", 2)[0])
+			}
+			assert.Equal(t, wantAttrs, attrs)
+			assert.ElementsMatch(t, w.CPUKernels, bindings(op.Kernels), "CPU kernels")
+			assert.ElementsMatch(t, w.GPUKernels, bindings(op.GPUKernels), "GPU kernels")
+			assert.ElementsMatch(t, w.HostMemory, op.HostMemory, "host memory")
 			for _, a := range append(append([]opdef.Arg(nil), op.Inputs...), op.Outputs...) {
 				assert.Equal(t, a.Name+": "+a.Type, a.Spec())
 			}
@@ -426,7 +405,7 @@ func TestAll(t *testing.T) {
 				}
 			}
 			assert.NotEmpty(t, op.Kernels)
-			got, ok := byName(w.name)
+			got, ok := byName(w.Name)
 			assert.True(t, ok)
 			assert.Equal(t, op.Name, got.Name)
 		})
@@ -440,27 +419,13 @@ func TestAll(t *testing.T) {
 // GetConvnetDataFormat2D3DAttrString), which Spec renders from the structured
 // attrs; gobn's own two ops follow the same forms.
 func TestAttrSpecs(t *testing.T) {
-	fused := []string{"epsilon: float = 0.0001", "data_format: {'NHWC', 'NCHW'} = 'NHWC'", "is_training: bool = true"}
-	fused3D := []string{"epsilon: float = 0.0001", "data_format: {'NHWC', 'NCHW', 'NDHWC', 'NCDHW'} = 'NHWC'",
-		"is_training: bool = true"}
-	mixed := []string{"T: {half, bfloat16, float}", "U: {float}"}
-	want := map[string][]string{
-		"Gobn>FusedBatchNormGrad":   append([]string{"T: {float}"}, fused...),
-		"Gobn>FusedBatchNormGradV2": append(append([]string(nil), mixed...), fused...),
-		"Gobn>FusedBatchNormGradV3": append(append([]string(nil), mixed...), fused3D...),
-		"Gobn>BatchNormWithGlobalNormalizationGrad": {"T: numbertype", "variance_epsilon: float",
-			"scale_after_normalization: bool"},
-		"Gobn>BatchNormGradReduce": append(append([]string(nil), mixed...),
-			"data_format: {'NHWC', 'NCHW', 'NDHWC', 'NCDHW'} = 'NHWC'"),
-		"Gobn>BatchNormGradApply": append(append([]string(nil), mixed...), fused3D[:2]...),
-	}
-	require.Len(t, opdef.All, len(want))
-	for _, op := range opdef.All {
+	for i, w := range opTable(t) {
+		op := opdef.All[i]
 		var specs []string
 		for _, a := range op.Attrs {
 			specs = append(specs, a.Spec())
 		}
-		assert.Equal(t, want[op.Name], specs, op.Name)
+		assert.Equal(t, w.Attrs, specs, op.Name)
 	}
 }
 
@@ -537,13 +502,9 @@ func TestDType(t *testing.T) {
 // output forwarded from an input has that input's type and the shape of an
 // input of its ranks.
 func TestActivationAndForward(t *testing.T) {
-	want := map[string]string{
-		"Gobn>FusedBatchNormGrad": "x", "Gobn>FusedBatchNormGradV2": "x", "Gobn>FusedBatchNormGradV3": "x",
-		"Gobn>BatchNormWithGlobalNormalizationGrad": "t", "Gobn>BatchNormGradReduce": "x", "Gobn>BatchNormGradApply": "x",
-	}
-	require.Len(t, opdef.All, len(want))
-	for _, op := range opdef.All {
-		assert.Equal(t, want[op.Name], op.Activation, op.Name)
+	for i, w := range opTable(t) {
+		op := opdef.All[i]
+		assert.Equal(t, w.Activation, op.Activation, op.Name)
 		act := op.InputIndex(op.Activation)
 		require.GreaterOrEqual(t, act, 0, op.Name)
 		require.GreaterOrEqual(t, op.Inputs[act].Ranks[0], 4, op.Name)

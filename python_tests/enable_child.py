@@ -77,8 +77,10 @@ def raw_op(op, dtype, training):
     return as_lists(getattr(tf.raw_ops, op)(**args)[:3])
 
 
-RAW_CASES = [(op, dtype, training) for op in ("FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3")
-             for dtype in (("float32",) if op == "FusedBatchNormGrad" else ("float32", "float16", "bfloat16"))
+# The fused stock twins (the op table's rows of that kind), in each dtype
+# stock has a CPU kernel for.
+FUSED_TWINS = [row for row in support.op_table() if row["kind"] == "FusedBatchNormGrad" and row["stock"]]
+RAW_CASES = [(row["stock"], dtype, training) for row in FUSED_TWINS for dtype in row["stock_kernels"]["CPU"]
              for training in (True, False)]
 
 
@@ -116,8 +118,9 @@ def global_norm_gradient():
     return as_lists(values)
 
 
-# The stock forward ops whose gradients enable() puts on gobn's ops with oneDNN on.
-FORWARD_OPS = ("FusedBatchNorm", "FusedBatchNormV2", "FusedBatchNormV3")
+# The stock forward ops whose gradients enable() puts on gobn's ops with oneDNN on
+# (the fused twins' gradient_of; global_norm_gradient takes the other's).
+FORWARD_OPS = [row["gradient_of"] for row in FUSED_TWINS]
 
 
 def forward_reserve_spaces():

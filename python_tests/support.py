@@ -62,6 +62,26 @@ from gobn._testing import (  # noqa: E402,F401  (re-exported for the tests)
 )
 
 
+# Every op's facts as the tests expect them, one row an op: written by hand
+# apart from opdef, so that the tests that list every op check opdef, the
+# registry and TensorFlow against it (the Go tests read the same file).
+OP_TABLE_FILE = os.path.join(REPO_ROOT, "opdef", "testdata", "ops.json")
+
+
+def op_table():
+    """The rows of opdef/testdata/ops.json (its "about" says what each field
+    is), in order; asserts that they name the ops the library registers, so
+    that an op without a row fails every test that iterates them."""
+    import json
+
+    from gobn._opdefs_gen import OP_NAMES
+
+    with open(OP_TABLE_FILE) as f:
+        rows = json.load(f)["ops"]
+    assert [row["name"] for row in rows] == list(OP_NAMES), f"{OP_TABLE_FILE} must list every op gobn registers"
+    return rows
+
+
 def run_child_report(script, *args, timeout=300, **env):
     """Runs script (a file) in a child Python with child_env(**env); asserts it
     succeeded and returns the JSON object its last line of output holds."""

@@ -56,6 +56,7 @@ from tensorflow.python.framework import kernels as kernel_registry
 
 import gobn as gobn_package
 from gobn._opdefs_gen import BY_KIND, OPS
+from gobn._testing import MODES
 from support import (
     CHANNELS_FIRST,
     EPSILON,
@@ -67,6 +68,7 @@ from support import (
     fused_inputs,
     global_norm_grad_reference,
     global_norm_inputs,
+    op_table,
     run_child_report,
     stock_forward_reserve_spaces,
     tolerance_used,
@@ -82,9 +84,8 @@ SHAPES = {"small": (2, 5, 7, 3), "r1": (1, 1, 1, 1), "c33": (4, 6, 6, 33), "n0":
           "c64": (8, 14, 14, 64), "5d": (2, 3, 4, 5, 7), "5d_n0": (0, 2, 2, 2, 4)}
 RESNET = {f"resnet{hw}": (32, hw, hw, c) for hw, c in ((112, 64), (56, 256), (28, 512), (14, 1024), (7, 2048))}
 
-# Each parity test and the kind of op it checks.
-PARITY = {"test_fused_parity": "FusedBatchNormGrad", "test_global_norm_parity": "GlobalNormalizationGrad",
-          "test_reduce_parity": "GradReduce", "test_apply_parity": "GradApply"}
+# Each parity test and the kind of op it checks: the op table's parity_test.
+PARITY = {row["parity_test"]: row["kind"] for row in op_table()}
 
 
 def matrix(config):
@@ -207,6 +208,9 @@ def test_matrix_covers_every_op(request):
     ops = [op.name for kind in PARITY.values() for op in BY_KIND[kind] if matrix_cases(op, request.config)]
     assert sorted(ops) == sorted(gobn_package.OP_NAMES)
     assert sorted(op.name for op in OPS) == sorted(gobn_package.OP_NAMES)
+    for row in op_table():
+        assert callable(globals().get(row["parity_test"])), f"{row['name']}: no {row['parity_test']}"
+        assert list(MODES[row["kind"]]) == row["modes"], row["name"]
 
 
 def test_device_type_of_every_spelling():

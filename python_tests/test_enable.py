@@ -29,20 +29,15 @@ import sys
 import numpy as np
 import pytest
 
-from support import TOLERANCES, child_env, tf
+from support import TOLERANCES, child_env, op_table, tf
 from test_cuda_build import cuda_mode
 
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "enable_child.py")
 
 # The dtypes of T stock TensorFlow 2.21 registers kernels for, by device
-# (its CPU and GPU builds' registries): what enable() must cover.
-STOCK_KERNELS = {
-    "FusedBatchNormGrad": {"CPU": ["float32"], "GPU": ["float32"]},
-    "FusedBatchNormGradV2": {"CPU": ["bfloat16", "float16", "float32"], "GPU": ["bfloat16", "float16", "float32"]},
-    "FusedBatchNormGradV3": {"CPU": ["bfloat16", "float16", "float32"], "GPU": ["bfloat16", "float16", "float32"]},
-    "BatchNormWithGlobalNormalizationGrad": {"CPU": ["float16", "float32", "float64"],
-                                             "GPU": ["float16", "float32"]},
-}
+# (its CPU and GPU builds' registries): what enable() must cover, the op
+# table's stock_kernels.
+STOCK_KERNELS = {row["stock"]: row["stock_kernels"] for row in op_table() if row["stock"]}
 
 
 def run_child(onednn):
@@ -120,19 +115,17 @@ def test_direct_calls_of_stock_gradient_ops(child):
 
 
 def test_gradients_of_stock_forward_ops(child):
-    """The gradient of each stock twin's forward op (opdef's gradient_of),
+    """The gradient of each stock twin's forward op (the op table's gradient_of),
     taken after enable(), runs the twin's kernel once: with oneDNN off stock's
     gradient function builds the stock op, whose kernel is gobn's; with
     oneDNN on gobn's function builds the Gobn> op (gobn._stock_gradients).
     The results are stock's, taken before enable()."""
-    from gobn._opdefs_gen import OPS
-
-    twins = {op.gradient_of: op for op in OPS if op.gradient_of}
+    twins = {row["gradient_of"]: row for row in op_table() if row["gradient_of"]}
     cases = [case for case in child["calls_by_op"] if case.startswith("gradient of ")]
     assert sorted({case.split()[2] for case in cases}) == sorted(twins), "a case for every forward op"
     for case in cases:
-        op = twins[case.split()[2]]
-        assert child["calls_by_op"][case] == {op.name if child["onednn"] else op.stock: 1}, case
+        row = twins[case.split()[2]]
+        assert child["calls_by_op"][case] == {row["name"] if child["onednn"] else row["stock"]: 1}, case
         assert relative_error(child["got"][case], child["stock"][case]) <= rtol("float32"), case
 
 

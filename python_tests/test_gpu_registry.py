@@ -13,20 +13,15 @@ from tensorflow.python.framework import kernels as kernel_registry
 
 import gobn as gobn_package
 
+from support import op_table
 from test_cuda_build import cuda_mode
 
 # (T, U) of stock TensorFlow 2.21's GPU kernels (its GPU wheel's registry:
-# fused_batch_norm_op.cc, batch_norm_op.cc); U is None for ops without it.
-MIXED = {("float", "float"), ("half", "float"), ("bfloat16", "float")}
-GPU_BINDINGS = {
-    "FusedBatchNormGrad": {("float", None)},
-    "FusedBatchNormGradV2": MIXED,
-    "FusedBatchNormGradV3": MIXED,
-    "BatchNormWithGlobalNormalizationGrad": {("float", None), ("half", None)},
-    "BatchNormGradReduce": MIXED,
-    "BatchNormGradApply": MIXED,
-}
-HOST_MEMORY = {"BatchNormGradReduce": ["count"], "BatchNormGradApply": ["count"]}
+# fused_batch_norm_op.cc, batch_norm_op.cc), U None for ops without it, and
+# the args in host memory: the op table's gpu_kernels and host_memory.
+GPU_BINDINGS = {row["name"].removeprefix("Gobn>"): {(b[0], b[1] if len(b) > 1 else None) for b in row["gpu_kernels"]}
+                for row in op_table()}
+HOST_MEMORY = {row["name"].removeprefix("Gobn>"): row["host_memory"] for row in op_table()}
 DTYPE_NAMES = {1: "float", 2: "double", 14: "bfloat16", 19: "half"}
 
 
@@ -60,6 +55,6 @@ def test_gpu_kernels_registered(gobn, op):
         return
     assert set(got) == GPU_BINDINGS[op]
     for binding, host in got.items():
-        assert host == HOST_MEMORY.get(op, []), binding
+        assert host == HOST_MEMORY[op], binding
     # The CPU kernels are all still there beside them.
     assert registered(op, "CPU")

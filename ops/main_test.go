@@ -4,11 +4,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"reflect"
 	"syscall"
 	"testing"
 
-	"github.com/galeone/tensorflow/tensorflow/go/op"
 	"github.com/gobn/gobn/ops"
 	"github.com/stretchr/testify/require"
 )
@@ -57,55 +55,4 @@ func TestMain(m *testing.M) {
 func TestLoadIsSafeToCallAgain(t *testing.T) {
 	require.NoError(t, ops.Load(libraryPath()))
 	require.NoError(t, ops.Load(libraryPath()))
-}
-
-// TestWrappersHaveTheStockSignatures checks that moving to gobn is an import
-// change: each wrapper takes and returns what the bindings' stock wrapper
-// does, and has the same option functions with the same value types.
-func TestWrappersHaveTheStockSignatures(t *testing.T) {
-	for _, c := range []struct {
-		name        string
-		gobn, stock any
-		options     map[string][2]any
-	}{
-		{"FusedBatchNormGrad", ops.FusedBatchNormGrad, op.FusedBatchNormGrad, map[string][2]any{
-			"Epsilon":    {ops.FusedBatchNormGradEpsilon, op.FusedBatchNormGradEpsilon},
-			"DataFormat": {ops.FusedBatchNormGradDataFormat, op.FusedBatchNormGradDataFormat},
-			"IsTraining": {ops.FusedBatchNormGradIsTraining, op.FusedBatchNormGradIsTraining},
-		}},
-		{"FusedBatchNormGradV2", ops.FusedBatchNormGradV2, op.FusedBatchNormGradV2, map[string][2]any{
-			"Epsilon":    {ops.FusedBatchNormGradV2Epsilon, op.FusedBatchNormGradV2Epsilon},
-			"DataFormat": {ops.FusedBatchNormGradV2DataFormat, op.FusedBatchNormGradV2DataFormat},
-			"IsTraining": {ops.FusedBatchNormGradV2IsTraining, op.FusedBatchNormGradV2IsTraining},
-		}},
-		{"FusedBatchNormGradV3", ops.FusedBatchNormGradV3, op.FusedBatchNormGradV3, map[string][2]any{
-			"Epsilon":    {ops.FusedBatchNormGradV3Epsilon, op.FusedBatchNormGradV3Epsilon},
-			"DataFormat": {ops.FusedBatchNormGradV3DataFormat, op.FusedBatchNormGradV3DataFormat},
-			"IsTraining": {ops.FusedBatchNormGradV3IsTraining, op.FusedBatchNormGradV3IsTraining},
-		}},
-		{"BatchNormWithGlobalNormalizationGrad", ops.BatchNormWithGlobalNormalizationGrad, op.BatchNormWithGlobalNormalizationGrad, nil},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			gobn, stock := reflect.TypeOf(c.gobn), reflect.TypeOf(c.stock)
-			require.Equal(t, stock.NumIn(), gobn.NumIn())
-			require.Equal(t, stock.IsVariadic(), gobn.IsVariadic())
-			for i := range stock.NumIn() {
-				if stock.IsVariadic() && i == stock.NumIn()-1 {
-					// ...op.XAttr against ...ops.XAttr: both func(optionalAttr).
-					require.Equal(t, stock.In(i).Elem().Kind(), gobn.In(i).Elem().Kind())
-					require.Equal(t, stock.In(i).Elem().Name(), gobn.In(i).Elem().Name())
-					continue
-				}
-				require.Equal(t, stock.In(i), gobn.In(i), "parameter %d", i)
-			}
-			require.Equal(t, stock.NumOut(), gobn.NumOut())
-			for i := range stock.NumOut() {
-				require.Equal(t, stock.Out(i), gobn.Out(i), "result %d", i)
-			}
-			for name, fns := range c.options {
-				g, s := reflect.TypeOf(fns[0]), reflect.TypeOf(fns[1])
-				require.Equal(t, s.In(0), g.In(0), "option %s", name)
-			}
-		})
-	}
 }

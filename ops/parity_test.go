@@ -13,76 +13,66 @@ import (
 	tg "github.com/galeone/tfgo"
 	"github.com/gobn/gobn/internal/reference"
 	"github.com/gobn/gobn/internal/tolerance"
-	"github.com/gobn/gobn/ops"
+	"github.com/gobn/gobn/opdef"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
 )
 
 const epsilon = 1e-3
 
-// fusedOp is one op of the FusedBatchNormGrad family, as the stock and the
-// gobn wrappers build it.
-type fusedOp struct {
-	name    string
-	dtypes  []tf.DataType
-	formats []string
-	// build adds the op to s: gobn's when gobn, else stock's.
-	build func(s *op.Scope, gobn bool, in fusedInputs, format string, training bool) [5]tf.Output
+// opsOf returns opdef's ops of kind k: the parity tests build each op of a
+// family, gobn's and its stock twin, from opdef alone (opSpec).
+func opsOf(k opdef.Kind) []opdef.Op {
+	var out []opdef.Op
+	for _, o := range opdef.All {
+		if o.Kind == k {
+			out = append(out, o)
+		}
+	}
+	return out
 }
 
-type fusedInputs struct {
-	yBackprop, x, scale, reserveSpace1, reserveSpace2, reserveSpace3 tf.Output
+// argType resolves an arg's type expression ("T", "U", "float") under the
+// dtype binding b.
+func argType(expr string, b opdef.TypeBinding) tf.DataType {
+	if d, ok := b[expr]; ok {
+		return tf.DataType(d)
+	}
+	fixed := map[string]tf.DataType{"float": tf.Float, "int64": tf.Int64}
+	if d, ok := fixed[expr]; ok {
+		return d
+	}
+	panic("argType: no dtype for " + expr)
 }
 
-var fusedOps = []fusedOp{
-	{
-		name:    "FusedBatchNormGrad",
-		dtypes:  []tf.DataType{tf.Float},
-		formats: []string{"NHWC", "NCHW"},
-		build: func(s *op.Scope, gobn bool, in fusedInputs, format string, training bool) [5]tf.Output {
-			var o [5]tf.Output
-			if gobn {
-				o[0], o[1], o[2], o[3], o[4] = ops.FusedBatchNormGrad(s, in.yBackprop, in.x, in.scale, in.reserveSpace1, in.reserveSpace2,
-					ops.FusedBatchNormGradEpsilon(epsilon), ops.FusedBatchNormGradDataFormat(format), ops.FusedBatchNormGradIsTraining(training))
-			} else {
-				o[0], o[1], o[2], o[3], o[4] = op.FusedBatchNormGrad(s, in.yBackprop, in.x, in.scale, in.reserveSpace1, in.reserveSpace2,
-					op.FusedBatchNormGradEpsilon(epsilon), op.FusedBatchNormGradDataFormat(format), op.FusedBatchNormGradIsTraining(training))
-			}
-			return o
-		},
-	},
-	{
-		name:    "FusedBatchNormGradV2",
-		dtypes:  []tf.DataType{tf.Float, tf.Half, tf.Bfloat16},
-		formats: []string{"NHWC", "NCHW"},
-		build: func(s *op.Scope, gobn bool, in fusedInputs, format string, training bool) [5]tf.Output {
-			var o [5]tf.Output
-			if gobn {
-				o[0], o[1], o[2], o[3], o[4] = ops.FusedBatchNormGradV2(s, in.yBackprop, in.x, in.scale, in.reserveSpace1, in.reserveSpace2,
-					ops.FusedBatchNormGradV2Epsilon(epsilon), ops.FusedBatchNormGradV2DataFormat(format), ops.FusedBatchNormGradV2IsTraining(training))
-			} else {
-				o[0], o[1], o[2], o[3], o[4] = op.FusedBatchNormGradV2(s, in.yBackprop, in.x, in.scale, in.reserveSpace1, in.reserveSpace2,
-					op.FusedBatchNormGradV2Epsilon(epsilon), op.FusedBatchNormGradV2DataFormat(format), op.FusedBatchNormGradV2IsTraining(training))
-			}
-			return o
-		},
-	},
-	{
-		name:    "FusedBatchNormGradV3",
-		dtypes:  []tf.DataType{tf.Float, tf.Half, tf.Bfloat16},
-		formats: []string{"NHWC", "NCHW", "NDHWC", "NCDHW"},
-		build: func(s *op.Scope, gobn bool, in fusedInputs, format string, training bool) [5]tf.Output {
-			var o [5]tf.Output
-			if gobn {
-				o[0], o[1], o[2], o[3], o[4] = ops.FusedBatchNormGradV3(s, in.yBackprop, in.x, in.scale, in.reserveSpace1, in.reserveSpace2, in.reserveSpace3,
-					ops.FusedBatchNormGradV3Epsilon(epsilon), ops.FusedBatchNormGradV3DataFormat(format), ops.FusedBatchNormGradV3IsTraining(training))
-			} else {
-				o[0], o[1], o[2], o[3], o[4] = op.FusedBatchNormGradV3(s, in.yBackprop, in.x, in.scale, in.reserveSpace1, in.reserveSpace2, in.reserveSpace3,
-					op.FusedBatchNormGradV3Epsilon(epsilon), op.FusedBatchNormGradV3DataFormat(format), op.FusedBatchNormGradV3IsTraining(training))
-			}
-			return o
-		},
-	},
+// opSpec is gobn's op o, or with stock its stock twin: the inputs taken
+// from in by arg name, the attrs as given (type attrs are inferred from the
+// inputs).
+func opSpec(t *testing.T, o opdef.Op, stock bool, in map[string]tf.Output, attrs map[string]any) tf.OpSpec {
+	t.Helper()
+	typ := o.Name
+	if stock {
+		typ = o.Stock
+	}
+	inputs := make([]tf.Input, len(o.Inputs))
+	for i, arg := range o.Inputs {
+		v, ok := in[arg.Name]
+		require.True(t, ok, "%s: no input %s", typ, arg.Name)
+		inputs[i] = v
+	}
+	return tf.OpSpec{Type: typ, Input: inputs, Attrs: attrs}
+}
+
+// addOp adds spec's op to s and returns its outputs.
+func addOp(t *testing.T, s *op.Scope, spec tf.OpSpec) []tf.Output {
+	t.Helper()
+	operation := s.AddOperation(spec)
+	require.NoError(t, s.Err(), "adding %s", spec.Type)
+	outs := make([]tf.Output, operation.NumOutputs())
+	for i := range outs {
+		outs[i] = operation.Output(i)
+	}
+	return outs
 }
 
 // shapeFor lays out the logical channels-last shape (N, spatial..., C) in format.
@@ -107,29 +97,24 @@ func shapeFor(format string) (shape []int64, g reference.Shape) {
 // which stock's CPU kernel rejects) gobn is compared with a float64 reference;
 // elsewhere gobn must also be at least as accurate as stock against it.
 func TestFusedBatchNormGradMatchesStock(t *testing.T) {
-	for _, fop := range fusedOps {
-		for _, dtype := range fop.dtypes {
-			for _, format := range fop.formats {
+	for _, o := range opsOf(opdef.FusedBatchNormGrad) {
+		dataFormat, _ := o.Attr("data_format")
+		for _, b := range o.Kernels {
+			for _, format := range dataFormat.Values {
 				for _, training := range []bool{true, false} {
-					name := fmt.Sprintf("%s/%s/%s/%s", fop.name, dtypeName[dtype], format, mode(training))
-					t.Run(name, func(t *testing.T) { testFused(t, fop, dtype, format, training, name) })
+					name := fmt.Sprintf("%s/%s/%s/%s", o.Stock, dtypeName[tf.DataType(b["T"])], format, mode(training))
+					t.Run(name, func(t *testing.T) { testFused(t, o, b, format, training, name) })
 				}
 			}
 		}
 	}
 }
 
-func testFused(t *testing.T, fop fusedOp, dtype tf.DataType, format string, training bool, name string) {
+func testFused(t *testing.T, o opdef.Op, b opdef.TypeBinding, format string, training bool, name string) {
+	dtype := tf.DataType(b["T"])
 	shape, g := shapeFor(format)
 	g.N = int(shape[0])
-	rng := rand.New(rand.NewPCG(uint64(crc32.ChecksumIEEE([]byte(name))), 1))
-	n := g.Len()
-	shift := uniform(rng, g.C, -1, 1)
-	xData, dyData := make([]float64, n), make([]float64, n)
-	for i := range n {
-		xData[i] = rng.NormFloat64()*1.5 + shift[g.Channel(i)]
-		dyData[i] = rng.NormFloat64()
-	}
+	rng, xData, dyData, _ := activations(name, 1, g, 1)
 	scaleData := uniform(rng, g.C, 0.5, 1.5)
 	for c := range scaleData {
 		if rng.IntN(2) == 0 {
@@ -138,47 +123,41 @@ func testFused(t *testing.T, fop fusedOp, dtype tf.DataType, format string, trai
 	}
 
 	root := tg.NewRoot()
-	in := fusedInputs{
-		x:         tg.Cast(root, constant(t, root, xData, shape), dtype),
-		yBackprop: tg.Cast(root, constant(t, root, dyData, shape), dtype),
-		scale:     tg.Cast(root, constant(t, root, scaleData, []int64{int64(g.C)}), tf.Float),
+	in := map[string]tf.Output{
+		"x":          tg.Cast(root, constant(t, root, xData, shape), dtype),
+		"y_backprop": tg.Cast(root, constant(t, root, dyData, shape), dtype),
+		"scale":      tg.Cast(root, constant(t, root, scaleData, []int64{int64(g.C)}), tf.Float),
 	}
 	empty := tg.Const(root, []float32{})
 	if training {
 		offset := tg.Cast(root, constant(t, root, uniform(rng, g.C, -1, 1), []int64{int64(g.C)}), tf.Float)
-		_, _, _, in.reserveSpace1, in.reserveSpace2, in.reserveSpace3 = op.FusedBatchNormV3(root.SubScope("forward"),
-			in.x, in.scale, offset, empty, empty,
+		_, _, _, in["reserve_space_1"], in["reserve_space_2"], in["reserve_space_3"] = op.FusedBatchNormV3(root.SubScope("forward"),
+			in["x"], in["scale"], offset, empty, empty,
 			op.FusedBatchNormV3Epsilon(epsilon), op.FusedBatchNormV3DataFormat(format), op.FusedBatchNormV3IsTraining(true))
 	} else {
-		in.reserveSpace1 = tg.Cast(root, constant(t, root, uniform(rng, g.C, -0.5, 0.5), []int64{int64(g.C)}), tf.Float)
-		in.reserveSpace2 = tg.Cast(root, constant(t, root, uniform(rng, g.C, 0.5, 2), []int64{int64(g.C)}), tf.Float)
-		in.reserveSpace3 = empty
+		in["reserve_space_1"] = tg.Cast(root, constant(t, root, uniform(rng, g.C, -0.5, 0.5), []int64{int64(g.C)}), tf.Float)
+		in["reserve_space_2"] = tg.Cast(root, constant(t, root, uniform(rng, g.C, 0.5, 2), []int64{int64(g.C)}), tf.Float)
+		in["reserve_space_3"] = empty
 	}
-	if fop.name == "FusedBatchNormGrad" { // T everywhere
-		in.scale = tg.Cast(root, in.scale, dtype)
-		in.reserveSpace1 = tg.Cast(root, in.reserveSpace1, dtype)
-		in.reserveSpace2 = tg.Cast(root, in.reserveSpace2, dtype)
+	for _, arg := range o.Inputs { // FusedBatchNormGrad takes T everywhere
+		if want := argType(arg.Type, b); in[arg.Name].DataType() != want {
+			in[arg.Name] = tg.Cast(root, in[arg.Name], want)
+		}
 	}
 
 	stockHasAnswer := training || g.ChannelsLast
-	gobn := fop.build(root.SubScope("gobn"), true, in, format, training)
-	var stock [5]tf.Output
+	attrs := map[string]any{"epsilon": float32(epsilon), "data_format": format, "is_training": training}
+	gobn := addOp(t, root.SubScope("gobn"), opSpec(t, o, false, in, attrs))
+	var stock []tf.Output
 	if stockHasAnswer {
-		stock = fop.build(root.SubScope("stock"), false, in, format, training)
+		stock = addOp(t, root.SubScope("stock"), opSpec(t, o, true, in, attrs))
 	}
 
 	// Every output's dtype and static shape, against stock's and the rules.
-	sideType := tf.Float
-	if fop.name == "FusedBatchNormGrad" {
-		sideType = dtype
-	}
 	wantShapes := [][]int64{shape, {int64(g.C)}, {int64(g.C)}, {0}, {0}}
+	require.Len(t, gobn, len(wantShapes))
 	for i, out := range gobn {
-		want := sideType
-		if i == 0 {
-			want = dtype
-		}
-		require.Equal(t, want, out.DataType(), "output %d dtype", i)
+		require.Equal(t, argType(o.Outputs[i].Type, b), out.DataType(), "output %d dtype", i)
 		static, err := out.Shape().ToSlice()
 		require.NoError(t, err, "output %d: static shape of unknown rank", i)
 		require.Equal(t, wantShapes[i], static, "output %d static shape", i)
@@ -188,8 +167,8 @@ func testFused(t *testing.T, fop fusedOp, dtype tf.DataType, format string, trai
 		}
 	}
 
-	inputs := []tf.Output{in.yBackprop, in.x, in.scale, in.reserveSpace1, in.reserveSpace2}
-	fetched := run(t, root, append(append(append([]tf.Output{}, inputs...), gobn[:]...), stockOrNone(stock, stockHasAnswer)...))
+	inputs := []tf.Output{in["y_backprop"], in["x"], in["scale"], in["reserve_space_1"], in["reserve_space_2"]}
+	fetched := run(t, root, append(append(inputs, gobn...), stock...))
 	dy, x, scale, mean, variance := fetched[0].data, fetched[1].data, fetched[2].data, fetched[3].data, fetched[4].data
 	got := fetched[5:10]
 	for i, out := range got {
@@ -223,7 +202,8 @@ func testFused(t *testing.T, fop fusedOp, dtype tf.DataType, format string, trai
 // is inaccurate: there both are compared with a float64 reference, and gobn
 // must be at least as accurate as stock.
 func TestBatchNormWithGlobalNormalizationGradMatchesStock(t *testing.T) {
-	for _, dtype := range []tf.DataType{tf.Float, tf.Half, tf.Double} {
+	for _, b := range globalNormalizationOp.Kernels {
+		dtype := tf.DataType(b["T"])
 		for _, scaleAfter := range []bool{true, false} {
 			name := fmt.Sprintf("%s/scale_after_normalization=%t", dtypeName[dtype], scaleAfter)
 			t.Run(name, func(t *testing.T) {
@@ -233,13 +213,14 @@ func TestBatchNormWithGlobalNormalizationGradMatchesStock(t *testing.T) {
 				require.NoError(t, g.Import(def, ""))
 				root := op.NewScopeWithGraph(g)
 				in, geo := globalNormalizationInputs(t, root, dtype, name)
-				gobn := addGlobalNormalizationGrad(root.SubScope("gobn"), true, in, scaleAfter)
-				stock := addGlobalNormalizationGrad(root.SubScope("stock"), false, in, scaleAfter)
+				gobn := addOp(t, root.SubScope("gobn"), globalNormalizationGrad(t, false, in, scaleAfter))
+				stock := addOp(t, root.SubScope("stock"), globalNormalizationGrad(t, true, in, scaleAfter))
+				require.Len(t, gobn, len(stock))
 				for i := range gobn {
 					require.Equal(t, stock[i].DataType(), gobn[i].DataType(), "output %d dtype", i)
 					require.Equal(t, stock[i].Shape().String(), gobn[i].Shape().String(), "output %d static shape", i)
 				}
-				fetched := run(t, root, append(append(in[:], gobn[:]...), stock[:]...))
+				fetched := run(t, root, append(append(in[:], gobn...), stock...))
 				ref := globalNormalizationReference(geo, fetched, scaleAfter)
 				for i, name := range []string{"dx", "dm", "dv", "db", "dg"} {
 					got, want := fetched[5+i], fetched[10+i]
@@ -264,8 +245,8 @@ func TestBatchNormWithGlobalNormalizationGradMatchesStock(t *testing.T) {
 func TestGlobalNormalizationGradRunsInTodaysGraphs(t *testing.T) {
 	root := tg.NewRoot()
 	in, geo := globalNormalizationInputs(t, root, tf.Float, "current")
-	gobn := addGlobalNormalizationGrad(root.SubScope("gobn"), true, in, true)
-	fetched := run(t, root, append(in[:], gobn[:]...))
+	gobn := addOp(t, root.SubScope("gobn"), globalNormalizationGrad(t, false, in, true))
+	fetched := run(t, root, append(in[:], gobn...))
 	ref := globalNormalizationReference(geo, fetched, true)
 	for i := range 5 {
 		requireClose(t, fetched[5+i].data, ref[i], tf.Float, fmt.Sprintf("output %d vs float64 reference", i))
@@ -273,27 +254,16 @@ func TestGlobalNormalizationGradRunsInTodaysGraphs(t *testing.T) {
 
 	root = tg.NewRoot()
 	in, _ = globalNormalizationInputs(t, root, tf.Float, "current")
-	stock := addGlobalNormalizationGrad(root.SubScope("stock"), false, in, true)
-	var refusal any
-	func() {
-		defer func() { refusal = recover() }()
-		tg.Exec(root, stock[:1], nil, nil)
-	}()
-	require.NotNil(t, refusal, "stock BatchNormWithGlobalNormalizationGrad ran at the current GraphDef version")
-	require.Contains(t, fmt.Sprint(refusal), "GraphDef version")
+	stock := root.SubScope("stock")
+	stock.AddOperation(globalNormalizationGrad(t, true, in, true))
+	require.ErrorContains(t, stock.Err(), "GraphDef version",
+		"stock BatchNormWithGlobalNormalizationGrad was accepted at the current GraphDef version")
 }
 
 func globalNormalizationInputs(t *testing.T, root *op.Scope, dtype tf.DataType, name string) ([5]tf.Output, reference.Shape) {
 	shape := []int64{2, 4, 3, 6}
 	g := reference.Shape{N: 2, C: 6, S: 12, ChannelsLast: true}
-	rng := rand.New(rand.NewPCG(uint64(crc32.ChecksumIEEE([]byte(name))), 2))
-	n := g.Len()
-	mean := uniform(rng, g.C, -0.5, 0.5)
-	x, dy := make([]float64, n), make([]float64, n)
-	for i := range n {
-		x[i] = rng.NormFloat64()*1.5 + mean[g.Channel(i)]
-		dy[i] = rng.NormFloat64()
-	}
+	rng, x, dy, mean := activations(name, 2, g, 0.5)
 	C := []int64{int64(g.C)}
 	return [5]tf.Output{
 		tg.Cast(root, constant(t, root, x, shape), dtype),
@@ -311,14 +281,18 @@ func globalNormalizationReference(g reference.Shape, in []fetchedTensor, scaleAf
 	return [5][]float64{r.DX, r.DM, r.DV, r.DB, r.DG}
 }
 
-func addGlobalNormalizationGrad(s *op.Scope, gobn bool, in [5]tf.Output, scaleAfter bool) [5]tf.Output {
-	var o [5]tf.Output
-	if gobn {
-		o[0], o[1], o[2], o[3], o[4] = ops.BatchNormWithGlobalNormalizationGrad(s, in[0], in[1], in[2], in[3], in[4], epsilon, scaleAfter)
-	} else {
-		o[0], o[1], o[2], o[3], o[4] = op.BatchNormWithGlobalNormalizationGrad(s, in[0], in[1], in[2], in[3], in[4], epsilon, scaleAfter)
+// globalNormalizationOp is BatchNormWithGlobalNormalizationGrad's opdef.
+var globalNormalizationOp = opsOf(opdef.GlobalNormalizationGrad)[0]
+
+// globalNormalizationGrad is gobn's op, or with stock stock's, on the
+// inputs t, m, v, gamma and backprop.
+func globalNormalizationGrad(t *testing.T, stock bool, in [5]tf.Output, scaleAfter bool) tf.OpSpec {
+	byName := map[string]tf.Output{}
+	for i, arg := range globalNormalizationOp.Inputs {
+		byName[arg.Name] = in[i]
 	}
-	return o
+	return opSpec(t, globalNormalizationOp, stock, byName,
+		map[string]any{"variance_epsilon": float32(epsilon), "scale_after_normalization": scaleAfter})
 }
 
 // ---------------------------------------------------------------------------
@@ -366,19 +340,27 @@ func uniform(rng *rand.Rand, n int, lo, hi float64) []float64 {
 	return v
 }
 
+// activations seeds a generator with name and stream and draws from it an
+// activation x and its gradient dy of g's elements: x normal with deviation
+// 1.5 about a per-channel mean drawn from [-spread, spread), dy standard
+// normal. It returns the generator, for the rest of the inputs, and the means.
+func activations(name string, stream uint64, g reference.Shape, spread float64) (rng *rand.Rand, x, dy, means []float64) {
+	rng = rand.New(rand.NewPCG(uint64(crc32.ChecksumIEEE([]byte(name))), stream))
+	means = uniform(rng, g.C, -spread, spread)
+	x, dy = make([]float64, g.Len()), make([]float64, g.Len())
+	for i := range x {
+		x[i] = rng.NormFloat64()*1.5 + means[g.Channel(i)]
+		dy[i] = rng.NormFloat64()
+	}
+	return rng, x, dy, means
+}
+
 // constant adds a float64 constant of the given shape.
 func constant(t *testing.T, root *op.Scope, data []float64, shape []int64) tf.Output {
 	tensor, err := tf.NewTensor(data)
 	require.NoError(t, err)
 	require.NoError(t, tensor.Reshape(shape))
 	return tg.Const(root, tensor)
-}
-
-func stockOrNone(stock [5]tf.Output, present bool) []tf.Output {
-	if !present {
-		return nil
-	}
-	return stock[:]
 }
 
 // fetchedTensor is a fetched tensor: its shape, and its values as float64.

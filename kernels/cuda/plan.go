@@ -191,28 +191,35 @@ func reducePlan(d kernels.Dims, t DType, job cudaspec.Job, finalize kernelID, wi
 }
 
 func (a FusedGradArgs) plan() (plan, error) {
-	if err := checkDims(a.Dims, a.DType); err != nil || a.Dims.C == 0 {
-		return plan{}, err // no channels: nothing to launch
-	}
-	d := a.Dims
-	base := params{
+	base, err := callParams(a.Dims, a.DType, params{
 		Dy: a.YBackprop, X: a.X, DX: a.XBackprop,
 		Mean: a.ReserveSpace1, Scale: a.Scale, Var: a.ReserveSpace2,
-		Out: [5]Ptr{a.ScaleBackprop, a.OffsetBackprop},
-		N:   d.N, C: d.C, S: d.S, Count: d.PerChannel(),
+		Out:     [5]Ptr{a.ScaleBackprop, a.OffsetBackprop},
 		Epsilon: a.Epsilon,
+	})
+	if err != nil || a.Dims.C == 0 {
+		return plan{}, err // no channels: nothing to launch
 	}
 	if a.Training {
-		return reducePlan(d, a.DType, cudaspec.Reduce, finalizeKernel(cudaspec.FinalizeTrain, a.DType), true, base,
+		return reducePlan(a.Dims, a.DType, cudaspec.Reduce, finalizeKernel(cudaspec.FinalizeTrain, a.DType), true, base,
 			a.YBackprop, a.X, a.XBackprop), nil
 	}
 	// Inference: x_backprop does not depend on the sums; the sweep writes it.
-	return reducePlan(d, a.DType, cudaspec.Sweep, finalizeKernel(cudaspec.FinalizeInfer, a.DType), false, base,
+	return reducePlan(a.Dims, a.DType, cudaspec.Sweep, finalizeKernel(cudaspec.FinalizeInfer, a.DType), false, base,
 		a.YBackprop, a.X, a.XBackprop), nil
 }
 
 func (a GlobalNormalizationArgs) plan() (plan, error) {
-	if err := checkDims(a.Dims, a.DType); err != nil {
+	sa := int32(0)
+	if a.ScaleAfterNormalization {
+		sa = 1
+	}
+	base, err := callParams(a.Dims, a.DType, params{
+		Dy: a.Backprop, X: a.T, DX: a.DX, Mean: a.M, Scale: a.Gamma, Var: a.V,
+		Out:     [5]Ptr{a.DM, a.DV, a.DB, a.DG},
+		Epsilon: a.VarianceEpsilon, ScaleAfterNormalization: sa,
+	})
+	if err != nil {
 		return plan{}, err
 	}
 	if a.Dims.Layout != kernels.ChannelsLast {
@@ -221,61 +228,57 @@ func (a GlobalNormalizationArgs) plan() (plan, error) {
 	if a.DType == BFloat16 {
 		return plan{}, fmt.Errorf("gobn: BatchNormWithGlobalNormalizationGrad has no bfloat16 GPU kernel")
 	}
-	d, C := a.Dims, a.Dims.C
-	if C == 0 {
+	if a.Dims.C == 0 {
 		return plan{}, nil
 	}
-	sa := int32(0)
-	if a.ScaleAfterNormalization {
-		sa = 1
-	}
-	base := params{
-		Dy: a.Backprop, X: a.T, DX: a.DX, Mean: a.M, Scale: a.Gamma, Var: a.V,
-		Out: [5]Ptr{a.DM, a.DV, a.DB, a.DG},
-		N:   d.N, C: d.C, S: d.S, Count: d.PerChannel(),
-		Epsilon: a.VarianceEpsilon, ScaleAfterNormalization: sa,
-	}
-	return reducePlan(d, a.DType, cudaspec.Global, finalizeKernel(cudaspec.FinalizeGlobal, a.DType), false, base,
+	return reducePlan(a.Dims, a.DType, cudaspec.Global, finalizeKernel(cudaspec.FinalizeGlobal, a.DType), false, base,
 		a.Backprop, a.T, a.DX), nil
 }
 
 func (a GradReduceArgs) plan() (plan, error) {
-	if err := checkDims(a.Dims, a.DType); err != nil || a.Dims.C == 0 {
-		return plan{}, err // no channels: nothing to launch
-	}
-	d := a.Dims
-	base := params{
+	base, err := callParams(a.Dims, a.DType, params{
 		Dy: a.YBackprop, X: a.X, Mean: a.Mean,
 		Out: [5]Ptr{a.SumDy, a.SumDyXmu},
-		N:   d.N, C: d.C, S: d.S, Count: d.PerChannel(),
+	})
+	if err != nil || a.Dims.C == 0 {
+		return plan{}, err // no channels: nothing to launch
 	}
-	return reducePlan(d, a.DType, cudaspec.Reduce, finalizeKernel(cudaspec.FinalizeReduce, a.DType), false, base,
+	return reducePlan(a.Dims, a.DType, cudaspec.Reduce, finalizeKernel(cudaspec.FinalizeReduce, a.DType), false, base,
 		a.YBackprop, a.X), nil
 }
 
 func (a GradApplyArgs) plan() (plan, error) {
-	if err := checkDims(a.Dims, a.DType); err != nil {
-		return plan{}, err
-	}
 	d, C := a.Dims, a.Dims.C
-	if d.Len() == 0 {
-		return plan{}, nil
+	base, err := callParams(d, a.DType, params{
+		Dy: a.YBackprop, X: a.X, DX: a.XBackprop,
+		Mean: a.Mean, Scale: a.Scale, Var: a.Variance,
+		SumDy: a.SumDy, SumDyXmu: a.SumDyXmu, Epsilon: a.Epsilon,
+	})
+	if err != nil || d.Len() == 0 {
+		return plan{}, err
 	}
 	if a.Count <= 0 {
 		return plan{}, fmt.Errorf("gobn: count %d, want a positive count", a.Count)
 	}
 	g := layoutGeometry(d, a.DType, targetBlocks, a.YBackprop, a.X, a.XBackprop)
 	w := workspaceLayout(0, C)
-	base := params{
-		Dy: a.YBackprop, X: a.X, DX: a.XBackprop,
-		Mean: a.Mean, Scale: a.Scale, Var: a.Variance,
-		SumDy: a.SumDy, SumDyXmu: a.SumDyXmu, Coef: Ptr(w.coef),
-		N: d.N, C: d.C, S: d.S, Count: a.Count, Epsilon: a.Epsilon,
-	}
+	// The sums are over every replica: so is the count.
+	base.Count, base.Coef = a.Count, Ptr(w.coef)
 	return plan{workspace: w.total, launches: []launch{
 		finalizeLaunch(finalizeKernel(cudaspec.FinalizeApply, a.DType), C, base),
 		{kernel: g.kernel(cudaspec.Apply, a.DType), grid: g.grid, block: g.block, params: base},
 	}}, nil
+}
+
+// callParams checks the call's dims and dtype, then completes base, its
+// tensors and scalars, with what every launch of a call over d carries: the
+// dims and the elements per channel.
+func callParams(d kernels.Dims, t DType, base params) (params, error) {
+	if err := checkDims(d, t); err != nil {
+		return params{}, err
+	}
+	base.N, base.C, base.S, base.Count = d.N, d.C, d.S, d.PerChannel()
+	return base, nil
 }
 
 // checkDims rejects what the kernels do not take; capi has already checked

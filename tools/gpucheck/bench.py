@@ -108,16 +108,16 @@ class Config:
             rs1, rs2 = (s["save_mean"], s["save_invstd"]) if train else (s["rm"], s["rv"])
             args.append([t.data_ptr() for t in (s["dy"], s["x"], s["w"], rs1, rs2, s["dx"], s["dscale"],
                                                 s["doffset"])])
-        scal = [int(train), EPS]
-        lib, dt, lay, stream = ctx.lib, self.dtype, self.layout, ctx.stream_handle
+        lib, stream = ctx.lib, ctx.stream_handle
+        calls = [lib.call("fused", self.dtype, self.layout, N, C, S, [int(train), EPS], a) for a in args]
         # one workspace for every set: the most any of them needs (it
         # depends on the addresses' alignment)
-        ws_bytes = max(lib.workspace("fused", dt, lay, N, C, S, scal, a) for a in args)
+        ws_bytes = max(lib.workspace(c) for c in calls)
         self.ws = torch.empty(max(ws_bytes, 1), dtype=torch.uint8, device=ctx.dev)
         ws_ptr = self.ws.data_ptr() if ws_bytes else 0
 
         def gobn(i):
-            lib.gpu("fused", dt, lay, N, C, S, scal, args[i], stream, ws_ptr, ws_bytes)
+            lib.gpu(calls[i], stream, ws_ptr, ws_bytes)
 
         bnb = torch.ops.aten.native_batch_norm_backward
         mask = [True, True, True]
@@ -206,12 +206,12 @@ def tf_rule_latency(ctx, reps=400):
          "m": torch.randn(C, device=ctx.dev), "inv": torch.rand(C, device=ctx.dev) + 0.5,
          "dx": torch.empty_like(x), "ds": torch.empty(C, device=ctx.dev), "do": torch.empty(C, device=ctx.dev)}
     ptrs = [t[k].data_ptr() for k in ("dy", "x", "w", "m", "inv", "dx", "ds", "do")]
-    scal = [1, EPS]
-    wsb = ctx.lib.workspace("fused", "float", "NHWC", N, C, H * W, scal, ptrs)
+    fused = ctx.lib.call("fused", "float", "NHWC", N, C, H * W, [1, EPS], ptrs)
+    wsb = ctx.lib.workspace(fused)
     ws = torch.empty(max(wsb, 1), dtype=torch.uint8, device=ctx.dev)
 
     def call(stream):
-        ctx.lib.gpu("fused", "float", "NHWC", N, C, H * W, scal, ptrs, stream, ws.data_ptr(), wsb)
+        ctx.lib.gpu(fused, stream, ws.data_ptr(), wsb)
 
     def host_us(fn):
         ts = []

@@ -1,8 +1,9 @@
 """ctypes binding of libgobncheck.so (internal/cmd/gpucheck), for bench.py.
 
-The library exports, per op family, a GPU entry (device pointers, a
-CUstream, a workspace; the kernels/cuda package) and a workspace query. See
-the package doc of internal/cmd/gpucheck for the argument order.
+The library runs a call of an op family's CUDA path (device pointers, a
+CUstream, a workspace; the kernels/cuda package) and answers its workspace
+query, each taking the call as a gobncheck_call struct (Call here). See the
+package doc of internal/cmd/gpucheck for each family's scalars and tensors.
 """
 
 import argparse
@@ -38,13 +39,20 @@ def find_library():
 _i, _i64, _f = ctypes.c_int, ctypes.c_int64, ctypes.c_float
 _dp = ctypes.c_size_t  # a device pointer (uintptr_t)
 
-# family: (number of leading scalar args after dtype, layout, N, C, S) and
-# the scalar types, then the number of tensor pointers.
+
+class Call(ctypes.Structure):
+    """gobncheck_call: one call of a family's CUDA path."""
+    _fields_ = [("family", _i), ("dtype", _i), ("layout", _i), ("n", _i64), ("c", _i64), ("s", _i64),
+                ("flag", _i), ("count", _i64), ("epsilon", _f), ("tensors", _dp * 10)]
+
+
+# family: its code, the Call fields its scalars go to (in the order gpu() and
+# workspace() take them), and its number of tensors.
 _FAMILIES = {
-    "fused": ([_i, _f], 8),      # training, epsilon; dy x scale rs1 rs2 dx dscale doffset
-    "global": ([_i, _f], 10),    # scale_after, eps; t m v gamma backprop dx dm dv db dg
-    "reduce": ([], 5),           # dy x mean sum_dy sum_dy_xmu
-    "apply": ([_i64, _f], 8),    # count, eps; dy x scale mean var sum_dy sum_dy_xmu dx
+    "fused": (0, ("flag", "epsilon"), 8),    # training, epsilon; dy x scale rs1 rs2 dx dscale doffset
+    "global": (1, ("flag", "epsilon"), 10),  # scale_after, eps; t m v gamma backprop dx dm dv db dg
+    "reduce": (2, (), 5),                    # dy x mean sum_dy sum_dy_xmu
+    "apply": (3, ("count", "epsilon"), 8),   # count, eps; dy x scale mean var sum_dy sum_dy_xmu dx
 }
 
 
@@ -57,14 +65,15 @@ class Lib:
             fn = getattr(so, name)
             fn.argtypes = []
             fn.restype = ctypes.c_char_p
-        head = [_i, _i, _i64, _i64, _i64]
-        for fam, (scalars, nptr) in _FAMILIES.items():
-            gpu = getattr(so, "gobncheck_%s_gpu" % fam)
-            gpu.argtypes = head + scalars + [_dp] * nptr + [_dp, _dp, _i64]
-            gpu.restype = _i
-            ws = getattr(so, "gobncheck_%s_workspace" % fam)
-            ws.argtypes = head + scalars + [_dp] * nptr
-            ws.restype = _i64
+        so.gobncheck_call_bytes.argtypes = []
+        so.gobncheck_call_bytes.restype = _i64
+        if so.gobncheck_call_bytes() != ctypes.sizeof(Call):
+            raise GobnError("%s: gobncheck_call is %d bytes, this binding's Call %d: rebuild the bundle"
+                            % (self.path, so.gobncheck_call_bytes(), ctypes.sizeof(Call)))
+        so.gobncheck_gpu.argtypes = [ctypes.POINTER(Call), _dp, _dp, _i64]
+        so.gobncheck_gpu.restype = _i
+        so.gobncheck_workspace.argtypes = [ctypes.POINTER(Call)]
+        so.gobncheck_workspace.restype = _i64
 
     def error(self):
         b = self._so.gobncheck_error()
@@ -85,21 +94,31 @@ class Lib:
         return json.loads(self._so.gobncheck_info().decode())
 
     @staticmethod
-    def _head(dtype, layout, N, C, S):
-        return [DTYPE_CODE[dtype], LAYOUT_CODE[layout], int(N), int(C), int(S)]
+    def call(family, dtype, layout, N, C, S, scalars, ptrs):
+        """The Call of family on tensors N x C x S at the device addresses
+        ptrs, with its scalars (the package doc of internal/cmd/gpucheck
+        lists each family's), for gpu() and workspace(); built once, so
+        that timing a call times no building of it."""
+        code, fields, ntensors = _FAMILIES[family]
+        if len(scalars) != len(fields) or len(ptrs) != ntensors:
+            raise ValueError("%s takes %d scalars and %d tensors, not %d and %d"
+                             % (family, len(fields), ntensors, len(scalars), len(ptrs)))
+        call = Call(family=code, dtype=DTYPE_CODE[dtype], layout=LAYOUT_CODE[layout], n=int(N), c=int(C), s=int(S))
+        for field, value in zip(fields, scalars):
+            setattr(call, field, value)
+        for i, p in enumerate(ptrs):
+            call.tensors[i] = int(p)
+        return call
 
-    def gpu(self, family, dtype, layout, N, C, S, scalars, ptrs, stream=0, workspace=0, workspace_bytes=0):
-        """Runs family's CUDA path; ptrs are device addresses."""
-        fn = getattr(self._so, "gobncheck_%s_gpu" % family)
-        if fn(*self._head(dtype, layout, N, C, S), *scalars, *ptrs, int(stream), int(workspace),
-              int(workspace_bytes)) != 0:
+    def gpu(self, call, stream=0, workspace=0, workspace_bytes=0):
+        """Runs call (a Call) on the CUstream and workspace given."""
+        if self._so.gobncheck_gpu(ctypes.byref(call), int(stream), int(workspace), int(workspace_bytes)) != 0:
             raise GobnError(self.error())
 
-    def workspace(self, family, dtype, layout, N, C, S, scalars, ptrs):
-        """The workspace bytes the GPU entry needs for these arguments (they
-        depend on the addresses: the vector width follows their alignment)."""
-        fn = getattr(self._so, "gobncheck_%s_workspace" % family)
-        n = fn(*self._head(dtype, layout, N, C, S), *scalars, *ptrs)
+    def workspace(self, call):
+        """The workspace bytes call needs (they depend on the addresses too:
+        the vector width follows their alignment)."""
+        n = self._so.gobncheck_workspace(ctypes.byref(call))
         if n < 0:
             raise GobnError(self.error())
         return int(n)

@@ -1,0 +1,167 @@
+package ops_test
+
+import (
+	"reflect"
+	"testing"
+
+	tf "github.com/galeone/tensorflow/tensorflow/go"
+	"github.com/galeone/tensorflow/tensorflow/go/op"
+	"github.com/gobn/gobn/opdef"
+	"github.com/gobn/gobn/ops"
+	"github.com/stretchr/testify/require"
+)
+
+// wrapper is one generated wrapper of ops_gen.go beside the bindings' stock
+// wrapper (nil for an op stock TensorFlow lacks), with their option
+// functions by attr name.
+type wrapper struct {
+	gobn, stock any
+	options     map[string][2]any
+}
+
+// wrappers lists ops_gen.go's wrappers by the op they add. Go cannot list a
+// package's functions, so this table names them; TestWrappersBuildTheirOps
+// requires one for every op of opdef.All.
+var wrappers = map[string]wrapper{
+	"Gobn>FusedBatchNormGrad": {ops.FusedBatchNormGrad, op.FusedBatchNormGrad, map[string][2]any{
+		"epsilon":     {ops.FusedBatchNormGradEpsilon, op.FusedBatchNormGradEpsilon},
+		"data_format": {ops.FusedBatchNormGradDataFormat, op.FusedBatchNormGradDataFormat},
+		"is_training": {ops.FusedBatchNormGradIsTraining, op.FusedBatchNormGradIsTraining},
+	}},
+	"Gobn>FusedBatchNormGradV2": {ops.FusedBatchNormGradV2, op.FusedBatchNormGradV2, map[string][2]any{
+		"epsilon":     {ops.FusedBatchNormGradV2Epsilon, op.FusedBatchNormGradV2Epsilon},
+		"data_format": {ops.FusedBatchNormGradV2DataFormat, op.FusedBatchNormGradV2DataFormat},
+		"is_training": {ops.FusedBatchNormGradV2IsTraining, op.FusedBatchNormGradV2IsTraining},
+	}},
+	"Gobn>FusedBatchNormGradV3": {ops.FusedBatchNormGradV3, op.FusedBatchNormGradV3, map[string][2]any{
+		"epsilon":     {ops.FusedBatchNormGradV3Epsilon, op.FusedBatchNormGradV3Epsilon},
+		"data_format": {ops.FusedBatchNormGradV3DataFormat, op.FusedBatchNormGradV3DataFormat},
+		"is_training": {ops.FusedBatchNormGradV3IsTraining, op.FusedBatchNormGradV3IsTraining},
+	}},
+	"Gobn>BatchNormWithGlobalNormalizationGrad": {ops.BatchNormWithGlobalNormalizationGrad, op.BatchNormWithGlobalNormalizationGrad, nil},
+	"Gobn>BatchNormGradReduce": {ops.BatchNormGradReduce, nil, map[string][2]any{
+		"data_format": {ops.BatchNormGradReduceDataFormat, nil},
+	}},
+	"Gobn>BatchNormGradApply": {ops.BatchNormGradApply, nil, map[string][2]any{
+		"epsilon":     {ops.BatchNormGradApplyEpsilon, nil},
+		"data_format": {ops.BatchNormGradApplyDataFormat, nil},
+	}},
+}
+
+// TestWrappersHaveTheStockSignatures checks that moving to gobn is an import
+// change: each wrapper takes and returns what the bindings' stock wrapper
+// does, and has the same option functions with the same value types.
+func TestWrappersHaveTheStockSignatures(t *testing.T) {
+	for _, o := range opdef.All {
+		c := wrappers[o.Name]
+		if c.stock == nil {
+			continue
+		}
+		t.Run(o.Stock, func(t *testing.T) {
+			gobn, stock := reflect.TypeOf(c.gobn), reflect.TypeOf(c.stock)
+			require.Equal(t, stock.NumIn(), gobn.NumIn())
+			require.Equal(t, stock.IsVariadic(), gobn.IsVariadic())
+			for i := range stock.NumIn() {
+				if stock.IsVariadic() && i == stock.NumIn()-1 {
+					// ...op.XAttr against ...ops.XAttr: both func(optionalAttr).
+					require.Equal(t, stock.In(i).Elem().Kind(), gobn.In(i).Elem().Kind())
+					require.Equal(t, stock.In(i).Elem().Name(), gobn.In(i).Elem().Name())
+					continue
+				}
+				require.Equal(t, stock.In(i), gobn.In(i), "parameter %d", i)
+			}
+			require.Equal(t, stock.NumOut(), gobn.NumOut())
+			for i := range stock.NumOut() {
+				require.Equal(t, stock.Out(i), gobn.Out(i), "result %d", i)
+			}
+			for name, fns := range c.options {
+				g, s := reflect.TypeOf(fns[0]), reflect.TypeOf(fns[1])
+				require.Equal(t, s.In(0), g.In(0), "option %s", name)
+			}
+		})
+	}
+}
+
+// TestWrappersBuildTheirOps checks each generated wrapper against opdef: it
+// adds the op it names, its inputs in order, its required attrs and its
+// options set as given (each away from its default, so that an option that
+// sets nothing fails), and returns the op's outputs in order. The parity
+// tests build ops from opdef directly, so this is what runs the wrappers.
+func TestWrappersBuildTheirOps(t *testing.T) {
+	for _, o := range opdef.All {
+		t.Run(o.Name, func(t *testing.T) {
+			w, ok := wrappers[o.Name]
+			require.True(t, ok, "no wrapper of %s listed in wrappers", o.Name)
+			b := o.Kernels[len(o.Kernels)-1] // of the mixed ops, T is not U there
+			s := op.NewScope()
+			args := []reflect.Value{reflect.ValueOf(s)}
+			var inputs []tf.Output
+			for _, in := range o.Inputs {
+				p := op.Placeholder(s.SubScope(in.Name), argType(in.Type, b))
+				inputs = append(inputs, p)
+				args = append(args, reflect.ValueOf(p))
+			}
+			want := map[string]any{}
+			for name, dtype := range b {
+				want[name] = tf.DataType(dtype)
+			}
+			var options []reflect.Value
+			for _, a := range o.Attrs {
+				if a.Kind == opdef.TypeAttr {
+					continue
+				}
+				v := reflect.ValueOf(notDefault(a))
+				want[a.Name] = v.Interface()
+				if a.Default == nil {
+					args = append(args, v)
+					continue
+				}
+				set, ok := w.options[a.Name]
+				require.True(t, ok, "no option of attr %s listed", a.Name)
+				options = append(options, reflect.ValueOf(set[0]).Call([]reflect.Value{v})[0])
+			}
+			require.Len(t, w.options, len(options), "options listed for attrs that %s does not have", o.Name)
+
+			outs := reflect.ValueOf(w.gobn).Call(append(args, options...))
+			require.NoError(t, s.Err())
+			require.Len(t, outs, len(o.Outputs))
+			operation := outs[0].Interface().(tf.Output).Op
+			require.Equal(t, o.Name, operation.Type())
+			for i, out := range outs {
+				got := out.Interface().(tf.Output)
+				require.Equal(t, operation.Name(), got.Op.Name(), "output %d", i)
+				require.Equal(t, i, got.Index, "output %s", o.Outputs[i].Name)
+			}
+			require.Equal(t, len(o.Inputs), operation.NumInputs())
+			for i, in := range inputs {
+				consumers := in.Consumers()
+				require.Len(t, consumers, 1, "input %s", o.Inputs[i].Name)
+				require.Equal(t, operation.Name(), consumers[0].Op.Name(), "input %s", o.Inputs[i].Name)
+				require.Equal(t, i, consumers[0].Index, "input %s", o.Inputs[i].Name)
+			}
+			for name, v := range want {
+				got, err := operation.Attr(name)
+				require.NoError(t, err, "attr %s", name)
+				require.Equal(t, v, got, "attr %s", name)
+			}
+		})
+	}
+}
+
+// notDefault returns a value of attr a (not a type attr) other than its
+// default.
+func notDefault(a opdef.Attr) any {
+	switch a.Kind {
+	case opdef.FloatAttr:
+		return float32(0.25)
+	case opdef.BoolAttr:
+		return a.Default != true
+	case opdef.StringAttr:
+		for _, v := range a.Values {
+			if v != a.Default {
+				return v
+			}
+		}
+	}
+	panic("no other value of attr " + a.Name)
+}

@@ -3,6 +3,7 @@ package opdef_test
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -70,8 +71,36 @@ func checkRuleCases[I any](t *testing.T, valid func() I, check func(format strin
 	}
 }
 
+// wrongSizeCases returns, for each named per-channel input, the cases that
+// size it 0, 2 and 4 where the valid inputs' x has 3 channels in format:
+// each error must name that input and both sizes. The input's field in I is
+// the tensor's name in CamelCase (reserve_space_1: ReserveSpace1).
+func wrongSizeCases[I any](t *testing.T, format string, tensors ...string) []ruleCase[I] {
+	var cases []ruleCase[I]
+	for _, tensor := range tensors {
+		var field string
+		for _, part := range strings.Split(tensor, "_") {
+			field += strings.ToUpper(part[:1]) + part[1:]
+		}
+		_, ok := reflect.TypeFor[I]().FieldByName(field)
+		require.True(t, ok, "%s: no field %s", tensor, field)
+		for _, size := range []int64{0, 2, 4} {
+			cases = append(cases, ruleCase[I]{
+				name:   fmt.Sprintf("%s of size %d", tensor, size),
+				format: format,
+				edit: func(in *I) {
+					reflect.ValueOf(in).Elem().FieldByName(field).Set(reflect.ValueOf([]int64{size}))
+				},
+				tensor:    tensor,
+				fragments: []string{"channels", fmt.Sprintf("got %d and 3", size)},
+			})
+		}
+	}
+	return cases
+}
+
 func TestCheckFusedGradRules(t *testing.T) {
-	checkRuleCases(t, validFused, opdef.CheckFusedGrad, []ruleCase[opdef.FusedGradInputs]{
+	checkRuleCases(t, validFused, opdef.CheckFusedGrad, append([]ruleCase[opdef.FusedGradInputs]{
 		{"y_backprop rank 3", "NHWC", func(in *opdef.FusedGradInputs) { in.YBackprop = []int64{2, 5, 3} },
 			"y_backprop", []string{"4 or 5-dimensional", "[2,5,3]"}},
 		{"y_backprop rank 6", "NHWC", func(in *opdef.FusedGradInputs) { in.YBackprop = []int64{2, 5, 6, 1, 1, 3} },
@@ -94,12 +123,6 @@ func TestCheckFusedGradRules(t *testing.T) {
 			"x and y_backprop", []string{"same shape", "[2,5,6,3]", "[2,5,7,3]"}},
 		{"x and y_backprop differ in rank", "NHWC", func(in *opdef.FusedGradInputs) { in.YBackprop = []int64{2, 5, 6, 1, 3} },
 			"x and y_backprop", []string{"same shape", "[2,5,6,3]", "[2,5,6,1,3]"}},
-		{"scale wrong size", "NHWC", func(in *opdef.FusedGradInputs) { in.Scale = []int64{4} },
-			"scale", []string{"channels", "4", "3"}},
-		{"reserve_space_1 wrong size", "NHWC", func(in *opdef.FusedGradInputs) { in.ReserveSpace1 = []int64{2} },
-			"reserve_space_1", []string{"channels", "2", "3"}},
-		{"reserve_space_2 wrong size", "NHWC", func(in *opdef.FusedGradInputs) { in.ReserveSpace2 = []int64{0} },
-			"reserve_space_2", []string{"channels", "0", "3"}},
 		{"sizes checked against the NCHW channel axis", "NCHW", func(*opdef.FusedGradInputs) {},
 			"scale", []string{"channels", "3", "5"}},
 		{"bad data_format", "NWHC", func(*opdef.FusedGradInputs) {},
@@ -128,7 +151,7 @@ func TestCheckFusedGradRules(t *testing.T) {
 			in.X, in.YBackprop = []int64{1 << 31, 1, 1 << 31, 2}, []int64{1 << 31, 1, 1 << 31, 2}
 			in.Scale, in.ReserveSpace1, in.ReserveSpace2 = []int64{1}, []int64{1}, []int64{1}
 		}, "x", []string{"[2147483648,1,2147483648,2]"}},
-	})
+	}, wrongSizeCases[opdef.FusedGradInputs](t, "NHWC", "scale", "reserve_space_1", "reserve_space_2")...))
 }
 
 func TestCheckFusedGradLargeValid(t *testing.T) {
@@ -283,7 +306,7 @@ func validGlobal() opdef.GlobalNormalizationGradInputs {
 
 func TestCheckGlobalNormalizationGradRules(t *testing.T) {
 	type inputs = opdef.GlobalNormalizationGradInputs
-	checkRuleCases(t, validGlobal, func(_ string, in inputs) (opdef.Geometry, error) { return opdef.CheckGlobalNormalizationGrad(in) }, []ruleCase[inputs]{
+	checkRuleCases(t, validGlobal, func(_ string, in inputs) (opdef.Geometry, error) { return opdef.CheckGlobalNormalizationGrad(in) }, append([]ruleCase[inputs]{
 		{"t rank 3", "", func(in *inputs) { in.T = []int64{2, 5, 3} }, "t", []string{"4-dimensional", "[2,5,3]"}},
 		{"t rank 5", "", func(in *inputs) { in.T = []int64{2, 4, 5, 6, 3} }, "t", []string{"4-dimensional"}},
 		{"t rank 6", "", func(in *inputs) { in.T = []int64{2, 4, 5, 6, 1, 3} }, "t", []string{"4-dimensional"}},
@@ -294,9 +317,6 @@ func TestCheckGlobalNormalizationGradRules(t *testing.T) {
 		{"backprop rank 6", "", func(in *inputs) { in.Backprop = []int64{2, 5, 6, 1, 1, 3} }, "backprop", []string{"4-dimensional"}},
 		{"t and backprop differ", "", func(in *inputs) { in.Backprop = []int64{2, 5, 7, 3} },
 			"t and backprop", []string{"same shape", "[2,5,6,3]", "[2,5,7,3]"}},
-		{"m wrong size", "", func(in *inputs) { in.M = []int64{4} }, "m", []string{"channels", "4", "3"}},
-		{"v wrong size", "", func(in *inputs) { in.V = []int64{2} }, "v", []string{"channels", "2", "3"}},
-		{"gamma wrong size", "", func(in *inputs) { in.Gamma = []int64{1} }, "gamma", []string{"channels", "1", "3"}},
 		{"negative dimension", "", func(in *inputs) { in.T, in.Backprop = []int64{2, 5, -6, 3}, []int64{2, 5, -6, 3} },
 			"t", []string{"[2,5,-6,3]"}},
 		{"negative batch dimension", "", func(in *inputs) { in.T, in.Backprop = []int64{-2, 5, 6, 3}, []int64{-2, 5, 6, 3} },
@@ -305,7 +325,7 @@ func TestCheckGlobalNormalizationGradRules(t *testing.T) {
 			in.T, in.Backprop = []int64{1 << 40, 1 << 40, 1 << 40, 2}, []int64{1 << 40, 1 << 40, 1 << 40, 2}
 			in.M, in.V, in.Gamma = []int64{2}, []int64{2}, []int64{2}
 		}, "t", []string{"[1099511627776,1099511627776,1099511627776,2]"}},
-	})
+	}, wrongSizeCases[inputs](t, "", "m", "v", "gamma")...))
 }
 
 func TestCheckGlobalNormalizationGradOrder(t *testing.T) {

@@ -3,7 +3,9 @@ package opdef_test
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -99,6 +101,49 @@ func wrongSizeCases[I any](t *testing.T, format string, tensors ...string) []rul
 	return cases
 }
 
+// orderRule is one rule broken alone: edit breaks only it, and the error
+// must start with the name tensor.
+type orderRule[I any] struct {
+	tensor string
+	edit   func(*I)
+}
+
+// checkRuleOrder requires check to report each rule broken alone, and of
+// each two broken together the one listed first (but for two that edit the
+// same input, which cannot both hold).
+func checkRuleOrder[I any](t *testing.T, valid func() I, check func(I) error, rules []orderRule[I]) {
+	edited := make([]map[int]bool, len(rules)) // the fields of I each rule edits
+	for i, r := range rules {
+		in := valid()
+		r.edit(&in)
+		err := check(in)
+		require.Error(t, err, "rule %d", i)
+		startsWithName(t, err, r.tensor)
+		got, want := reflect.ValueOf(in), reflect.ValueOf(valid())
+		edited[i] = map[int]bool{}
+		for k := range got.NumField() {
+			if !reflect.DeepEqual(got.Field(k).Interface(), want.Field(k).Interface()) {
+				edited[i][k] = true
+			}
+		}
+	}
+	for i := range rules {
+		for j := i + 1; j < len(rules); j++ {
+			if slices.ContainsFunc(slices.Collect(maps.Keys(edited[i])), func(k int) bool { return edited[j][k] }) {
+				continue
+			}
+			t.Run(fmt.Sprintf("%d %s before %d %s", i, rules[i].tensor, j, rules[j].tensor), func(t *testing.T) {
+				in := valid()
+				rules[j].edit(&in)
+				rules[i].edit(&in)
+				err := check(in)
+				requireArgumentError(t, err)
+				startsWithName(t, err, rules[i].tensor)
+			})
+		}
+	}
+}
+
 func TestCheckFusedGradRules(t *testing.T) {
 	checkRuleCases(t, validFused, opdef.CheckFusedGrad, append([]ruleCase[opdef.FusedGradInputs]{
 		{"y_backprop rank 3", "NHWC", func(in *opdef.FusedGradInputs) { in.YBackprop = []int64{2, 5, 3} },
@@ -180,44 +225,19 @@ func TestCheckFusedGradLargeValid(t *testing.T) {
 // TestCheckFusedGradOrder breaks two rules at once and checks that the one
 // stock TensorFlow checks first is reported.
 func TestCheckFusedGradOrder(t *testing.T) {
-	// The rules in stock order, each as an edit that breaks only it.
-	rules := []struct {
-		tensor string
-		edit   func(*opdef.FusedGradInputs)
-	}{
-		{"y_backprop", func(in *opdef.FusedGradInputs) { in.YBackprop = []int64{2, 5, 3} }},
-		{"x", func(in *opdef.FusedGradInputs) { in.X = []int64{2, 5, 6, 1, 1, 3} }},
-		{"scale", func(in *opdef.FusedGradInputs) { in.Scale = []int64{3, 1} }},
-		{"reserve_space_1", func(in *opdef.FusedGradInputs) { in.ReserveSpace1 = []int64{3, 1} }},
-		{"reserve_space_2", func(in *opdef.FusedGradInputs) { in.ReserveSpace2 = []int64{3, 1} }},
-		{"x and y_backprop", func(in *opdef.FusedGradInputs) { in.X = []int64{2, 5, 7, 3} }},
-		{"scale", func(in *opdef.FusedGradInputs) { in.Scale = []int64{4} }},
-		{"reserve_space_1", func(in *opdef.FusedGradInputs) { in.ReserveSpace1 = []int64{4} }},
-		{"reserve_space_2", func(in *opdef.FusedGradInputs) { in.ReserveSpace2 = []int64{4} }},
-	}
-	// Each rule alone is reported as itself.
-	for i, r := range rules {
-		in := validFused()
-		r.edit(&in)
-		_, err := opdef.CheckFusedGrad(opdef.NHWC, in)
-		require.Error(t, err, "rule %d", i)
-		startsWithName(t, err, r.tensor)
-	}
-	for i := range rules {
-		for j := i + 1; j < len(rules); j++ {
-			if rules[j].tensor == "x and y_backprop" && i == 1 {
-				continue // x of rank 6 and x of another shape cannot both hold
-			}
-			t.Run(fmt.Sprintf("%d %s before %d %s", i, rules[i].tensor, j, rules[j].tensor), func(t *testing.T) {
-				in := validFused()
-				rules[j].edit(&in)
-				rules[i].edit(&in)
-				_, err := opdef.CheckFusedGrad(opdef.NHWC, in)
-				requireArgumentError(t, err)
-				startsWithName(t, err, rules[i].tensor)
-			})
-		}
-	}
+	type inputs = opdef.FusedGradInputs
+	// The rules in stock order.
+	checkRuleOrder(t, validFused, func(in inputs) error { _, err := opdef.CheckFusedGrad(opdef.NHWC, in); return err }, []orderRule[inputs]{
+		{"y_backprop", func(in *inputs) { in.YBackprop = []int64{2, 5, 3} }},
+		{"x", func(in *inputs) { in.X = []int64{2, 5, 6, 1, 1, 3} }},
+		{"scale", func(in *inputs) { in.Scale = []int64{3, 1} }},
+		{"reserve_space_1", func(in *inputs) { in.ReserveSpace1 = []int64{3, 1} }},
+		{"reserve_space_2", func(in *inputs) { in.ReserveSpace2 = []int64{3, 1} }},
+		{"x and y_backprop", func(in *inputs) { in.X = []int64{2, 5, 7, 3} }},
+		{"scale", func(in *inputs) { in.Scale = []int64{4} }},
+		{"reserve_space_1", func(in *inputs) { in.ReserveSpace1 = []int64{4} }},
+		{"reserve_space_2", func(in *inputs) { in.ReserveSpace2 = []int64{4} }},
+	})
 	// A bad data_format is an attr error and comes before all shape rules.
 	in := validFused()
 	in.YBackprop = []int64{1}
@@ -330,10 +350,7 @@ func TestCheckGlobalNormalizationGradRules(t *testing.T) {
 
 func TestCheckGlobalNormalizationGradOrder(t *testing.T) {
 	type inputs = opdef.GlobalNormalizationGradInputs
-	rules := []struct {
-		tensor string
-		edit   func(*inputs)
-	}{
+	checkRuleOrder(t, validGlobal, func(in inputs) error { _, err := opdef.CheckGlobalNormalizationGrad(in); return err }, []orderRule[inputs]{
 		{"t", func(in *inputs) { in.T = []int64{2, 5, 3} }},
 		{"m", func(in *inputs) { in.M = []int64{3, 1} }},
 		{"v", func(in *inputs) { in.V = []int64{3, 1} }},
@@ -343,22 +360,7 @@ func TestCheckGlobalNormalizationGradOrder(t *testing.T) {
 		{"m", func(in *inputs) { in.M = []int64{4} }},
 		{"v", func(in *inputs) { in.V = []int64{4} }},
 		{"gamma", func(in *inputs) { in.Gamma = []int64{4} }},
-	}
-	for i := range rules {
-		for j := i + 1; j < len(rules); j++ {
-			if i == 4 && j == 5 {
-				continue // both edit backprop
-			}
-			t.Run(fmt.Sprintf("%d %s before %d %s", i, rules[i].tensor, j, rules[j].tensor), func(t *testing.T) {
-				in := validGlobal()
-				rules[j].edit(&in)
-				rules[i].edit(&in)
-				_, err := opdef.CheckGlobalNormalizationGrad(in)
-				requireArgumentError(t, err)
-				startsWithName(t, err, rules[i].tensor)
-			})
-		}
-	}
+	})
 }
 
 func TestCheckGlobalNormalizationGradGeometry(t *testing.T) {

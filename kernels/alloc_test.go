@@ -49,7 +49,8 @@ func checkNoAllocs(t *testing.T, name string, f func()) {
 	}
 }
 
-// The arguments below are made once per case, outside the runs counted.
+// Valid arguments of each kernel for d (TestArgsPanics breaks them one at a
+// time); the test above makes them once per case, outside the runs counted.
 
 func fusedArgs[T kernels.Element](d kernels.Dims) kernels.FusedGradArgs[T] {
 	n, C := d.Len(), int(d.C)

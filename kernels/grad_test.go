@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"runtime"
 	"strings"
 	"testing"
@@ -390,60 +391,54 @@ func checkPanics[A any](t *testing.T, valid func() A, mutations []mutation[A], c
 	}
 }
 
+// sliceMutations breaks each slice field of the args A in turn, one element
+// short, one long and nil: every slice a kernel takes is sized by its Dims.
+func sliceMutations[A any]() []mutation[A] {
+	var ms []mutation[A]
+	typ := reflect.TypeFor[A]()
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		if f.Type.Kind() != reflect.Slice {
+			continue
+		}
+		field := func(g *A) reflect.Value { return reflect.ValueOf(g).Elem().Field(i) }
+		ms = append(ms,
+			mutation[A]{f.Name + " short", func(g *A) { s := field(g); s.Set(s.Slice(0, s.Len()-1)) }},
+			mutation[A]{f.Name + " long", func(g *A) { s := field(g); s.Set(reflect.MakeSlice(f.Type, s.Len()+1, s.Len()+1)) }},
+			mutation[A]{f.Name + " nil", func(g *A) { field(g).SetZero() }})
+	}
+	return ms
+}
+
 // TestArgsPanics: each kernel panics on args its doc rules out (slices
-// shorter or longer than the dims say, a layout it does not take).
+// shorter or longer than the dims say, a layout it does not take, a count
+// that cannot be).
 func TestArgsPanics(t *testing.T) {
-	const N, C, S = 2, 3, 4
-	const n = N * C * S
-	dims := kernels.Dims{N: N, C: C, S: S, Layout: kernels.ChannelsLast}
+	dims := kernels.Dims{N: 2, C: 3, S: 4, Layout: kernels.ChannelsLast}
 	t.Run("FusedGrad", func(t *testing.T) {
 		type args = kernels.FusedGradArgs[float32]
-		valid := func() args {
-			return args{
-				Dims:      dims,
-				YBackprop: make([]float32, n), X: make([]float32, n), XBackprop: make([]float32, n),
-				Scale: make([]float32, C), ReserveSpace1: make([]float32, C), ReserveSpace2: make([]float32, C),
-				ScaleBackprop: make([]float32, C), OffsetBackprop: make([]float32, C), Epsilon: 1e-3,
-			}
-		}
-		checkPanics(t, valid, []mutation[args]{
-			{"y_backprop short", func(g *args) { g.YBackprop = g.YBackprop[:n-1] }},
-			{"x long", func(g *args) { g.X = make([]float32, n+1) }},
-			{"x_backprop short", func(g *args) { g.XBackprop = g.XBackprop[:n-1] }},
-			{"x_backprop nil", func(g *args) { g.XBackprop = nil }},
-			{"scale short", func(g *args) { g.Scale = g.Scale[:C-1] }},
-			{"reserve_space_1 long", func(g *args) { g.ReserveSpace1 = make([]float32, C+1) }},
-			{"reserve_space_2 short", func(g *args) { g.ReserveSpace2 = nil }},
-			{"scale_backprop short", func(g *args) { g.ScaleBackprop = g.ScaleBackprop[:C-1] }},
-			{"offset_backprop long", func(g *args) { g.OffsetBackprop = make([]float32, C+1) }},
-			{"dims larger than slices", func(g *args) { g.Dims.N++ }},
-			{"more channels than vectors", func(g *args) { g.Dims.C, g.Dims.S = 4, 3 }},
-		}, map[string]func(args){"TrainingGrad": kernels.TrainingGrad[float32], "InferenceGrad": kernels.InferenceGrad[float32]})
+		checkPanics(t, func() args { return fusedArgs[float32](dims) }, append(sliceMutations[args](),
+			mutation[args]{"dims larger than slices", func(g *args) { g.Dims.N++ }},
+			mutation[args]{"more channels than vectors", func(g *args) { g.Dims.C, g.Dims.S = 4, 3 }},
+		), map[string]func(args){"TrainingGrad": kernels.TrainingGrad[float32], "InferenceGrad": kernels.InferenceGrad[float32]})
 	})
 	t.Run("GlobalNormalizationGrad", func(t *testing.T) {
 		type args = kernels.GlobalNormalizationArgs[float32]
-		valid := func() args {
-			return args{
-				Dims: dims,
-				T:    make([]float32, n), Backprop: make([]float32, n), DX: make([]float32, n),
-				M: make([]float32, C), V: make([]float32, C), Gamma: make([]float32, C),
-				DM: make([]float32, C), DV: make([]float32, C), DB: make([]float32, C), DG: make([]float32, C),
-			}
-		}
-		checkPanics(t, valid, []mutation[args]{
-			{"channels first", func(g *args) { g.Dims.Layout = kernels.ChannelsFirst }},
-			{"t short", func(g *args) { g.T = g.T[:n-1] }},
-			{"backprop long", func(g *args) { g.Backprop = make([]float32, n+1) }},
-			{"dx short", func(g *args) { g.DX = nil }},
-			{"m short", func(g *args) { g.M = g.M[:C-1] }},
-			{"v long", func(g *args) { g.V = make([]float32, C+1) }},
-			{"gamma short", func(g *args) { g.Gamma = nil }},
-			{"dm short", func(g *args) { g.DM = g.DM[:C-1] }},
-			{"dv long", func(g *args) { g.DV = make([]float32, C+1) }},
-			{"db short", func(g *args) { g.DB = g.DB[:0] }},
-			{"dg short", func(g *args) { g.DG = g.DG[:C-1] }},
-			{"dims larger than slices", func(g *args) { g.Dims.S++ }},
-		}, map[string]func(args){"GlobalNormalizationGrad": kernels.GlobalNormalizationGrad[float32]})
+		checkPanics(t, func() args { return globalArgs[float32](dims) }, append(sliceMutations[args](),
+			mutation[args]{"channels first", func(g *args) { g.Dims.Layout = kernels.ChannelsFirst }},
+			mutation[args]{"dims larger than slices", func(g *args) { g.Dims.S++ }},
+		), map[string]func(args){"GlobalNormalizationGrad": kernels.GlobalNormalizationGrad[float32]})
+	})
+	t.Run("GradReduce", func(t *testing.T) {
+		type args = kernels.GradReduceArgs[float32]
+		checkPanics(t, func() args { return reduceArgs(dims) }, sliceMutations[args](),
+			map[string]func(args){"GradReduce": kernels.GradReduce[float32]})
+	})
+	t.Run("GradApply", func(t *testing.T) {
+		type args = kernels.GradApplyArgs[float32]
+		checkPanics(t, func() args { return applyArgs(dims) }, append(sliceMutations[args](),
+			mutation[args]{"zero count", func(g *args) { g.Count = 0 }},
+		), map[string]func(args){"GradApply": kernels.GradApply[float32]})
 	})
 }
 

@@ -52,24 +52,10 @@ func sumsTile512(rows, W int, dy, x, mean, a, b unsafe.Pointer) {
 //go:noescape
 func sumsTileRows512(rows, W int, dy, x, mean, a, b unsafe.Pointer)
 
-// narrowBFloat16x16 is narrowBFloat16 sixteen at a time.
-func narrowBFloat16x16(dst []BFloat16, src []float32) {
-	n := len(src)
-	dst = dst[:n]
-	ps, pd := ptr32(src), unsafe.Pointer(unsafe.SliceData(dst))
-	absMask, inf := archsimd.BroadcastUint32x16(0x7fffffff), archsimd.BroadcastInt32x16(0x7f800000)
-	bias, one, quiet := archsimd.BroadcastUint32x16(0x7fff), archsimd.BroadcastUint32x16(1), archsimd.BroadcastUint32x16(0x40)
-	by16 := archsimd.BroadcastUint32x16(16) // a vector count, as in narrowBFloat16
-	j := 0
-	for ; j+16 <= n; j += 16 {
-		u := load16(ps, j).AsUint32x16()
-		isNaN := u.And(absMask).AsInt32x16().Greater(inf)
-		hi := u.ShiftRight(by16)
-		rounded := u.Add(bias).Add(hi.And(one)).ShiftRight(by16)
-		hi.Or(quiet).Merge(rounded, isNaN).TruncateToUint16().Store((*[16]uint16)(unsafe.Add(pd, 2*j)))
-	}
-	archsimd.ClearAVXUpperBits()
-	narrowBFloat16(dst[j:], src[j:])
+// storeBF16x16 is storeBF16x8 for sixteen lanes, with the narrowing store
+// AVX-512 has.
+func storeBF16x16(v archsimd.Uint32x16, p unsafe.Pointer, i int) {
+	v.TruncateToUint16().Store((*[f32Lanes512]uint16)(unsafe.Add(p, 2*i)))
 }
 
 // The channels-last bfloat16 loops, which read and write bfloat16 in the
@@ -180,7 +166,7 @@ func applyRowsBF16(L int, t *affine32, dy, x, dx []BFloat16) {
 			isNaN := u.And(absMask).AsInt32x16().Greater(inf)
 			hi := u.ShiftRight(by16)
 			rounded := u.Add(bias).Add(hi.And(one)).ShiftRight(by16)
-			hi.Or(quiet).Merge(rounded, isNaN).TruncateToUint16().Store((*[16]uint16)(unsafe.Add(pdx, 2*(o+j))))
+			storeBF16x16(hi.Or(quiet).Merge(rounded, isNaN), pdx, o+j)
 		}
 	}
 	archsimd.ClearAVXUpperBits()

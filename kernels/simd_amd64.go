@@ -100,7 +100,7 @@ func ptr32(s []float32) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(
 func ptr64(s []float64) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(s)) }
 
 // The vector lengths of the AVX2 loops, in float32 and in float64 lanes.
-// The loops from load8 to widenBFloat16 that are written in them are written
+// The loops from load8 to narrowBFloat16 that are written in them are written
 // once: internal/gensimd derives their AVX-512 forms (simd512_gen_amd64.go)
 // at twice the lengths.
 const (
@@ -647,18 +647,25 @@ func narrowBFloat16(dst []BFloat16, src []float32) {
 	// 'TrainingGrad$/BFloat16' shows it).
 	by16 := archsimd.BroadcastUint32x8(16)
 	j := 0
-	for ; j+8 <= n; j += 8 {
+	for ; j+f32Lanes <= n; j += f32Lanes {
 		u := load8(ps, j).AsUint32x8()
 		isNaN := u.And(absMask).AsInt32x8().Greater(inf)
 		hi := u.ShiftRight(by16)
 		rounded := u.Add(bias).Add(hi.And(one)).ShiftRight(by16)
-		o := hi.Or(quiet).Merge(rounded, isNaN).AsInt32x8()
-		o.GetLo().SaturateToUint16Concat(o.GetHi()).Store((*[8]uint16)(unsafe.Add(pd, 2*j)))
+		storeBF16x8(hi.Or(quiet).Merge(rounded, isNaN), pd, j)
 	}
 	archsimd.ClearAVXUpperBits()
 	for ; j < n; j++ {
 		dst[j] = BFloat16FromFloat32(src[j])
 	}
+}
+
+// storeBF16x8 writes the low halves of v's lanes, each at most 0xffff, to
+// the bfloat16s p[i:i+8]. AVX2 has no narrowing store: it packs the two
+// halves of v, which saturating leaves as they are.
+func storeBF16x8(v archsimd.Uint32x8, p unsafe.Pointer, i int) {
+	o := v.AsInt32x8()
+	o.GetLo().SaturateToUint16Concat(o.GetHi()).Store((*[f32Lanes]uint16)(unsafe.Add(p, 2*i)))
 }
 
 // hasF16C reports whether the CPU has the F16C conversions (f16c_amd64.s).

@@ -20,7 +20,7 @@ func validApply() opdef.GradApplyInputs {
 }
 
 func TestCheckGradApplyRules(t *testing.T) {
-	checkRuleCases(t, validApply, opdef.CheckGradApply, []ruleCase[opdef.GradApplyInputs]{
+	checkRuleCases(t, validApply, opdef.CheckGradApply, append([]ruleCase[opdef.GradApplyInputs]{
 		{"bad data_format", "NWHC", func(*opdef.GradApplyInputs) {}, "data_format", []string{"NWHC"}},
 		{"y_backprop rank 3", "NHWC", func(in *opdef.GradApplyInputs) { in.YBackprop = []int64{2, 5, 3} },
 			"y_backprop", []string{"4 or 5-dimensional", "[2,5,3]"}},
@@ -40,52 +40,27 @@ func TestCheckGradApplyRules(t *testing.T) {
 			"count", []string{"scalar", "[1]"}},
 		{"x and y_backprop differ", "NHWC", func(in *opdef.GradApplyInputs) { in.YBackprop = []int64{2, 5, 7, 3} },
 			"x and y_backprop", []string{"same shape", "[2,5,6,3]", "[2,5,7,3]"}},
-		{"scale wrong size", "NHWC", func(in *opdef.GradApplyInputs) { in.Scale = []int64{4} },
-			"scale", []string{"channels", "4", "3"}},
-		{"mean wrong size", "NHWC", func(in *opdef.GradApplyInputs) { in.Mean = []int64{2} },
-			"mean", []string{"channels", "2", "3"}},
-		{"variance wrong size", "NHWC", func(in *opdef.GradApplyInputs) { in.Variance = []int64{0} },
-			"variance", []string{"channels", "0", "3"}},
-		{"sum_dy wrong size", "NHWC", func(in *opdef.GradApplyInputs) { in.SumDy = []int64{6} },
-			"sum_dy", []string{"channels", "6", "3"}},
-		{"sum_dy_xmu wrong size", "NHWC", func(in *opdef.GradApplyInputs) { in.SumDyXmu = []int64{1} },
-			"sum_dy_xmu", []string{"channels", "1", "3"}},
 		{"sizes checked against the NCHW channel axis", "NCHW", func(*opdef.GradApplyInputs) {},
 			"scale", []string{"channels", "3", "5"}},
 		{"negative dimension", "NHWC", func(in *opdef.GradApplyInputs) {
 			in.X, in.YBackprop = []int64{2, -5, 6, 3}, []int64{2, -5, 6, 3}
 		}, "x", []string{"[2,-5,6,3]"}},
-	})
+	}, wrongSizeCases[opdef.GradApplyInputs](t, "NHWC", "scale", "mean", "variance", "sum_dy", "sum_dy_xmu")...))
 }
 
 // TestCheckGradApplyOrder breaks two rules at once and checks that the one
 // checked first (the fused gradients' order) is reported.
 func TestCheckGradApplyOrder(t *testing.T) {
-	rules := []struct {
-		tensor string
-		edit   func(*opdef.GradApplyInputs)
-	}{
-		{"y_backprop", func(in *opdef.GradApplyInputs) { in.YBackprop = []int64{2, 5, 3} }},
-		{"x", func(in *opdef.GradApplyInputs) { in.X = []int64{2, 5, 6, 1, 1, 3} }},
-		{"scale", func(in *opdef.GradApplyInputs) { in.Scale = []int64{3, 1} }},
-		{"sum_dy_xmu", func(in *opdef.GradApplyInputs) { in.SumDyXmu = []int64{3, 1} }},
-		{"count", func(in *opdef.GradApplyInputs) { in.Count = []int64{2} }},
-		{"x and y_backprop", func(in *opdef.GradApplyInputs) { in.YBackprop = []int64{2, 5, 7, 3} }},
-		{"mean", func(in *opdef.GradApplyInputs) { in.Mean = []int64{4} }},
-	}
-	for i := range rules {
-		for j := i + 1; j < len(rules); j++ {
-			if (i == 0 || i == 1) && rules[j].tensor == "x and y_backprop" {
-				continue // the rank edits already make the shapes differ
-			}
-			in := validApply()
-			rules[j].edit(&in)
-			rules[i].edit(&in)
-			_, err := opdef.CheckGradApply(opdef.NHWC, in)
-			requireArgumentError(t, err)
-			startsWithName(t, err, rules[i].tensor)
-		}
-	}
+	type inputs = opdef.GradApplyInputs
+	checkRuleOrder(t, validApply, func(in inputs) error { _, err := opdef.CheckGradApply(opdef.NHWC, in); return err }, []orderRule[inputs]{
+		{"y_backprop", func(in *inputs) { in.YBackprop = []int64{2, 5, 3} }},
+		{"x", func(in *inputs) { in.X = []int64{2, 5, 6, 1, 1, 3} }},
+		{"scale", func(in *inputs) { in.Scale = []int64{3, 1} }},
+		{"sum_dy_xmu", func(in *inputs) { in.SumDyXmu = []int64{3, 1} }},
+		{"count", func(in *inputs) { in.Count = []int64{2} }},
+		{"x and y_backprop", func(in *inputs) { in.YBackprop = []int64{2, 5, 7, 3} }},
+		{"mean", func(in *inputs) { in.Mean = []int64{4} }},
+	})
 }
 
 func TestCheckGradReduceRules(t *testing.T) {
@@ -100,28 +75,14 @@ func TestCheckGradReduceRules(t *testing.T) {
 	startsWithName(t, err, "mean")
 	assert.Zero(t, g)
 
-	for _, tc := range []struct {
-		name   string
-		format string
-		edit   func(*opdef.GradReduceInputs)
-		tensor string
-	}{
-		{"bad data_format", "nchw", func(*opdef.GradReduceInputs) {}, "data_format"},
-		{"y_backprop rank 3", "NCHW", func(in *opdef.GradReduceInputs) { in.YBackprop = []int64{2, 3, 4} }, "y_backprop"},
-		{"x rank 3", "NCHW", func(in *opdef.GradReduceInputs) { in.X = []int64{2, 3, 4} }, "x"},
-		{"mean 2-D", "NCHW", func(in *opdef.GradReduceInputs) { in.Mean = []int64{3, 1} }, "mean"},
-		{"x and y_backprop differ", "NCHW", func(in *opdef.GradReduceInputs) { in.YBackprop = []int64{2, 3, 4, 5, 7} }, "x and y_backprop"},
-		{"mean wrong size", "NCHW", func(in *opdef.GradReduceInputs) { in.Mean = []int64{4} }, "mean"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			in := valid()
-			tc.edit(&in)
-			g, err := opdef.CheckGradReduce(tc.format, in)
-			requireArgumentError(t, err)
-			startsWithName(t, err, tc.tensor)
-			assert.Zero(t, g)
-		})
-	}
+	type inputs = opdef.GradReduceInputs
+	checkRuleCases(t, valid, opdef.CheckGradReduce, append([]ruleCase[inputs]{
+		{"bad data_format", "nchw", func(*inputs) {}, "data_format", nil},
+		{"y_backprop rank 3", "NCHW", func(in *inputs) { in.YBackprop = []int64{2, 3, 4} }, "y_backprop", nil},
+		{"x rank 3", "NCHW", func(in *inputs) { in.X = []int64{2, 3, 4} }, "x", nil},
+		{"mean 2-D", "NCHW", func(in *inputs) { in.Mean = []int64{3, 1} }, "mean", nil},
+		{"x and y_backprop differ", "NCHW", func(in *inputs) { in.YBackprop = []int64{2, 3, 4, 5, 7} }, "x and y_backprop", nil},
+	}, wrongSizeCases[inputs](t, "NCHW", "mean")...))
 }
 
 func TestCheckCount(t *testing.T) {

@@ -3,6 +3,9 @@ package opdef_test
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -70,8 +73,79 @@ func checkRuleCases[I any](t *testing.T, valid func() I, check func(format strin
 	}
 }
 
+// wrongSizeCases returns, for each named per-channel input, the cases that
+// size it 0, 2 and 4 where the valid inputs' x has 3 channels in format:
+// each error must name that input and both sizes. The input's field in I is
+// the tensor's name in CamelCase (reserve_space_1: ReserveSpace1).
+func wrongSizeCases[I any](t *testing.T, format string, tensors ...string) []ruleCase[I] {
+	var cases []ruleCase[I]
+	for _, tensor := range tensors {
+		var field string
+		for _, part := range strings.Split(tensor, "_") {
+			field += strings.ToUpper(part[:1]) + part[1:]
+		}
+		_, ok := reflect.TypeFor[I]().FieldByName(field)
+		require.True(t, ok, "%s: no field %s", tensor, field)
+		for _, size := range []int64{0, 2, 4} {
+			cases = append(cases, ruleCase[I]{
+				name:   fmt.Sprintf("%s of size %d", tensor, size),
+				format: format,
+				edit: func(in *I) {
+					reflect.ValueOf(in).Elem().FieldByName(field).Set(reflect.ValueOf([]int64{size}))
+				},
+				tensor:    tensor,
+				fragments: []string{"channels", fmt.Sprintf("got %d and 3", size)},
+			})
+		}
+	}
+	return cases
+}
+
+// orderRule is one rule broken alone: edit breaks only it, and the error
+// must start with the name tensor.
+type orderRule[I any] struct {
+	tensor string
+	edit   func(*I)
+}
+
+// checkRuleOrder requires check to report each rule broken alone, and of
+// each two broken together the one listed first (but for two that edit the
+// same input, which cannot both hold).
+func checkRuleOrder[I any](t *testing.T, valid func() I, check func(I) error, rules []orderRule[I]) {
+	edited := make([]map[int]bool, len(rules)) // the fields of I each rule edits
+	for i, r := range rules {
+		in := valid()
+		r.edit(&in)
+		err := check(in)
+		require.Error(t, err, "rule %d", i)
+		startsWithName(t, err, r.tensor)
+		got, want := reflect.ValueOf(in), reflect.ValueOf(valid())
+		edited[i] = map[int]bool{}
+		for k := range got.NumField() {
+			if !reflect.DeepEqual(got.Field(k).Interface(), want.Field(k).Interface()) {
+				edited[i][k] = true
+			}
+		}
+	}
+	for i := range rules {
+		for j := i + 1; j < len(rules); j++ {
+			if slices.ContainsFunc(slices.Collect(maps.Keys(edited[i])), func(k int) bool { return edited[j][k] }) {
+				continue
+			}
+			t.Run(fmt.Sprintf("%d %s before %d %s", i, rules[i].tensor, j, rules[j].tensor), func(t *testing.T) {
+				in := valid()
+				rules[j].edit(&in)
+				rules[i].edit(&in)
+				err := check(in)
+				requireArgumentError(t, err)
+				startsWithName(t, err, rules[i].tensor)
+			})
+		}
+	}
+}
+
 func TestCheckFusedGradRules(t *testing.T) {
-	checkRuleCases(t, validFused, opdef.CheckFusedGrad, []ruleCase[opdef.FusedGradInputs]{
+	checkRuleCases(t, validFused, opdef.CheckFusedGrad, append([]ruleCase[opdef.FusedGradInputs]{
 		{"y_backprop rank 3", "NHWC", func(in *opdef.FusedGradInputs) { in.YBackprop = []int64{2, 5, 3} },
 			"y_backprop", []string{"4 or 5-dimensional", "[2,5,3]"}},
 		{"y_backprop rank 6", "NHWC", func(in *opdef.FusedGradInputs) { in.YBackprop = []int64{2, 5, 6, 1, 1, 3} },
@@ -94,12 +168,6 @@ func TestCheckFusedGradRules(t *testing.T) {
 			"x and y_backprop", []string{"same shape", "[2,5,6,3]", "[2,5,7,3]"}},
 		{"x and y_backprop differ in rank", "NHWC", func(in *opdef.FusedGradInputs) { in.YBackprop = []int64{2, 5, 6, 1, 3} },
 			"x and y_backprop", []string{"same shape", "[2,5,6,3]", "[2,5,6,1,3]"}},
-		{"scale wrong size", "NHWC", func(in *opdef.FusedGradInputs) { in.Scale = []int64{4} },
-			"scale", []string{"channels", "4", "3"}},
-		{"reserve_space_1 wrong size", "NHWC", func(in *opdef.FusedGradInputs) { in.ReserveSpace1 = []int64{2} },
-			"reserve_space_1", []string{"channels", "2", "3"}},
-		{"reserve_space_2 wrong size", "NHWC", func(in *opdef.FusedGradInputs) { in.ReserveSpace2 = []int64{0} },
-			"reserve_space_2", []string{"channels", "0", "3"}},
 		{"sizes checked against the NCHW channel axis", "NCHW", func(*opdef.FusedGradInputs) {},
 			"scale", []string{"channels", "3", "5"}},
 		{"bad data_format", "NWHC", func(*opdef.FusedGradInputs) {},
@@ -128,7 +196,7 @@ func TestCheckFusedGradRules(t *testing.T) {
 			in.X, in.YBackprop = []int64{1 << 31, 1, 1 << 31, 2}, []int64{1 << 31, 1, 1 << 31, 2}
 			in.Scale, in.ReserveSpace1, in.ReserveSpace2 = []int64{1}, []int64{1}, []int64{1}
 		}, "x", []string{"[2147483648,1,2147483648,2]"}},
-	})
+	}, wrongSizeCases[opdef.FusedGradInputs](t, "NHWC", "scale", "reserve_space_1", "reserve_space_2")...))
 }
 
 func TestCheckFusedGradLargeValid(t *testing.T) {
@@ -157,44 +225,19 @@ func TestCheckFusedGradLargeValid(t *testing.T) {
 // TestCheckFusedGradOrder breaks two rules at once and checks that the one
 // stock TensorFlow checks first is reported.
 func TestCheckFusedGradOrder(t *testing.T) {
-	// The rules in stock order, each as an edit that breaks only it.
-	rules := []struct {
-		tensor string
-		edit   func(*opdef.FusedGradInputs)
-	}{
-		{"y_backprop", func(in *opdef.FusedGradInputs) { in.YBackprop = []int64{2, 5, 3} }},
-		{"x", func(in *opdef.FusedGradInputs) { in.X = []int64{2, 5, 6, 1, 1, 3} }},
-		{"scale", func(in *opdef.FusedGradInputs) { in.Scale = []int64{3, 1} }},
-		{"reserve_space_1", func(in *opdef.FusedGradInputs) { in.ReserveSpace1 = []int64{3, 1} }},
-		{"reserve_space_2", func(in *opdef.FusedGradInputs) { in.ReserveSpace2 = []int64{3, 1} }},
-		{"x and y_backprop", func(in *opdef.FusedGradInputs) { in.X = []int64{2, 5, 7, 3} }},
-		{"scale", func(in *opdef.FusedGradInputs) { in.Scale = []int64{4} }},
-		{"reserve_space_1", func(in *opdef.FusedGradInputs) { in.ReserveSpace1 = []int64{4} }},
-		{"reserve_space_2", func(in *opdef.FusedGradInputs) { in.ReserveSpace2 = []int64{4} }},
-	}
-	// Each rule alone is reported as itself.
-	for i, r := range rules {
-		in := validFused()
-		r.edit(&in)
-		_, err := opdef.CheckFusedGrad(opdef.NHWC, in)
-		require.Error(t, err, "rule %d", i)
-		startsWithName(t, err, r.tensor)
-	}
-	for i := range rules {
-		for j := i + 1; j < len(rules); j++ {
-			if rules[j].tensor == "x and y_backprop" && i == 1 {
-				continue // x of rank 6 and x of another shape cannot both hold
-			}
-			t.Run(fmt.Sprintf("%d %s before %d %s", i, rules[i].tensor, j, rules[j].tensor), func(t *testing.T) {
-				in := validFused()
-				rules[j].edit(&in)
-				rules[i].edit(&in)
-				_, err := opdef.CheckFusedGrad(opdef.NHWC, in)
-				requireArgumentError(t, err)
-				startsWithName(t, err, rules[i].tensor)
-			})
-		}
-	}
+	type inputs = opdef.FusedGradInputs
+	// The rules in stock order.
+	checkRuleOrder(t, validFused, func(in inputs) error { _, err := opdef.CheckFusedGrad(opdef.NHWC, in); return err }, []orderRule[inputs]{
+		{"y_backprop", func(in *inputs) { in.YBackprop = []int64{2, 5, 3} }},
+		{"x", func(in *inputs) { in.X = []int64{2, 5, 6, 1, 1, 3} }},
+		{"scale", func(in *inputs) { in.Scale = []int64{3, 1} }},
+		{"reserve_space_1", func(in *inputs) { in.ReserveSpace1 = []int64{3, 1} }},
+		{"reserve_space_2", func(in *inputs) { in.ReserveSpace2 = []int64{3, 1} }},
+		{"x and y_backprop", func(in *inputs) { in.X = []int64{2, 5, 7, 3} }},
+		{"scale", func(in *inputs) { in.Scale = []int64{4} }},
+		{"reserve_space_1", func(in *inputs) { in.ReserveSpace1 = []int64{4} }},
+		{"reserve_space_2", func(in *inputs) { in.ReserveSpace2 = []int64{4} }},
+	})
 	// A bad data_format is an attr error and comes before all shape rules.
 	in := validFused()
 	in.YBackprop = []int64{1}
@@ -283,7 +326,7 @@ func validGlobal() opdef.GlobalNormalizationGradInputs {
 
 func TestCheckGlobalNormalizationGradRules(t *testing.T) {
 	type inputs = opdef.GlobalNormalizationGradInputs
-	checkRuleCases(t, validGlobal, func(_ string, in inputs) (opdef.Geometry, error) { return opdef.CheckGlobalNormalizationGrad(in) }, []ruleCase[inputs]{
+	checkRuleCases(t, validGlobal, func(_ string, in inputs) (opdef.Geometry, error) { return opdef.CheckGlobalNormalizationGrad(in) }, append([]ruleCase[inputs]{
 		{"t rank 3", "", func(in *inputs) { in.T = []int64{2, 5, 3} }, "t", []string{"4-dimensional", "[2,5,3]"}},
 		{"t rank 5", "", func(in *inputs) { in.T = []int64{2, 4, 5, 6, 3} }, "t", []string{"4-dimensional"}},
 		{"t rank 6", "", func(in *inputs) { in.T = []int64{2, 4, 5, 6, 1, 3} }, "t", []string{"4-dimensional"}},
@@ -294,9 +337,6 @@ func TestCheckGlobalNormalizationGradRules(t *testing.T) {
 		{"backprop rank 6", "", func(in *inputs) { in.Backprop = []int64{2, 5, 6, 1, 1, 3} }, "backprop", []string{"4-dimensional"}},
 		{"t and backprop differ", "", func(in *inputs) { in.Backprop = []int64{2, 5, 7, 3} },
 			"t and backprop", []string{"same shape", "[2,5,6,3]", "[2,5,7,3]"}},
-		{"m wrong size", "", func(in *inputs) { in.M = []int64{4} }, "m", []string{"channels", "4", "3"}},
-		{"v wrong size", "", func(in *inputs) { in.V = []int64{2} }, "v", []string{"channels", "2", "3"}},
-		{"gamma wrong size", "", func(in *inputs) { in.Gamma = []int64{1} }, "gamma", []string{"channels", "1", "3"}},
 		{"negative dimension", "", func(in *inputs) { in.T, in.Backprop = []int64{2, 5, -6, 3}, []int64{2, 5, -6, 3} },
 			"t", []string{"[2,5,-6,3]"}},
 		{"negative batch dimension", "", func(in *inputs) { in.T, in.Backprop = []int64{-2, 5, 6, 3}, []int64{-2, 5, 6, 3} },
@@ -305,15 +345,12 @@ func TestCheckGlobalNormalizationGradRules(t *testing.T) {
 			in.T, in.Backprop = []int64{1 << 40, 1 << 40, 1 << 40, 2}, []int64{1 << 40, 1 << 40, 1 << 40, 2}
 			in.M, in.V, in.Gamma = []int64{2}, []int64{2}, []int64{2}
 		}, "t", []string{"[1099511627776,1099511627776,1099511627776,2]"}},
-	})
+	}, wrongSizeCases[inputs](t, "", "m", "v", "gamma")...))
 }
 
 func TestCheckGlobalNormalizationGradOrder(t *testing.T) {
 	type inputs = opdef.GlobalNormalizationGradInputs
-	rules := []struct {
-		tensor string
-		edit   func(*inputs)
-	}{
+	checkRuleOrder(t, validGlobal, func(in inputs) error { _, err := opdef.CheckGlobalNormalizationGrad(in); return err }, []orderRule[inputs]{
 		{"t", func(in *inputs) { in.T = []int64{2, 5, 3} }},
 		{"m", func(in *inputs) { in.M = []int64{3, 1} }},
 		{"v", func(in *inputs) { in.V = []int64{3, 1} }},
@@ -323,22 +360,7 @@ func TestCheckGlobalNormalizationGradOrder(t *testing.T) {
 		{"m", func(in *inputs) { in.M = []int64{4} }},
 		{"v", func(in *inputs) { in.V = []int64{4} }},
 		{"gamma", func(in *inputs) { in.Gamma = []int64{4} }},
-	}
-	for i := range rules {
-		for j := i + 1; j < len(rules); j++ {
-			if i == 4 && j == 5 {
-				continue // both edit backprop
-			}
-			t.Run(fmt.Sprintf("%d %s before %d %s", i, rules[i].tensor, j, rules[j].tensor), func(t *testing.T) {
-				in := validGlobal()
-				rules[j].edit(&in)
-				rules[i].edit(&in)
-				_, err := opdef.CheckGlobalNormalizationGrad(in)
-				requireArgumentError(t, err)
-				startsWithName(t, err, rules[i].tensor)
-			})
-		}
-	}
+	})
 }
 
 func TestCheckGlobalNormalizationGradGeometry(t *testing.T) {

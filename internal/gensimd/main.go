@@ -51,6 +51,7 @@ var loops = []struct {
 	{"scaleRow32", "scaleRow512", "", ""},
 	{"applyRun32", "applyRun512", "", ""},
 	{"widenBFloat16", "widenBFloat16x16", "", ""},
+	{"narrowBFloat16", "narrowBFloat16x16", "", ""},
 }
 
 // vocabulary are the names the loops call whose AVX-512 forms are written
@@ -60,6 +61,8 @@ var vocabulary = map[string]string{
 	"f64Lanes": "f64Lanes512",
 	"widen4":   "widen8",
 	"quad":     "quad512",
+	// the stores of bfloat16 (AVX-512 has a narrowing one)
+	"storeBF16x8": "storeBF16x16",
 	// the tails: at this width, the AVX2 loops
 	"runSumsTail":  "runSumsTail512",
 	"applyRunTail": "applyRun32",

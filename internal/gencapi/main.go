@@ -1,8 +1,8 @@
 // Command gencapi writes capi's generated files from opdef:
 // registry_gen.c, the C tables that the library's load-time constructor
 // registers with TensorFlow and XLA, and the per-op C trampolines into Go;
-// and families_gen.go, the typed binders each op family's file calls
-// (GenerateFamilies).
+// and families_gen.go, from opdef and the families' files, the typed
+// binders that call each op family's kernels (GenerateFamilies).
 //
 // Usage (from capi/, through go generate):
 //
@@ -24,7 +24,7 @@ func main() {
 	cOut := flag.String("c", "registry_gen.c", "the C tables' file")
 	goOut := flag.String("go", "families_gen.go", "the Go binders' file")
 	flag.Parse()
-	families, err := GenerateFamilies(opdef.All)
+	families, err := GenerateFamilies(opdef.All, ".")
 	if err == nil {
 		err = os.WriteFile(*cOut, Generate(opdef.All), 0o644)
 	}

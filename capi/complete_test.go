@@ -21,8 +21,9 @@ import (
 // "Adding an op" lists them from this test:
 //
 //  1. capi: the family's file, capi/<kind in snake case>.go, defining the
-//     family's CPU function and its GPU function (families_gen.go's run
-//     method calls them);
+//     family's CPU function and its GPU function, which take the args of
+//     its kernels (families_gen.go's run method calls them with the
+//     tensors set);
 //  2. the CPU kernel: every op of the kind, on every dtype its CPU kernels
 //     bind, computes valid inputs and writes every output it binds;
 //  3. the GPU kernel: every op of the kind has GPU kernels, and a call of

@@ -119,25 +119,57 @@ func (k *kernel) runFusedBatchNormGrad(g opdef.Geometry, in *fusedBatchNormGradI
 	if k.onGPU {
 		switch k.dtype {
 		case opdef.Float:
-			return fusedBatchNormGradGPU(k, cuda.Float32, d, in, out, dev)
+			return fusedBatchNormGradGPU(k, gpuArgsFusedBatchNormGrad(cuda.Float32, d, in, out), dev)
 		case opdef.Half:
-			return fusedBatchNormGradGPU(k, cuda.Float16, d, in, out, dev)
+			return fusedBatchNormGradGPU(k, gpuArgsFusedBatchNormGrad(cuda.Float16, d, in, out), dev)
 		case opdef.BFloat16:
-			return fusedBatchNormGradGPU(k, cuda.BFloat16, d, in, out, dev)
+			return fusedBatchNormGradGPU(k, gpuArgsFusedBatchNormGrad(cuda.BFloat16, d, in, out), dev)
 		}
 		return k.noKernel()
 	}
 	switch k.dtype {
 	case opdef.Float:
-		fusedBatchNormGradCPU[float32](k, d, in, out)
+		fusedBatchNormGradCPU(k, cpuArgsFusedBatchNormGrad[float32](d, in, out))
 	case opdef.Half:
-		fusedBatchNormGradCPU[kernels.Half](k, d, in, out)
+		fusedBatchNormGradCPU(k, cpuArgsFusedBatchNormGrad[kernels.Half](d, in, out))
 	case opdef.BFloat16:
-		fusedBatchNormGradCPU[kernels.BFloat16](k, d, in, out)
+		fusedBatchNormGradCPU(k, cpuArgsFusedBatchNormGrad[kernels.BFloat16](d, in, out))
 	default:
 		return k.noKernel()
 	}
 	return nil
+}
+
+// cpuArgsFusedBatchNormGrad returns the args of the FusedBatchNormGrad family's Go kernel
+// with T: the dims, and the tensors in the fields of their names.
+func cpuArgsFusedBatchNormGrad[T kernels.Element](d kernels.Dims, in *fusedBatchNormGradIn, out *fusedBatchNormGradOut) kernels.FusedGradArgs[T] {
+	return kernels.FusedGradArgs[T]{
+		Dims:           d,
+		YBackprop:      view[T](in.yBackprop),
+		X:              view[T](in.x),
+		Scale:          view[float32](in.scale),
+		ReserveSpace1:  view[float32](in.reserveSpace1),
+		ReserveSpace2:  view[float32](in.reserveSpace2),
+		XBackprop:      view[T](out.xBackprop),
+		ScaleBackprop:  view[float32](out.scaleBackprop),
+		OffsetBackprop: view[float32](out.offsetBackprop),
+	}
+}
+
+// gpuArgsFusedBatchNormGrad returns the args of the FusedBatchNormGrad family's CUDA kernel
+// with T's type t: the dims, and the tensors in the fields of their names.
+func gpuArgsFusedBatchNormGrad(t cuda.DType, d kernels.Dims, in *fusedBatchNormGradIn, out *fusedBatchNormGradOut) cuda.FusedGradArgs {
+	return cuda.FusedGradArgs{
+		Dims: d, DType: t,
+		YBackprop:      ptr(in.yBackprop),
+		X:              ptr(in.x),
+		Scale:          ptr(in.scale),
+		ReserveSpace1:  ptr(in.reserveSpace1),
+		ReserveSpace2:  ptr(in.reserveSpace2),
+		XBackprop:      ptr(out.xBackprop),
+		ScaleBackprop:  ptr(out.scaleBackprop),
+		OffsetBackprop: ptr(out.offsetBackprop),
+	}
 }
 
 // globalNormalizationGrad validates one call of the GlobalNormalizationGrad family with the rules of opdef,
@@ -215,23 +247,59 @@ func (k *kernel) runGlobalNormalizationGrad(g opdef.Geometry, in *globalNormaliz
 	if k.onGPU {
 		switch k.dtype {
 		case opdef.Half:
-			return globalNormalizationGradGPU(k, cuda.Float16, d, in, out, dev)
+			return globalNormalizationGradGPU(k, gpuArgsGlobalNormalizationGrad(cuda.Float16, d, in, out), dev)
 		case opdef.Float:
-			return globalNormalizationGradGPU(k, cuda.Float32, d, in, out, dev)
+			return globalNormalizationGradGPU(k, gpuArgsGlobalNormalizationGrad(cuda.Float32, d, in, out), dev)
 		}
 		return k.noKernel()
 	}
 	switch k.dtype {
 	case opdef.Half:
-		globalNormalizationGradCPU[kernels.Half](k, d, in, out)
+		globalNormalizationGradCPU(k, cpuArgsGlobalNormalizationGrad[kernels.Half](d, in, out))
 	case opdef.Float:
-		globalNormalizationGradCPU[float32](k, d, in, out)
+		globalNormalizationGradCPU(k, cpuArgsGlobalNormalizationGrad[float32](d, in, out))
 	case opdef.Double:
-		globalNormalizationGradCPU[float64](k, d, in, out)
+		globalNormalizationGradCPU(k, cpuArgsGlobalNormalizationGrad[float64](d, in, out))
 	default:
 		return k.noKernel()
 	}
 	return nil
+}
+
+// cpuArgsGlobalNormalizationGrad returns the args of the GlobalNormalizationGrad family's Go kernel
+// with T: the dims, and the tensors in the fields of their names.
+func cpuArgsGlobalNormalizationGrad[T kernels.Element](d kernels.Dims, in *globalNormalizationGradIn, out *globalNormalizationGradOut) kernels.GlobalNormalizationArgs[T] {
+	return kernels.GlobalNormalizationArgs[T]{
+		Dims:     d,
+		T:        view[T](in.t),
+		M:        view[T](in.m),
+		V:        view[T](in.v),
+		Gamma:    view[T](in.gamma),
+		Backprop: view[T](in.backprop),
+		DX:       view[T](out.dx),
+		DM:       view[T](out.dm),
+		DV:       view[T](out.dv),
+		DB:       view[T](out.db),
+		DG:       view[T](out.dg),
+	}
+}
+
+// gpuArgsGlobalNormalizationGrad returns the args of the GlobalNormalizationGrad family's CUDA kernel
+// with T's type t: the dims, and the tensors in the fields of their names.
+func gpuArgsGlobalNormalizationGrad(t cuda.DType, d kernels.Dims, in *globalNormalizationGradIn, out *globalNormalizationGradOut) cuda.GlobalNormalizationArgs {
+	return cuda.GlobalNormalizationArgs{
+		Dims: d, DType: t,
+		T:        ptr(in.t),
+		M:        ptr(in.m),
+		V:        ptr(in.v),
+		Gamma:    ptr(in.gamma),
+		Backprop: ptr(in.backprop),
+		DX:       ptr(out.dx),
+		DM:       ptr(out.dm),
+		DV:       ptr(out.dv),
+		DB:       ptr(out.db),
+		DG:       ptr(out.dg),
+	}
 }
 
 // gradReduce validates one call of the GradReduce family with the rules of opdef,
@@ -300,25 +368,51 @@ func (k *kernel) runGradReduce(g opdef.Geometry, in *gradReduceIn, out *gradRedu
 	if k.onGPU {
 		switch k.dtype {
 		case opdef.Float:
-			return gradReduceGPU(k, cuda.Float32, d, in, out, dev)
+			return gradReduceGPU(k, gpuArgsGradReduce(cuda.Float32, d, in, out), dev)
 		case opdef.Half:
-			return gradReduceGPU(k, cuda.Float16, d, in, out, dev)
+			return gradReduceGPU(k, gpuArgsGradReduce(cuda.Float16, d, in, out), dev)
 		case opdef.BFloat16:
-			return gradReduceGPU(k, cuda.BFloat16, d, in, out, dev)
+			return gradReduceGPU(k, gpuArgsGradReduce(cuda.BFloat16, d, in, out), dev)
 		}
 		return k.noKernel()
 	}
 	switch k.dtype {
 	case opdef.Float:
-		gradReduceCPU[float32](k, d, in, out)
+		gradReduceCPU(k, cpuArgsGradReduce[float32](d, in, out))
 	case opdef.Half:
-		gradReduceCPU[kernels.Half](k, d, in, out)
+		gradReduceCPU(k, cpuArgsGradReduce[kernels.Half](d, in, out))
 	case opdef.BFloat16:
-		gradReduceCPU[kernels.BFloat16](k, d, in, out)
+		gradReduceCPU(k, cpuArgsGradReduce[kernels.BFloat16](d, in, out))
 	default:
 		return k.noKernel()
 	}
 	return nil
+}
+
+// cpuArgsGradReduce returns the args of the GradReduce family's Go kernel
+// with T: the dims, and the tensors in the fields of their names.
+func cpuArgsGradReduce[T kernels.Element](d kernels.Dims, in *gradReduceIn, out *gradReduceOut) kernels.GradReduceArgs[T] {
+	return kernels.GradReduceArgs[T]{
+		Dims:      d,
+		YBackprop: view[T](in.yBackprop),
+		X:         view[T](in.x),
+		Mean:      view[float32](in.mean),
+		SumDy:     view[float32](out.sumDy),
+		SumDyXmu:  view[float32](out.sumDyXmu),
+	}
+}
+
+// gpuArgsGradReduce returns the args of the GradReduce family's CUDA kernel
+// with T's type t: the dims, and the tensors in the fields of their names.
+func gpuArgsGradReduce(t cuda.DType, d kernels.Dims, in *gradReduceIn, out *gradReduceOut) cuda.GradReduceArgs {
+	return cuda.GradReduceArgs{
+		Dims: d, DType: t,
+		YBackprop: ptr(in.yBackprop),
+		X:         ptr(in.x),
+		Mean:      ptr(in.mean),
+		SumDy:     ptr(out.sumDy),
+		SumDyXmu:  ptr(out.sumDyXmu),
+	}
 }
 
 // gradApply validates one call of the GradApply family with the rules of opdef,
@@ -386,23 +480,57 @@ func (k *kernel) runGradApply(g opdef.Geometry, in *gradApplyIn, out *gradApplyO
 	if k.onGPU {
 		switch k.dtype {
 		case opdef.Float:
-			return gradApplyGPU(k, cuda.Float32, d, in, out, dev)
+			return gradApplyGPU(k, gpuArgsGradApply(cuda.Float32, d, in, out), dev)
 		case opdef.Half:
-			return gradApplyGPU(k, cuda.Float16, d, in, out, dev)
+			return gradApplyGPU(k, gpuArgsGradApply(cuda.Float16, d, in, out), dev)
 		case opdef.BFloat16:
-			return gradApplyGPU(k, cuda.BFloat16, d, in, out, dev)
+			return gradApplyGPU(k, gpuArgsGradApply(cuda.BFloat16, d, in, out), dev)
 		}
 		return k.noKernel()
 	}
 	switch k.dtype {
 	case opdef.Float:
-		gradApplyCPU[float32](k, d, in, out)
+		gradApplyCPU(k, cpuArgsGradApply[float32](d, in, out))
 	case opdef.Half:
-		gradApplyCPU[kernels.Half](k, d, in, out)
+		gradApplyCPU(k, cpuArgsGradApply[kernels.Half](d, in, out))
 	case opdef.BFloat16:
-		gradApplyCPU[kernels.BFloat16](k, d, in, out)
+		gradApplyCPU(k, cpuArgsGradApply[kernels.BFloat16](d, in, out))
 	default:
 		return k.noKernel()
 	}
 	return nil
+}
+
+// cpuArgsGradApply returns the args of the GradApply family's Go kernel
+// with T: the dims, and the tensors in the fields of their names.
+func cpuArgsGradApply[T kernels.Element](d kernels.Dims, in *gradApplyIn, out *gradApplyOut) kernels.GradApplyArgs[T] {
+	return kernels.GradApplyArgs[T]{
+		Dims:      d,
+		YBackprop: view[T](in.yBackprop),
+		X:         view[T](in.x),
+		Scale:     view[float32](in.scale),
+		Mean:      view[float32](in.mean),
+		Variance:  view[float32](in.variance),
+		SumDy:     view[float32](in.sumDy),
+		SumDyXmu:  view[float32](in.sumDyXmu),
+		Count:     view[int64](in.count)[0],
+		XBackprop: view[T](out.xBackprop),
+	}
+}
+
+// gpuArgsGradApply returns the args of the GradApply family's CUDA kernel
+// with T's type t: the dims, and the tensors in the fields of their names.
+func gpuArgsGradApply(t cuda.DType, d kernels.Dims, in *gradApplyIn, out *gradApplyOut) cuda.GradApplyArgs {
+	return cuda.GradApplyArgs{
+		Dims: d, DType: t,
+		YBackprop: ptr(in.yBackprop),
+		X:         ptr(in.x),
+		Scale:     ptr(in.scale),
+		Mean:      ptr(in.mean),
+		Variance:  ptr(in.variance),
+		SumDy:     ptr(in.sumDy),
+		SumDyXmu:  ptr(in.sumDyXmu),
+		Count:     view[int64](in.count)[0],
+		XBackprop: ptr(out.xBackprop),
+	}
 }

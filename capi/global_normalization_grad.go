@@ -8,35 +8,18 @@ import (
 // The GlobalNormalizationGrad family: BatchNormWithGlobalNormalizationGrad,
 // channels last, every tensor of T (gobn's rules beside stock's: t and
 // backprop of one shape, m, v and gamma sized C). families_gen.go binds,
-// validates and allocates its calls from opdef and dispatches them to these
-// calls of its kernels.
+// validates and allocates its calls from opdef, sets their tensors in the
+// kernels' args these calls take (gencapi reads the args' types here) and
+// dispatches them to these calls, which set the attrs.
 
-// globalNormalizationGradCPU runs the Go kernel with T.
-func globalNormalizationGradCPU[T kernels.Element](k *kernel, d kernels.Dims, in *globalNormalizationGradIn, out *globalNormalizationGradOut) {
-	kernels.GlobalNormalizationGrad(kernels.GlobalNormalizationArgs[T]{
-		Dims:                    d,
-		T:                       view[T](in.t),
-		M:                       view[T](in.m),
-		V:                       view[T](in.v),
-		Gamma:                   view[T](in.gamma),
-		Backprop:                view[T](in.backprop),
-		VarianceEpsilon:         k.epsilon,
-		ScaleAfterNormalization: k.scaleAfterNormalization,
-		DX:                      view[T](out.dx),
-		DM:                      view[T](out.dm),
-		DV:                      view[T](out.dv),
-		DB:                      view[T](out.db),
-		DG:                      view[T](out.dg),
-	})
+// globalNormalizationGradCPU runs the Go kernel.
+func globalNormalizationGradCPU[T kernels.Element](k *kernel, a kernels.GlobalNormalizationArgs[T]) {
+	a.VarianceEpsilon, a.ScaleAfterNormalization = k.epsilon, k.scaleAfterNormalization
+	kernels.GlobalNormalizationGrad(a)
 }
 
-// globalNormalizationGradGPU runs the CUDA kernel with T's type t.
-func globalNormalizationGradGPU(k *kernel, t cuda.DType, d kernels.Dims, in *globalNormalizationGradIn, out *globalNormalizationGradOut, dev gpuCall) error {
-	return launch(cuda.GlobalNormalizationArgs{
-		Dims: d, DType: t,
-		T: ptr(in.t), M: ptr(in.m), V: ptr(in.v), Gamma: ptr(in.gamma), Backprop: ptr(in.backprop),
-		VarianceEpsilon:         k.epsilon,
-		ScaleAfterNormalization: k.scaleAfterNormalization,
-		DX:                      ptr(out.dx), DM: ptr(out.dm), DV: ptr(out.dv), DB: ptr(out.db), DG: ptr(out.dg),
-	}, cuda.GlobalNormalizationGrad, dev)
+// globalNormalizationGradGPU runs the CUDA kernel.
+func globalNormalizationGradGPU(k *kernel, a cuda.GlobalNormalizationArgs, dev gpuCall) error {
+	a.VarianceEpsilon, a.ScaleAfterNormalization = k.epsilon, k.scaleAfterNormalization
+	return launch(a, cuda.GlobalNormalizationGrad, dev)
 }

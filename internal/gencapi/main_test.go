@@ -8,10 +8,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// capiDir holds the family files that GenerateFamilies reads.
+const capiDir = "../../capi"
+
 // TestGeneratedFilesAreCurrent fails when opdef changed without `go generate ./capi`.
 func TestGeneratedFilesAreCurrent(t *testing.T) {
 	require.NoError(t, genfile.Current("../../capi/registry_gen.c", Generate(opdef.All), "go generate ./capi"))
-	families, err := GenerateFamilies(opdef.All)
+	families, err := GenerateFamilies(opdef.All, capiDir)
 	require.NoError(t, err)
 	require.NoError(t, genfile.Current("../../capi/families_gen.go", families, "go generate ./capi"))
 }
@@ -32,10 +35,10 @@ func TestFamiliesRefuseDisagreement(t *testing.T) {
 	retyped.Inputs = append(retyped.Inputs, v3.Inputs[3:]...)
 	for want, op := range map[string]opdef.Op{"disagree on arg 0": renamed, "disagree on the shape of x_backprop": reshaped,
 		"scale has no one dtype": retyped} {
-		_, err := GenerateFamilies([]opdef.Op{v2, op})
+		_, err := GenerateFamilies([]opdef.Op{v2, op}, capiDir)
 		require.ErrorContains(t, err, want)
 	}
-	_, err := GenerateFamilies([]opdef.Op{v2, v3})
+	_, err := GenerateFamilies([]opdef.Op{v2, v3}, capiDir)
 	require.NoError(t, err)
 }
 
@@ -47,12 +50,24 @@ func TestFamiliesRefuseDeviceCount(t *testing.T) {
 		if op.Kind != opdef.GradApply && op.Kind != opdef.GradReduce {
 			continue
 		}
-		_, err := GenerateFamilies([]opdef.Op{op})
+		_, err := GenerateFamilies([]opdef.Op{op}, capiDir)
 		require.NoError(t, err, op.Name)
 		op.HostMemory = nil
-		_, err = GenerateFamilies([]opdef.Op{op})
+		_, err = GenerateFamilies([]opdef.Op{op}, capiDir)
 		require.ErrorContains(t, err, "the count count must be an int64 scalar in host memory", op.Name)
 	}
+}
+
+// TestFamiliesRefuseUnknownElement: a tensor the kernels take is a view of
+// T or of a dtype package kernels computes in, so an int64 tensor that is
+// no count has no Go expression.
+func TestFamiliesRefuseUnknownElement(t *testing.T) {
+	reduce := opdef.All[4]
+	require.Equal(t, opdef.GradReduce, reduce.Kind)
+	reduce.Inputs = append([]opdef.Arg(nil), reduce.Inputs...)
+	reduce.Inputs[2].Type = "int64"
+	_, err := GenerateFamilies([]opdef.Op{reduce}, capiDir)
+	require.ErrorContains(t, err, "GradReduce: the kernels take no int64 (mean)")
 }
 
 func TestFamilyFile(t *testing.T) {
@@ -60,4 +75,8 @@ func TestFamilyFile(t *testing.T) {
 	require.Equal(t, "grad_apply.go", FamilyFile(opdef.GradApply))
 	require.Equal(t, "yBackprop", fieldName("y_backprop"))
 	require.Equal(t, "reserveSpace1", fieldName("reserve_space_1"))
+	for arg, field := range map[string]string{"y_backprop": "YBackprop", "reserve_space_1": "ReserveSpace1", "sum_dy_xmu": "SumDyXmu",
+		"t": "T", "dx": "DX", "gamma": "Gamma"} {
+		require.Equal(t, field, kernelField(arg))
+	}
 }

@@ -70,22 +70,9 @@ func Generate(ops []opdef.Op) []byte {
 	var b bytes.Buffer
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	b.WriteString(genfile.Header("#", "genpy", "opdef"))
-	p(`"""The ops libgobn.so registers, as opdef (Go) describes them.
+	p(`"""The ops libgobn.so registers, in registration order (gobn._opdef.Op)."""
 
-OPS lists them in registration order: name, Python wrapper, stock twin (or
-None), the stock forward op whose gradient the twin is (or None), kernel
-family, arguments, attrs, data formats, the dtypes of T its
-CPU and GPU kernels take (as TensorFlow's specs name them), the type of each
-output ("T", or a fixed type), the args a GPU kernel keeps in host memory,
-and the op's XLA custom call (gobn._xla): its operands (name, type, ranks
-allowed, () for any), its results (name, the operand whose shape it takes)
-and its attrs (name, kind).
-"""
-
-import collections
-
-Op = collections.namedtuple("Op", "name wrapper stock gradient_of kind inputs outputs attrs data_formats dtypes "
-                                  "gpu_dtypes output_types host_memory xla_inputs xla_outputs xla_attrs")
+from gobn._opdef import Op
 
 OPS = (
 `)

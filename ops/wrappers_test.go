@@ -7,45 +7,16 @@ import (
 	tf "github.com/galeone/tensorflow/tensorflow/go"
 	"github.com/galeone/tensorflow/tensorflow/go/op"
 	"github.com/gobn/gobn/opdef"
-	"github.com/gobn/gobn/ops"
 	"github.com/stretchr/testify/require"
 )
 
 // wrapper is one generated wrapper of ops_gen.go beside the bindings' stock
 // wrapper (nil for an op stock TensorFlow lacks), with their option
-// functions by attr name.
+// functions by attr name: the rows of wrappers (wrappers_gen_test.go,
+// generated from opdef, as Go cannot list a package's functions).
 type wrapper struct {
 	gobn, stock any
 	options     map[string][2]any
-}
-
-// wrappers lists ops_gen.go's wrappers by the op they add. Go cannot list a
-// package's functions, so this table names them; TestWrappersBuildTheirOps
-// requires one for every op of opdef.All.
-var wrappers = map[string]wrapper{
-	"Gobn>FusedBatchNormGrad": {ops.FusedBatchNormGrad, op.FusedBatchNormGrad, map[string][2]any{
-		"epsilon":     {ops.FusedBatchNormGradEpsilon, op.FusedBatchNormGradEpsilon},
-		"data_format": {ops.FusedBatchNormGradDataFormat, op.FusedBatchNormGradDataFormat},
-		"is_training": {ops.FusedBatchNormGradIsTraining, op.FusedBatchNormGradIsTraining},
-	}},
-	"Gobn>FusedBatchNormGradV2": {ops.FusedBatchNormGradV2, op.FusedBatchNormGradV2, map[string][2]any{
-		"epsilon":     {ops.FusedBatchNormGradV2Epsilon, op.FusedBatchNormGradV2Epsilon},
-		"data_format": {ops.FusedBatchNormGradV2DataFormat, op.FusedBatchNormGradV2DataFormat},
-		"is_training": {ops.FusedBatchNormGradV2IsTraining, op.FusedBatchNormGradV2IsTraining},
-	}},
-	"Gobn>FusedBatchNormGradV3": {ops.FusedBatchNormGradV3, op.FusedBatchNormGradV3, map[string][2]any{
-		"epsilon":     {ops.FusedBatchNormGradV3Epsilon, op.FusedBatchNormGradV3Epsilon},
-		"data_format": {ops.FusedBatchNormGradV3DataFormat, op.FusedBatchNormGradV3DataFormat},
-		"is_training": {ops.FusedBatchNormGradV3IsTraining, op.FusedBatchNormGradV3IsTraining},
-	}},
-	"Gobn>BatchNormWithGlobalNormalizationGrad": {ops.BatchNormWithGlobalNormalizationGrad, op.BatchNormWithGlobalNormalizationGrad, nil},
-	"Gobn>BatchNormGradReduce": {ops.BatchNormGradReduce, nil, map[string][2]any{
-		"data_format": {ops.BatchNormGradReduceDataFormat, nil},
-	}},
-	"Gobn>BatchNormGradApply": {ops.BatchNormGradApply, nil, map[string][2]any{
-		"epsilon":     {ops.BatchNormGradApplyEpsilon, nil},
-		"data_format": {ops.BatchNormGradApplyDataFormat, nil},
-	}},
 }
 
 // TestWrappersHaveTheStockSignatures checks that moving to gobn is an import

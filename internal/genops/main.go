@@ -1,5 +1,6 @@
 // Command genops writes ops/ops_gen.go: one Go wrapper per gobn op, generated
-// from opdef, with the signature of the stock op's wrapper in the TensorFlow
+// from opdef, and ops/wrappers_gen_test.go, the table by which ops' tests
+// reach each wrapper (Go cannot list a package's functions), with the signature of the stock op's wrapper in the TensorFlow
 // Go bindings' op package (the same parameters, results and optional-attr
 // functions), so that moving a tfgo program to gobn is an import change.
 //
@@ -11,7 +12,7 @@
 //
 // Usage (from ops/, through go generate):
 //
-//	go run ../internal/genops -o ops_gen.go
+//	go run ../internal/genops -o ops_gen.go -table wrappers_gen_test.go
 package main
 
 import (
@@ -30,10 +31,17 @@ import (
 
 func main() {
 	out := flag.String("o", "ops_gen.go", "output file")
+	table := flag.String("table", "wrappers_gen_test.go", "output file of the wrappers' table (ops' tests)")
 	flag.Parse()
 	src, err := Generate(opdef.All)
 	if err == nil {
 		err = os.WriteFile(*out, src, 0o644)
+	}
+	if err == nil {
+		src, err = GenerateTable(opdef.All)
+	}
+	if err == nil {
+		err = os.WriteFile(*table, src, 0o644)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "genops:", err)
@@ -99,18 +107,23 @@ func Generate(ops []opdef.Op) ([]byte, error) {
 	return src, nil
 }
 
-func generateOp(b *bytes.Buffer, o opdef.Op) error {
-	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
-	goName := o.Stock
-	if goName == "" { // an op stock TensorFlow does not have
-		goName = o.BaseName()
+// goName is the name of o's wrapper: its stock twin's, or for an op stock
+// TensorFlow does not have, its own without the namespace.
+func goName(o opdef.Op) string {
+	if o.Stock == "" {
+		return o.BaseName()
 	}
-	attrs := make([]attr, len(o.Attrs))
-	var required, optional []attr
+	return o.Stock
+}
+
+// wrapperAttrs reads o's attrs as its wrapper sees them: all of them, those
+// that are parameters (required) and those that are options (optional).
+func wrapperAttrs(o opdef.Op) (attrs, required, optional []attr, err error) {
+	attrs = make([]attr, len(o.Attrs))
 	for i, a := range o.Attrs {
 		at, err := wrapperAttr(o, a)
 		if err != nil {
-			return err
+			return nil, nil, nil, err
 		}
 		attrs[i] = at
 		switch {
@@ -120,6 +133,16 @@ func generateOp(b *bytes.Buffer, o opdef.Op) error {
 		default:
 			optional = append(optional, at)
 		}
+	}
+	return attrs, required, optional, nil
+}
+
+func generateOp(b *bytes.Buffer, o opdef.Op) error {
+	p := func(format string, args ...any) { fmt.Fprintf(b, format, args...) }
+	goName := goName(o)
+	attrs, required, optional, err := wrapperAttrs(o)
+	if err != nil {
+		return err
 	}
 
 	if len(optional) > 0 {

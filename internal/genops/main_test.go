@@ -8,11 +8,14 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestGeneratedFileIsCurrent fails when opdef changed without `go generate ./ops`.
+// TestGeneratedFileIsCurrent fails (for either file) when opdef changed without `go generate ./ops`.
 func TestGeneratedFileIsCurrent(t *testing.T) {
 	want, err := Generate(opdef.All)
 	require.NoError(t, err)
 	require.NoError(t, genfile.Current("../../ops/ops_gen.go", want, "go generate ./ops"))
+	want, err = GenerateTable(opdef.All)
+	require.NoError(t, err)
+	require.NoError(t, genfile.Current("../../ops/wrappers_gen_test.go", want, "go generate ./ops"))
 }
 
 func TestOptionNamesFollowTheBindings(t *testing.T) {

@@ -52,8 +52,6 @@ type opRow struct {
 	HostMemory  []string            `json:"host_memory"`
 	XLAInputs   []int               `json:"xla_inputs"`
 	XLAOutputs  []int               `json:"xla_outputs"`
-	XLACalls    int                 `json:"xla_calls"`
-	ParityTest  string              `json:"parity_test"`
 	Modes       []string            `json:"modes"`
 	StockKernel map[string][]string `json:"stock_kernels"`
 }

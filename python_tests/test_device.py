@@ -56,7 +56,7 @@ from tensorflow.python.framework import kernels as kernel_registry
 
 import gobn as gobn_package
 from gobn._opdefs_gen import BY_KIND, OPS
-from gobn._testing import MODES
+from gobn._testing import MODES, SAMPLES, outputs_by_name, sample
 from support import (
     CHANNELS_FIRST,
     EPSILON,
@@ -66,8 +66,6 @@ from support import (
     dtypes_on,
     from_channels_last,
     fused_inputs,
-    global_norm_grad_reference,
-    global_norm_inputs,
     op_table,
     run_child_report,
     stock_forward_reserve_spaces,
@@ -83,10 +81,6 @@ RUNS = ("eager", "function", "xla")
 SHAPES = {"small": (2, 5, 7, 3), "r1": (1, 1, 1, 1), "c33": (4, 6, 6, 33), "n0": (0, 4, 4, 8),
           "c64": (8, 14, 14, 64), "5d": (2, 3, 4, 5, 7), "5d_n0": (0, 2, 2, 2, 4)}
 RESNET = {f"resnet{hw}": (32, hw, hw, c) for hw, c in ((112, 64), (56, 256), (28, 512), (14, 1024), (7, 2048))}
-
-# Each parity test and the kind of op it checks: the op table's parity_test.
-PARITY = {row["parity_test"]: row["kind"] for row in op_table()}
-
 
 def matrix(config):
     """(shapes, dtypes) of --matrix on --device (dtypes None: every one opdef binds there)."""
@@ -104,10 +98,8 @@ def matrix_cases(op, config):
 
 
 def pytest_generate_tests(metafunc):
-    kind = PARITY.get(metafunc.function.__name__)
-    if kind:
-        metafunc.parametrize("case", [pytest.param(c, id=c.id) for op in BY_KIND[kind]
-                                      for c in matrix_cases(op, metafunc.config)])
+    if metafunc.function.__name__ == "test_parity":
+        metafunc.parametrize("case", [pytest.param(c, id=c.id) for op in OPS for c in matrix_cases(op, metafunc.config)])
         metafunc.parametrize("run", RUNS)
 
 
@@ -156,14 +148,15 @@ def need_xla(device):
 
 
 def run_op(fn, inputs, run, device):
-    """fn(**inputs) as numpy arrays: eagerly, in a tf.function or compiled by XLA."""
+    """fn(**inputs), a dict of tensors, as numpy arrays: eagerly, in a
+    tf.function or compiled by XLA."""
     if run == "xla":
         need_xla(device)
     if run == "eager":
-        return [t.numpy() for t in fn(**inputs)]
+        return {k: t.numpy() for k, t in fn(**inputs).items()}
     spec = {k: tf.TensorSpec(v.shape, v.dtype) for k, v in inputs.items()}
     f = tf.function(lambda kw: fn(**kw), input_signature=[spec], jit_compile=run == "xla")
-    return [t.numpy() for t in f(inputs)]
+    return {k: t.numpy() for k, t in f(inputs).items()}
 
 
 def run_gobn(op, fn, inputs, run, device):
@@ -204,13 +197,13 @@ def test_registry(gobn, device, op, record_property):
 
 
 def test_matrix_covers_every_op(request):
-    """Every op gobn registers has parity cases on the device, in every run."""
-    ops = [op.name for kind in PARITY.values() for op in BY_KIND[kind] if matrix_cases(op, request.config)]
-    assert sorted(ops) == sorted(gobn_package.OP_NAMES)
+    """Every op gobn registers has parity cases on the device in each of its
+    modes (test_parity runs each in every run), and its kind a sample builder."""
     assert sorted(op.name for op in OPS) == sorted(gobn_package.OP_NAMES)
-    for row in op_table():
-        assert callable(globals().get(row["parity_test"])), f"{row['name']}: no {row['parity_test']}"
+    for op, row in zip(OPS, op_table()):
         assert list(MODES[row["kind"]]) == row["modes"], row["name"]
+        assert callable(SAMPLES.get(op.kind)), f"{op.name}: no sample builder of kind {op.kind}"
+        assert sorted({c.mode for c in matrix_cases(op, request.config)}) == sorted(row["modes"]), op.name
 
 
 def test_device_type_of_every_spelling():
@@ -227,29 +220,34 @@ def test_device_type_of_every_spelling():
 
 
 @pytest.mark.section("parity")
-def test_fused_parity(gobn, device, case, run, record_property):
-    op, made = case.op, fused_inputs(case.op, case.dtype, case.data_format, case.is_training, case.shape, seed(case),
-                                     device)
-    want = made.reference()
-    ours, stock = getattr(gobn, op.wrapper), getattr(tf.raw_ops, op.stock)
-    stock_error = None
+def test_parity(gobn, device, case, run, record_property):
+    """The case's op (gobn._testing.sample: its inputs, attrs and expected
+    outputs) within each output's tolerance of the float64 reference, and
+    its kernel ran on the device; stock's twin, where it has one, beside it."""
+    op, made = case.op, sample(case, seed(case), device)
+    names = list(made.expected)
+    ours = getattr(gobn, op.wrapper)
+    stock_error = theirs = None
     with tf.device(device):
-        got, ran = run_gobn(op, lambda **kw: ours(**kw, **made.attrs)[:3], made.inputs, run, device)
-        try:
-            theirs = run_op(lambda **kw: stock(**kw, **made.attrs)[:3], made.inputs, run, device)
-        except tf.errors.OpError as e:  # stock has no kernel for it here (the CPU's channels-first inference)
-            theirs, stock_error = None, f"{type(e).__name__}: {' '.join(e.message.split())[:200]}"
-    # x_backprop by T's tolerance, the 1-D outputs (computed in float32 or better) by float32's
-    dtypes = (case.dtype, tf.float32, tf.float32)
+        got, ran = run_gobn(op, lambda **kw: outputs_by_name(op, ours(**kw, **made.attrs), names), made.inputs, run,
+                            device)
+        if made.stock:
+            stock = getattr(tf.raw_ops, made.stock)
+            try:
+                theirs = run_op(lambda **kw: outputs_by_name(op, stock(**kw, **made.attrs), names), made.inputs, run,
+                                device)
+            except tf.errors.OpError as e:  # stock has no kernel for it here (the CPU's channels-first inference)
+                stock_error = f"{type(e).__name__}: {' '.join(e.message.split())[:200]}"
+
+    def norm(outputs):
+        return round(max(tolerance_used(outputs[k], w, t) for k, (w, t) in made.expected.items()), 4)
+
     record(record_property, op=op.name, dtype=case.dtype.name, data_format=case.data_format, mode=case.mode,
-           shape=layout(case), run=run, calls=ran,
-           gobn_norm=round(max(tolerance_used(g, w, t) for g, w, t in zip(got, want, dtypes)), 4),
-           stock_norm=None if theirs is None else round(max(tolerance_used(s, w, t)
-                                                            for s, w, t in zip(theirs, want, dtypes)), 4),
-           stock_error=stock_error)
+           shape=layout(case), run=run, calls=ran, gobn_norm=norm(got),
+           stock_norm=None if theirs is None else norm(theirs), stock_error=stock_error)
     assert ran >= 1, f"gobn's kernel did not run on {device}"
-    for name, g, w, t in zip(("x_backprop", "scale_backprop", "offset_backprop"), got, want, dtypes):
-        assert_close(g, w, t, f"{name} vs float64 reference")
+    for name, (want, dtype) in made.expected.items():
+        assert_close(got[name], want, dtype, f"{name} vs float64 reference")
 
 
 @pytest.mark.section("stock_forward")
@@ -269,73 +267,6 @@ def test_stock_forward_reserve_space_2(device, data_format, record_property):
     record(record_property, case="stock's reserve_space_2", data_format=data_format,
            holds="inverse standard deviation" if gpu else "variance")
     assert_close(saved, want, tf.float32, "stock's reserve_space_2")
-
-
-@pytest.mark.section("parity")
-def test_global_norm_parity(gobn, device, case, run, record_property):
-    op = case.op
-    inputs = global_norm_inputs(case.dtype, case.shape, seed(case), device)
-    attrs = dict(variance_epsilon=EPSILON, scale_after_normalization=case.mode == "scaled")
-    want = global_norm_grad_reference(**inputs, **attrs)
-    ours = getattr(gobn, op.wrapper)
-    with tf.device(device):
-        got, ran = run_gobn(op, lambda **kw: ours(**kw, **attrs), inputs, run, device)
-    record(record_property, op=op.name, dtype=case.dtype.name, data_format=case.data_format, mode=case.mode,
-           shape=layout(case), run=run, calls=ran,
-           gobn_norm=round(max(tolerance_used(g, w, case.dtype) for g, w in zip(got, want)), 4))
-    assert ran >= 1, f"gobn's kernel did not run on {device}"
-    for name, g, w in zip(("dx", "dm", "dv", "db", "dg"), got, want):
-        assert_close(g, w, case.dtype, f"{name} vs float64 reference")
-
-
-def sync_inputs(case, device):
-    """BatchNormGradReduce's and BatchNormGradApply's inputs (the replicas'
-    statistics, drawn) and the training gradient's reference over them:
-    (inputs, x_backprop, sum_dy, sum_dy_xmu, count)."""
-    made = fused_inputs(NEWEST, case.dtype, case.data_format, True, case.shape, seed(case), device,
-                        forward_statistics=False)
-    want_dx, want_scale, sum_dy = made.reference()
-    sum_dy_xmu = want_scale * np.sqrt(made.variance + np.float64(np.float32(EPSILON)))
-    count = int(np.prod(case.shape)) // case.shape[-1] if case.shape[-1] else 0
-    return made.inputs, want_dx, sum_dy, sum_dy_xmu, count
-
-
-@pytest.mark.section("parity")
-def test_reduce_parity(gobn, device, case, run, record_property):
-    """BatchNormGradReduce's sums are the training gradient's (fused_grad_reference)."""
-    op = case.op
-    inputs, _, sum_dy, sum_dy_xmu, count = sync_inputs(case, device)
-    ours = getattr(gobn, op.wrapper)
-    with tf.device(device):
-        got, ran = run_gobn(op, lambda **kw: ours(**kw, data_format=case.data_format),
-                            dict(y_backprop=inputs["y_backprop"], x=inputs["x"], mean=inputs["reserve_space_1"]), run,
-                            device)
-    record(record_property, op=op.name, dtype=case.dtype.name, data_format=case.data_format, mode="reduce",
-           shape=layout(case), run=run, calls=ran,
-           gobn_norm=round(max(tolerance_used(got[0], sum_dy, tf.float32),
-                               tolerance_used(got[1], sum_dy_xmu, tf.float32)), 4))
-    assert ran >= 1, f"gobn's kernel did not run on {device}"
-    assert_close(got[0], sum_dy, tf.float32, "sum_dy vs float64 reference")
-    assert_close(got[1], sum_dy_xmu, tf.float32, "sum_dy_xmu vs float64 reference")
-    assert int(got[2]) == count
-
-
-@pytest.mark.section("parity")
-def test_apply_parity(gobn, device, case, run, record_property):
-    """BatchNormGradApply's x_backprop is the training gradient's, given the reference's sums."""
-    op = case.op
-    inputs, want_dx, sum_dy, sum_dy_xmu, count = sync_inputs(case, device)
-    ours = getattr(gobn, op.wrapper)
-    with tf.device(device):
-        args = dict(y_backprop=inputs["y_backprop"], x=inputs["x"], scale=inputs["scale"],
-                    mean=inputs["reserve_space_1"], variance=inputs["reserve_space_2"],
-                    sum_dy=tf.constant(sum_dy, tf.float32), sum_dy_xmu=tf.constant(sum_dy_xmu, tf.float32),
-                    count=tf.constant(count, tf.int64))
-        got, ran = run_gobn(op, lambda **kw: [ours(**kw, epsilon=EPSILON, data_format=case.data_format)], args, run, device)
-    record(record_property, op=op.name, dtype=case.dtype.name, data_format=case.data_format, mode="apply",
-           shape=layout(case), run=run, calls=ran, gobn_norm=round(tolerance_used(got[0], want_dx, case.dtype), 4))
-    assert ran >= 1, f"gobn's kernel did not run on {device}"
-    assert_close(got[0], want_dx, case.dtype, "x_backprop vs float64 reference")
 
 
 # ---------------------------------------------------------------------------

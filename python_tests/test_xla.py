@@ -29,6 +29,7 @@ import tensorflow as tf
 
 import gobn
 from gobn import _testing
+from gobn._opdefs_gen import BY_NAME
 
 EPSILON = 0.001
 
@@ -60,38 +61,6 @@ def batch_signature(*tensors, known, unranked=()):
 # The ops
 
 
-def op_inputs(seed=0):
-    rng = np.random.default_rng(seed)
-    nhwc, nchw = (3, 4, 2, 5), (3, 5, 4, 2)  # C = 5
-    dy, x = (tf.constant(rng.normal(size=nhwc), tf.float32) for _ in range(2))
-    dy1, x1 = (tf.constant(rng.normal(size=nchw), tf.float32) for _ in range(2))
-    per_channel = [tf.constant(v, tf.float32) for v in
-                   (rng.uniform(0.5, 1.5, 5), rng.normal(size=5) * 0.3, rng.uniform(0.5, 2.0, 5))]
-    return (dy, x, dy1, x1, *per_channel)
-
-
-def all_ops(dy, x, dy1, x1, scale, mean, variance):
-    """Every gobn op, as often as the op table's xla_calls says: the fused
-    ones in training (NHWC) and inference (NCHW), global normalization, and
-    BatchNormGradReduce then Apply on the reduced sums with the count doubled
-    (two replicas' worth)."""
-    ops = gobn.ops
-    out = {}
-    common = dict(scale=scale, reserve_space_1=mean, reserve_space_2=variance, epsilon=EPSILON)
-    out["v1"] = ops.gobn_fused_batch_norm_grad(dy, x, **common)[:3]
-    out["v2"] = ops.gobn_fused_batch_norm_grad_v2(dy, x, **common)[:3]
-    out["v3"] = ops.gobn_fused_batch_norm_grad_v3(dy, x, **common, reserve_space_3=tf.zeros([0]))[:3]
-    out["v3_inference_nchw"] = ops.gobn_fused_batch_norm_grad_v3(
-        dy1, x1, **common, reserve_space_3=tf.zeros([0]), data_format="NCHW", is_training=False)[:3]
-    out["global"] = ops.gobn_batch_norm_with_global_normalization_grad(
-        x, mean, variance, scale, dy, variance_epsilon=EPSILON, scale_after_normalization=True)
-    sum_dy, sum_dy_xmu, count = ops.gobn_batch_norm_grad_reduce(dy, x, mean)
-    out["reduce"] = (sum_dy, sum_dy_xmu, count)
-    out["apply"] = (ops.gobn_batch_norm_grad_apply(dy, x, scale, mean, variance, 2 * sum_dy, 2 * sum_dy_xmu,
-                                                   2 * count, epsilon=EPSILON),)
-    return out
-
-
 def op_table():
     """The rows of the op table (opdef/testdata/ops.json, support.op_table's
     file, read here as this file stands alone); asserts they name every op."""
@@ -102,43 +71,47 @@ def op_table():
     return rows
 
 
-def check_all_ops(got, dy, x, dy1, x1, scale, mean, variance):
-    ref = _testing.fused_grad_reference
-    for name in ("v1", "v2", "v3"):
-        for what, g, w in zip(("x", "scale", "offset"), got[name], ref(dy, x, scale, mean, variance, EPSILON, True,
-                                                                      "NHWC")):
-            assert_close(g, w, tf.float32, f"{name} {what}_backprop")
-    want = ref(dy1, x1, scale, mean, variance, EPSILON, False, "NCHW")
-    for what, g, w in zip(("x", "scale", "offset"), got["v3_inference_nchw"], want):
-        assert_close(g, w, tf.float32, f"v3 inference NCHW {what}_backprop")
-    want = _testing.global_norm_grad_reference(x, mean, variance, scale, dy, EPSILON, True)
-    for what, g, w in zip(("dx", "dm", "dv", "db", "dg"), got["global"], want):
-        assert_close(g, w, tf.float32, f"global normalization {what}")
-    # The sums are the training gradient's over the same tensors; apply with
-    # twice the sums and twice the count is the gradient of two equal replicas.
-    _, dscale, sum_dy = ref(dy, x, scale, mean, variance, EPSILON, True, "NHWC")
-    sum_dy_xmu = dscale * np.sqrt(_testing.as_float64(variance) + np.float64(np.float32(EPSILON)))
-    assert_close(got["reduce"][0], sum_dy, tf.float32, "reduce sum_dy")
-    assert_close(got["reduce"][1], sum_dy_xmu, tf.float32, "reduce sum_dy_xmu")
-    assert int(got["reduce"][2]) == 3 * 4 * 2
-    dx = _testing.as_float64(scale) / np.sqrt(_testing.as_float64(variance) + np.float64(np.float32(EPSILON))) * (
-        _testing.as_float64(dy) - sum_dy / 24
-        - (_testing.as_float64(x) - _testing.as_float64(mean)) * sum_dy_xmu / 24
-        / (_testing.as_float64(variance) + np.float64(np.float32(EPSILON))))
-    assert_close(got["apply"][0], dx, tf.float32, "apply x_backprop")
+def every_op_samples():
+    """Every op of the op table in each of its modes, float32 at one small
+    shape (C = 5), the i-th mode in the op's i-th 4-D data format (fused
+    ones: training NHWC, inference NCHW): {case id: (op, gobn._testing.sample)}."""
+    samples = {}
+    for row in op_table():
+        op = BY_NAME[row["name"]]
+        formats = [f for f in op.data_formats if len(f) == 4]
+        for i, mode in enumerate(row["modes"]):
+            case = _testing.Case(op, tf.float32, formats[i % len(formats)], mode, "small", (3, 4, 2, 5))
+            samples[case.id] = op, _testing.sample(case, seed=len(samples))
+    return samples
+
+
+def unknown_shape(t):
+    """t's TensorSpec with the batch unknown, and a 1-D tensor's rank too
+    (gobn checks it when XLA compiles)."""
+    return tf.TensorSpec(None if t.shape.rank == 1 else [None] + t.shape[1:] if t.shape.rank else [], t.dtype)
 
 
 @needs_xla
 @pytest.mark.parametrize("known", [True, False], ids=["known_batch", "unknown_batch"])
 def test_every_op_in_jit_compile(known):
-    inputs = op_inputs()
-    # Unknown: the batch, and the variance's rank (gobn checks it when XLA compiles).
-    fn = tf.function(all_ops, jit_compile=True,
-                     input_signature=batch_signature(*inputs, known=known, unranked=() if known else (6,)))
+    """Every op in each of its modes (every_op_samples), in one compiled
+    function: each expected output within its tolerance of the float64
+    reference, and each op's XLA handler called once per mode."""
+    samples = every_op_samples()
+    inputs = {key: made.inputs for key, (_, made) in samples.items()}
+    signature = tf.nest.map_structure(lambda t: tf.TensorSpec(t.shape, t.dtype) if known else unknown_shape(t), inputs)
+
+    def every_op(inputs):
+        return {key: _testing.outputs_by_name(op, getattr(gobn.ops, op.wrapper)(**inputs[key], **made.attrs),
+                                              made.expected) for key, (op, made) in samples.items()}
+
+    fn = tf.function(every_op, jit_compile=True, input_signature=[signature])
     before = xla_calls()
-    got = fn(*inputs)
-    check_all_ops(got, *inputs)
-    assert calls_since(before) == {row["name"]: row["xla_calls"] for row in op_table()}
+    got = fn(inputs)
+    for key, (_, made) in samples.items():
+        for name, (want, dtype) in made.expected.items():
+            assert_close(got[key][name], want, dtype, f"{key} {name}")
+    assert calls_since(before) == {row["name"]: len(row["modes"]) for row in op_table()}
     graph = fn.get_concrete_function().graph
     assert not [op.type for op in graph.get_operations() if op.type.startswith("Gobn>")], "XLA cannot compile those"
 

@@ -25,12 +25,15 @@ import numpy as np
 import tensorflow as tf
 
 from gobn._opdefs_gen import CHANNELS_FIRST  # noqa: F401  (re-exported for the tests, tools and benchmarks)
+from gobn._opdefs_gen import BY_KIND
 from gobn._tolerance_gen import TOLERANCES  # (rtol, atol) per dtype name, from docs/design.md
 
 
 def tolerance(dtype):
-    """(rtol, atol) of dtype: a tf.DType or any name tf.as_dtype takes ("float", "half", ...)."""
-    return TOLERANCES[tf.as_dtype(dtype).name]
+    """(rtol, atol) of dtype: a tf.DType or any name tf.as_dtype takes ("float", "half", ...);
+    (0, 0), exact, for an integer dtype (a count)."""
+    dtype = tf.as_dtype(dtype)
+    return (0.0, 0.0) if dtype.is_integer else TOLERANCES[dtype.name]
 
 
 def as_float64(value):
@@ -362,6 +365,106 @@ def global_norm_inputs(dtype, shape, seed, device="CPU:0"):
     }
     with tf.device(device):
         return {k: tf.constant(v, dtype) for k, v in values.items()}
+
+
+# ---------------------------------------------------------------------------
+# Samples: one case's call of its op and the outputs it must give
+
+
+class Sample(collections.namedtuple("Sample", "inputs attrs expected stock")):
+    """A case's call (sample): inputs, the op's tensor inputs by arg name;
+    attrs, its attrs by name; expected, {output name: (float64 reference,
+    the dtype whose tolerance applies)}; stock, the stock twin (a
+    tf.raw_ops name) that takes the same inputs and attrs, to record beside
+    gobn, or None."""
+
+    __slots__ = ()
+
+
+def fused_sample(case, seed, device):
+    """A fused gradient's case: fused_inputs and fused_grad_reference;
+    x_backprop by T's tolerance, the 1-D outputs (computed in float32 or
+    better) by float32's; stock's twin beside it."""
+    made = fused_inputs(case.op, case.dtype, case.data_format, case.is_training, case.shape, seed, device)
+    x_backprop, scale_backprop, offset_backprop = made.reference()
+    expected = {"x_backprop": (x_backprop, case.dtype), "scale_backprop": (scale_backprop, tf.float32),
+                "offset_backprop": (offset_backprop, tf.float32)}
+    return Sample(made.inputs, made.attrs, expected, case.op.stock)
+
+
+GLOBAL_NORM_SCALED = {"scaled": True, "unscaled": False}  # scale_after_normalization of each mode
+
+
+def global_norm_sample(case, seed, device):
+    """BatchNormWithGlobalNormalizationGrad's case: global_norm_inputs and
+    global_norm_grad_reference, every output by T's tolerance. Stock's twin
+    runs only in a graph of producer version 8 (global_norm_session), not
+    eagerly nor in a tf.function: none to record here."""
+    inputs = global_norm_inputs(case.dtype, case.shape, seed, device)
+    attrs = dict(variance_epsilon=EPSILON, scale_after_normalization=GLOBAL_NORM_SCALED[case.mode])
+    want = global_norm_grad_reference(**inputs, **attrs)
+    return Sample(inputs, attrs, {name: (w, case.dtype) for name, w in zip(("dx", "dm", "dv", "db", "dg"), want)},
+                  None)
+
+
+def sync_inputs(case, seed, device):
+    """The synchronized halves' inputs (fused_inputs of a training gradient
+    with the replicas' statistics, drawn) and the training gradient's
+    reference over them: (FusedInputs, x_backprop, sum_dy, sum_dy_xmu,
+    count), the sums those of fused_grad_reference and count the rows."""
+    made = fused_inputs(BY_KIND["FusedBatchNormGrad"][-1], case.dtype, case.data_format, True, case.shape, seed, device,
+                        forward_statistics=False)
+    x_backprop, scale_backprop, sum_dy = made.reference()
+    sum_dy_xmu = scale_backprop * np.sqrt(made.variance + np.float64(np.float32(EPSILON)))
+    count = int(np.prod(case.shape)) // case.shape[-1] if case.shape[-1] else 0
+    return made, x_backprop, sum_dy, sum_dy_xmu, count
+
+
+def reduce_sample(case, seed, device):
+    """BatchNormGradReduce's case: its sums are the training gradient's
+    (sync_inputs), by float32's tolerance, and its count exact."""
+    made, _, sum_dy, sum_dy_xmu, count = sync_inputs(case, seed, device)
+    inputs = {"y_backprop": made.inputs["y_backprop"], "x": made.inputs["x"], "mean": made.inputs["reserve_space_1"]}
+    expected = {"sum_dy": (sum_dy, tf.float32), "sum_dy_xmu": (sum_dy_xmu, tf.float32),
+                "count": (np.float64(count), tf.int64)}
+    return Sample(inputs, {"data_format": case.data_format}, expected, None)
+
+
+def apply_sample(case, seed, device):
+    """BatchNormGradApply's case: given the reference's sums (sync_inputs),
+    its x_backprop is the training gradient's, by T's tolerance."""
+    made, x_backprop, sum_dy, sum_dy_xmu, count = sync_inputs(case, seed, device)
+    with tf.device(device):
+        inputs = {"y_backprop": made.inputs["y_backprop"], "x": made.inputs["x"], "scale": made.inputs["scale"],
+                  "mean": made.inputs["reserve_space_1"], "variance": made.inputs["reserve_space_2"],
+                  "sum_dy": tf.constant(sum_dy, tf.float32), "sum_dy_xmu": tf.constant(sum_dy_xmu, tf.float32),
+                  "count": tf.constant(count, tf.int64)}
+    attrs = {"epsilon": EPSILON, "data_format": case.data_format}
+    return Sample(inputs, attrs, {"x_backprop": (x_backprop, case.dtype)}, None)
+
+
+# Each kind's sample builder: (case, seed, device) -> Sample. A new kind
+# needs its own (and its modes in MODES); a new op of a kind has one.
+SAMPLES = {
+    "FusedBatchNormGrad": fused_sample,
+    "GlobalNormalizationGrad": global_norm_sample,
+    "GradReduce": reduce_sample,
+    "GradApply": apply_sample,
+}
+
+
+def sample(case, seed, device="CPU:0"):
+    """The Sample of case (a Case) with seeded inputs on device."""
+    if case.mode not in MODES[case.op.kind]:
+        raise ValueError(f"{case.op.name} has no mode {case.mode!r}: {MODES[case.op.kind]}")
+    return SAMPLES[case.op.kind](case, seed, device)
+
+
+def outputs_by_name(op, result, names):
+    """{name: output} of result, what op's wrapper returned (its outputs
+    in op.outputs' order, or the one output), for each of names."""
+    result = result if isinstance(result, (list, tuple)) else (result,)
+    return {name: result[op.outputs.index(name)] for name in names}
 
 
 # ---------------------------------------------------------------------------

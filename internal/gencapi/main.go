@@ -13,7 +13,6 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 
@@ -25,17 +24,10 @@ func main() {
 	cOut := flag.String("c", "registry_gen.c", "the C tables' file")
 	goOut := flag.String("go", "families_gen.go", "the Go binders' file")
 	flag.Parse()
-	families, err := GenerateFamilies(opdef.All, ".")
-	if err == nil {
-		err = os.WriteFile(*cOut, Generate(opdef.All), 0o644)
-	}
-	if err == nil {
-		err = os.WriteFile(*goOut, families, 0o644)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "gencapi:", err)
-		os.Exit(1)
-	}
+	genfile.Main("gencapi", func() (map[string][]byte, error) {
+		families, err := GenerateFamilies(opdef.All, ".")
+		return map[string][]byte{*cOut: Generate(opdef.All), *goOut: families}, err
+	})
 }
 
 // Generate returns the C source of the registration tables for ops.

@@ -17,8 +17,6 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"unicode"
@@ -30,18 +28,10 @@ import (
 func main() {
 	dir := flag.String("dir", ".", "kernels/cuda")
 	flag.Parse()
-	files, err := Generate()
-	if err == nil {
-		for name, b := range files {
-			if err = os.WriteFile(filepath.Join(*dir, name), b, 0o644); err != nil {
-				break
-			}
-		}
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "gencuda:", err)
-		os.Exit(1)
-	}
+	genfile.Main("gencuda", func() (map[string][]byte, error) {
+		files, err := Generate()
+		return genfile.In(*dir, files), err
+	})
 }
 
 // Generate returns the files, by name.

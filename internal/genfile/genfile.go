@@ -1,13 +1,15 @@
 // Package genfile is what the repository's generators (internal/gencapi,
 // gencuda, genops, genpy, gensimd) share: the line that marks a file as
-// theirs, a Go file's prologue, and the check, run by each one's test, that
-// a generated file on disk is what the generator writes now.
+// theirs, a Go file's prologue, their main's writing of the files, and the
+// check, run by each one's test, that a generated file on disk is what the
+// generator writes now.
 package genfile
 
 import (
 	"bytes"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 )
@@ -61,4 +63,30 @@ func Current(path string, want []byte, regenerate string) error {
 		return fmt.Errorf("%s is stale: run `%s`", path, regenerate)
 	}
 	return nil
+}
+
+// Main is a generator's main: it writes the files generate returns, by
+// path, unless generate fails; on an error it says so on stderr, after the
+// generator's name, and exits with status 1.
+func Main(generator string, generate func() (map[string][]byte, error)) {
+	files, err := generate()
+	for path, b := range files {
+		if err != nil {
+			break
+		}
+		err = os.WriteFile(path, b, 0o644)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", generator, err)
+		os.Exit(1)
+	}
+}
+
+// In returns files, by name, by their paths in folder dir.
+func In(dir string, files map[string][]byte) map[string][]byte {
+	paths := make(map[string][]byte, len(files))
+	for name, b := range files {
+		paths[filepath.Join(dir, name)] = b
+	}
+	return paths
 }

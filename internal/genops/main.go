@@ -20,7 +20,6 @@ import (
 	"flag"
 	"fmt"
 	"go/format"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,20 +32,14 @@ func main() {
 	out := flag.String("o", "ops_gen.go", "output file")
 	table := flag.String("table", "wrappers_gen_test.go", "output file of the wrappers' table (ops' tests)")
 	flag.Parse()
-	src, err := Generate(opdef.All)
-	if err == nil {
-		err = os.WriteFile(*out, src, 0o644)
-	}
-	if err == nil {
-		src, err = GenerateTable(opdef.All)
-	}
-	if err == nil {
-		err = os.WriteFile(*table, src, 0o644)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "genops:", err)
-		os.Exit(1)
-	}
+	genfile.Main("genops", func() (map[string][]byte, error) {
+		wrappers, err := Generate(opdef.All)
+		if err != nil {
+			return nil, err
+		}
+		rows, err := GenerateTable(opdef.All)
+		return map[string][]byte{*out: wrappers, *table: rows}, err
+	})
 }
 
 // attr is an op attr as the wrappers see it.

@@ -14,8 +14,6 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"unicode"
@@ -36,12 +34,7 @@ func Files() map[string][]byte {
 func main() {
 	dir := flag.String("dir", ".", "the package's folder")
 	flag.Parse()
-	for name, src := range Files() {
-		if err := os.WriteFile(filepath.Join(*dir, name), src, 0o644); err != nil {
-			fmt.Fprintln(os.Stderr, "genpy:", err)
-			os.Exit(1)
-		}
-	}
+	genfile.Main("genpy", func() (map[string][]byte, error) { return genfile.In(*dir, Files()), nil })
 }
 
 // pythonDTypes are NumPy's (and tf.DType.name's) names of the dtypes

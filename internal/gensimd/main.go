@@ -78,17 +78,13 @@ func main() {
 	src := flag.String("src", "simd_amd64.go", "the AVX2 source")
 	out := flag.String("o", "simd512_gen_amd64.go", "output file")
 	flag.Parse()
-	b, err := os.ReadFile(*src)
-	if err == nil {
-		b, err = Generate(b)
-	}
-	if err == nil {
-		err = os.WriteFile(*out, b, 0o644)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "gensimd:", err)
-		os.Exit(1)
-	}
+	genfile.Main("gensimd", func() (map[string][]byte, error) {
+		b, err := os.ReadFile(*src)
+		if err == nil {
+			b, err = Generate(b)
+		}
+		return map[string][]byte{*out: b}, err
+	})
 }
 
 // Generate returns the Go source of the AVX-512 forms of src's loops.

@@ -31,6 +31,6 @@
 // (CGO_CFLAGS, CGO_LDFLAGS) as the Makefile sets them from tf.sysconfig.
 package main
 
-//go:generate go run ../internal/gencapi -c registry_gen.c -go families_gen.go
+//go:generate go run ../internal/gencapi
 
 func main() {}

@@ -68,4 +68,4 @@
 //   - float16.go: Half and BFloat16; scratch.go: pooled per-call memory.
 package kernels
 
-//go:generate go run ../internal/gensimd -o simd512_gen_amd64.go
+//go:generate go run ../internal/gensimd

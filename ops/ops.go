@@ -21,7 +21,7 @@
 // `eval "$(make -s env)"` in the gobn repository prints them.
 package ops
 
-//go:generate go run ../internal/genops -o ops_gen.go -table wrappers_gen_test.go
+//go:generate go run ../internal/genops
 
 import (
 	"fmt"

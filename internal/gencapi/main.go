@@ -6,12 +6,11 @@
 //
 // Usage (from capi/, through go generate):
 //
-//	go run ../internal/gencapi -c registry_gen.c -go families_gen.go
+//	go run ../internal/gencapi
 package main
 
 import (
 	"bytes"
-	"flag"
 	"fmt"
 	"strconv"
 	"strings"
@@ -21,12 +20,9 @@ import (
 )
 
 func main() {
-	cOut := flag.String("c", "registry_gen.c", "the C tables' file")
-	goOut := flag.String("go", "families_gen.go", "the Go binders' file")
-	flag.Parse()
-	genfile.Main("gencapi", func() (map[string][]byte, error) {
-		families, err := GenerateFamilies(opdef.All, ".")
-		return map[string][]byte{*cOut: Generate(opdef.All), *goOut: families}, err
+	genfile.Main("gencapi", func(dir string) (map[string][]byte, error) {
+		families, err := GenerateFamilies(opdef.All, dir)
+		return map[string][]byte{"registry_gen.c": Generate(opdef.All), "families_gen.go": families}, err
 	})
 }
 

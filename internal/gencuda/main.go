@@ -10,12 +10,11 @@
 //
 // Usage (from kernels/cuda, through go generate):
 //
-//	go run ../../internal/gencuda -dir .
+//	go run ../../internal/gencuda
 package main
 
 import (
 	"bytes"
-	"flag"
 	"fmt"
 	"reflect"
 	"strings"
@@ -26,12 +25,7 @@ import (
 )
 
 func main() {
-	dir := flag.String("dir", ".", "kernels/cuda")
-	flag.Parse()
-	genfile.Main("gencuda", func() (map[string][]byte, error) {
-		files, err := Generate()
-		return genfile.In(*dir, files), err
-	})
+	genfile.Main("gencuda", func(string) (map[string][]byte, error) { return Generate() })
 }
 
 // Generate returns the files, by name.

@@ -7,6 +7,7 @@ package genfile
 
 import (
 	"bytes"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -65,28 +66,30 @@ func Current(path string, want []byte, regenerate string) error {
 	return nil
 }
 
-// Main is a generator's main: it writes the files generate returns, by
-// path, unless generate fails; on an error it says so on stderr, after the
-// generator's name, and exits with status 1.
-func Main(generator string, generate func() (map[string][]byte, error)) {
-	files, err := generate()
-	for path, b := range files {
-		if err != nil {
-			break
-		}
-		err = os.WriteFile(path, b, 0o644)
-	}
-	if err != nil {
+// Main is a generator's main: generate returns the generator's files, by
+// name, from the folder they go in, which flag -dir names (the working
+// directory by default, where go generate runs a generator: its package's
+// folder); Main writes them there (Write) and on an error says so on
+// stderr, after the generator's name, and exits with status 1.
+func Main(generator string, generate func(dir string) (map[string][]byte, error)) {
+	flags := flag.NewFlagSet(generator, flag.ExitOnError)
+	dir := flags.String("dir", ".", "the folder of the generated files")
+	_ = flags.Parse(os.Args[1:]) // ExitOnError: it exits on an error
+	if err := Write(*dir, generate); err != nil {
 		fmt.Fprintf(os.Stderr, "%s: %v\n", generator, err)
 		os.Exit(1)
 	}
 }
 
-// In returns files, by name, by their paths in folder dir.
-func In(dir string, files map[string][]byte) map[string][]byte {
-	paths := make(map[string][]byte, len(files))
+// Write writes the files generate returns, by name, in folder dir, unless
+// generate fails.
+func Write(dir string, generate func(dir string) (map[string][]byte, error)) error {
+	files, err := generate(dir)
 	for name, b := range files {
-		paths[filepath.Join(dir, name)] = b
+		if err != nil {
+			break
+		}
+		err = os.WriteFile(filepath.Join(dir, name), b, 0o644)
 	}
-	return paths
+	return err
 }

@@ -3,9 +3,7 @@ package genfile
 import (
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 )
 
@@ -39,16 +37,22 @@ func TestPrologue(t *testing.T) {
 	}
 }
 
-func TestMainWritesEveryFile(t *testing.T) {
+func TestWriteWritesEveryFile(t *testing.T) {
 	dir := t.TempDir()
 	want := map[string]string{"a_gen.go": "package a\n", "b_gen.h": "#pragma once\n"}
-	Main("gentest", func() (map[string][]byte, error) {
+	err := Write(dir, func(got string) (map[string][]byte, error) {
+		if got != dir {
+			t.Errorf("generate got folder %q", got)
+		}
 		files := map[string][]byte{}
 		for name, text := range want {
 			files[name] = []byte(text)
 		}
-		return In(dir, files), nil
+		return files, nil
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for name, text := range want {
 		got, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil || string(got) != text {
@@ -57,23 +61,13 @@ func TestMainWritesEveryFile(t *testing.T) {
 	}
 }
 
-// TestMainFailsWritingNothing runs Main with a generator that fails in a
-// child process (Main exits): status 1, the generator's name and error on
-// stderr, and none of its files written.
-func TestMainFailsWritingNothing(t *testing.T) {
-	if dir := os.Getenv("GENFILE_FAILING_DIR"); dir != "" {
-		Main("gentest", func() (map[string][]byte, error) {
-			return In(dir, map[string][]byte{"a_gen.go": []byte("package a\n")}), errors.New("no such op")
-		})
-		return
-	}
+func TestWriteOfAFailingGeneratorWritesNothing(t *testing.T) {
 	dir := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestMainFailsWritingNothing$")
-	cmd.Env = append(os.Environ(), "GENFILE_FAILING_DIR="+dir)
-	out, err := cmd.CombinedOutput()
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.ExitCode() != 1 || !strings.Contains(string(out), "gentest: no such op\n") {
-		t.Errorf("exit %v, output %q", err, out)
+	err := Write(dir, func(string) (map[string][]byte, error) {
+		return map[string][]byte{"a_gen.go": []byte("package a\n")}, errors.New("no such op")
+	})
+	if err == nil || err.Error() != "no such op" {
+		t.Errorf("error %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "a_gen.go")); !os.IsNotExist(err) {
 		t.Errorf("a failing generator wrote its file: %v", err)

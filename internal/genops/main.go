@@ -12,12 +12,11 @@
 //
 // Usage (from ops/, through go generate):
 //
-//	go run ../internal/genops -o ops_gen.go -table wrappers_gen_test.go
+//	go run ../internal/genops
 package main
 
 import (
 	"bytes"
-	"flag"
 	"fmt"
 	"go/format"
 	"slices"
@@ -29,16 +28,13 @@ import (
 )
 
 func main() {
-	out := flag.String("o", "ops_gen.go", "output file")
-	table := flag.String("table", "wrappers_gen_test.go", "output file of the wrappers' table (ops' tests)")
-	flag.Parse()
-	genfile.Main("genops", func() (map[string][]byte, error) {
+	genfile.Main("genops", func(string) (map[string][]byte, error) {
 		wrappers, err := Generate(opdef.All)
 		if err != nil {
 			return nil, err
 		}
-		rows, err := GenerateTable(opdef.All)
-		return map[string][]byte{*out: wrappers, *table: rows}, err
+		table, err := GenerateTable(opdef.All)
+		return map[string][]byte{"ops_gen.go": wrappers, "wrappers_gen_test.go": table}, err
 	})
 }
 

@@ -12,7 +12,6 @@ package main
 
 import (
 	"bytes"
-	"flag"
 	"fmt"
 	"strconv"
 	"strings"
@@ -32,9 +31,7 @@ func Files() map[string][]byte {
 }
 
 func main() {
-	dir := flag.String("dir", ".", "the package's folder")
-	flag.Parse()
-	genfile.Main("genpy", func() (map[string][]byte, error) { return genfile.In(*dir, Files()), nil })
+	genfile.Main("genpy", func(string) (map[string][]byte, error) { return Files(), nil })
 }
 
 // pythonDTypes are NumPy's (and tf.DType.name's) names of the dtypes

@@ -11,12 +11,11 @@
 //
 // Usage (from kernels/, through go generate):
 //
-//	go run ../internal/gensimd -o simd512_gen_amd64.go
+//	go run ../internal/gensimd
 package main
 
 import (
 	"bytes"
-	"flag"
 	"fmt"
 	"go/ast"
 	"go/format"
@@ -24,6 +23,7 @@ import (
 	"go/printer"
 	"go/token"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 
@@ -75,15 +75,12 @@ var vocabulary = map[string]string{
 var vectorType = regexp.MustCompile(`(Float32|Float64|Int8|Int16|Int32|Int64|Uint8|Uint16|Uint32|Uint64)x(\d+)`)
 
 func main() {
-	src := flag.String("src", "simd_amd64.go", "the AVX2 source")
-	out := flag.String("o", "simd512_gen_amd64.go", "output file")
-	flag.Parse()
-	genfile.Main("gensimd", func() (map[string][]byte, error) {
-		b, err := os.ReadFile(*src)
+	genfile.Main("gensimd", func(dir string) (map[string][]byte, error) {
+		b, err := os.ReadFile(filepath.Join(dir, "simd_amd64.go"))
 		if err == nil {
 			b, err = Generate(b)
 		}
-		return map[string][]byte{*out: b}, err
+		return map[string][]byte{"simd512_gen_amd64.go": b}, err
 	})
 }
 

@@ -31,4 +31,4 @@
 //     caller's, on which a call only enqueues.
 package cuda
 
-//go:generate go run ../../internal/gencuda -dir .
+//go:generate go run ../../internal/gencuda

@@ -29,10 +29,26 @@ func widen8(p unsafe.Pointer, i int) archsimd.Float64x8 {
 // quad512 returns v's two halves added, as four lanes to add up.
 func quad512(v archsimd.Float64x8) archsimd.Float64x4 { return v.GetLo().Add(v.GetHi()) }
 
-// runSumsTail512 adds runSums32 of the run's tail to the sums so far.
+// runSumsTail512 adds runSums32 of the run's tail to the sums so far; a
+// tail shorter than its vectors is its scalar tail alone, called directly.
 func runSumsTail512(dy, x []float32, mu, sumDy, sumDyXc float64) (float64, float64) {
-	s, sx := runSums32(dy, x, mu)
+	var s, sx float64
+	if len(dy) < 2*f64Lanes {
+		s, sx = runSumsTail(dy, x, mu, 0, 0)
+	} else {
+		s, sx = runSums32(dy, x, mu)
+	}
 	return sumDy + s, sumDyXc + sx
+}
+
+// applyRunTail512 is applyRun32 over the run's tail; a tail shorter than
+// its vectors is its scalar tail alone, called directly.
+func applyRunTail512(scaleOnly bool, a, b, mdy, mu float32, dy, x, dx []float32) {
+	if len(dy) < f32Lanes {
+		applyRunTail(scaleOnly, a, b, mdy, mu, dy, x, dx)
+		return
+	}
+	applyRun32(scaleOnly, a, b, mdy, mu, dy, x, dx)
 }
 
 // sumsTile512 is sumsTile32 for 64 channels, in four vectors of sixteen:

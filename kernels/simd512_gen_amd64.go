@@ -176,7 +176,7 @@ func applyRun512(scaleOnly bool, a, b, mdy, mu float32, dy, x, dx []float32) {
 		}
 	}
 	archsimd.ClearAVXUpperBits()
-	applyRun32(scaleOnly, a, b, mdy, mu, dy[j:], x[j:], dx[j:])
+	applyRunTail512(scaleOnly, a, b, mdy, mu, dy[j:], x[j:], dx[j:])
 }
 
 // widenBFloat16x16 is widenBFloat16 on AVX-512 vectors.

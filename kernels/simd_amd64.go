@@ -395,16 +395,17 @@ func sumsTail(from, W int, dy, x []float32, mean, a, b []float64) {
 // sumsChannelsFirst32 is sumsChannelsFirst for float32: each contiguous run
 // of one channel is summed by runSums.
 func sumsChannelsFirst32(C, S, off int, dy, x []float32, mean, sumDy, sumDyXc []float64) {
-	plane, pos := off/S, off%S
+	c, pos := off/S%C, off%S
 	for i, n := 0, len(x); i < n; {
 		m := min(S-pos, n-i)
-		c := plane % C
 		a, b := runSums(dy[i:i+m], x[i:i+m], mean[c])
 		sumDy[c] += a
 		sumDyXc[c] += b
 		i += m
 		pos = 0
-		plane++
+		if c++; c == C {
+			c = 0
+		}
 	}
 }
 
@@ -552,10 +553,9 @@ func applyTail(from, W int, scaleOnly bool, a, b, mdy, mu, dy, x, dx []float32) 
 // applyChannelsFirst32 is applyChannelsFirst for float32 with the channel's
 // coefficients broadcast over each run.
 func applyChannelsFirst32(C, S, off int, t *affine32, dy, x, dx []float32) {
-	plane, pos := off/S, off%S
+	c, pos := off/S%C, off%S
 	for i, n := 0, len(x); i < n; {
 		m := min(S-pos, n-i)
-		c := plane % C
 		if t.Stream && !t.ScaleOnly && aligned32(dx[i:]) {
 			streamRun(t.A[c], t.B[c], t.MeanDy[c], t.Mean[c], dy[i:i+m], x[i:i+m], dx[i:i+m])
 		} else {
@@ -563,7 +563,9 @@ func applyChannelsFirst32(C, S, off int, t *affine32, dy, x, dx []float32) {
 		}
 		i += m
 		pos = 0
-		plane++
+		if c++; c == C {
+			c = 0
+		}
 	}
 }
 

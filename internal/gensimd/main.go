@@ -67,7 +67,7 @@ var vocabulary = map[string]string{
 	"storeBF16x8": "storeBF16x16",
 	// the tails: at this width, the AVX2 loops
 	"runSumsTail":  "runSumsTail512",
-	"applyRunTail": "applyRun32",
+	"applyRunTail": "applyRunTail512",
 }
 
 // vectorType matches a name that holds an archsimd vector type and its

@@ -29,10 +29,52 @@ func widen8(p unsafe.Pointer, i int) archsimd.Float64x8 {
 // quad512 returns v's two halves added, as four lanes to add up.
 func quad512(v archsimd.Float64x8) archsimd.Float64x4 { return v.GetLo().Add(v.GetHi()) }
 
-// runSumsTail512 adds runSums32 of the run's tail to the sums so far.
+// runSumsTail512 adds the sums of a run's tail, under sixteen elements, to
+// the run's sums so far, formed apart as the AVX2 loop forms a run's: a
+// step of its vectors where the tail has eight elements or more, then the
+// scalar tail. Written out without calls, which the plane loops would make
+// on every run, so that they take it inline.
 func runSumsTail512(dy, x []float32, mu, sumDy, sumDyXc float64) (float64, float64) {
-	s, sx := runSums32(dy, x, mu)
+	var s, sx float64
+	j := 0
+	if len(dy) >= 2*f64Lanes {
+		_ = x[2*f64Lanes-1]
+		pdy, px := ptr32(dy), ptr32(x)
+		muv := archsimd.BroadcastFloat64x4(mu)
+		zero := load4d(unsafe.Pointer(&runZeros), 0)
+		g0, g1 := widen4(pdy, 0), widen4(pdy, f64Lanes)
+		x0, x1 := widen4(px, 0).Sub(muv), widen4(px, f64Lanes).Sub(muv)
+		var la, lb [4]float64
+		zero.Add(g0).Add(zero.Add(g1)).Store(&la)
+		g0.MulAdd(x0, zero).Add(g1.MulAdd(x1, zero)).Store(&lb)
+		archsimd.ClearAVXUpperBits()
+		s = (la[0] + la[1]) + (la[2] + la[3])
+		sx = (lb[0] + lb[1]) + (lb[2] + lb[3])
+		j = 2 * f64Lanes
+	}
+	s, sx = runSumsTail(dy[j:], x[j:], mu, s, sx)
 	return sumDy + s, sumDyXc + sx
+}
+
+// applyRunTail512 writes a run's tail, under sixteen elements, as the AVX2
+// loop writes a run: a vector of eight where the tail has one, then the
+// scalar tail. Written out as runSumsTail512.
+func applyRunTail512(scaleOnly bool, a, b, mdy, mu float32, dy, x, dx []float32) {
+	j := 0
+	if len(dy) >= f32Lanes {
+		_, _ = x[f32Lanes-1], dx[f32Lanes-1]
+		pdy, px, pdx := ptr32(dy), ptr32(x), ptr32(dx)
+		av := archsimd.BroadcastFloat32x8(a)
+		if scaleOnly {
+			store8(load8(pdy, 0).Mul(av), pdx, 0)
+		} else {
+			bv, mdyv, muv := archsimd.BroadcastFloat32x8(b), archsimd.BroadcastFloat32x8(mdy), archsimd.BroadcastFloat32x8(mu)
+			store8(load8(pdy, 0).Sub(mdyv).MulAdd(av, load8(px, 0).Sub(muv).Mul(bv)), pdx, 0)
+		}
+		archsimd.ClearAVXUpperBits()
+		j = f32Lanes
+	}
+	applyRunTail(scaleOnly, a, b, mdy, mu, dy[j:], x[j:], dx[j:])
 }
 
 // sumsTile512 is sumsTile32 for 64 channels, in four vectors of sixteen:

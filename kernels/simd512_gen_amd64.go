@@ -105,29 +105,43 @@ func sumsTile1BF16(rows, W int, dy, x, mean, a, b unsafe.Pointer) {
 	archsimd.ClearAVXUpperBits()
 }
 
-// runSums512 is runSums32 on AVX-512 vectors.
-func runSums512(dy, x []float32, mu float64) (sumDy, sumDyXc float64) {
-	m := len(dy)
-	needLen(m, x)
-	j := 0
-	if m >= 2*f64Lanes512 {
-		pdy, px := ptr32(dy), ptr32(x)
-		muv := archsimd.BroadcastFloat64x8(mu)
-		var a0, a1, b0, b1 archsimd.Float64x8
-		for ; j+2*f64Lanes512 <= m; j += 2 * f64Lanes512 {
-			g0, g1 := widen8(pdy, j), widen8(pdy, j+f64Lanes512)
-			x0, x1 := widen8(px, j).Sub(muv), widen8(px, j+f64Lanes512).Sub(muv)
-			a0, a1 = a0.Add(g0), a1.Add(g1)
-			b0, b1 = g0.MulAdd(x0, b0), g1.MulAdd(x1, b1)
+// sumsPlanes512 is sumsPlanes32 on AVX-512 vectors.
+func sumsPlanes512(C, S, c, pos int, dy, x []float32, mean, sumDy, sumDyXc []float64) {
+	n := len(x)
+	needLen(n, dy)
+	needLen(C, mean, sumDy, sumDyXc)
+	pdy, px := ptr32(dy), ptr32(x)
+	for i := 0; i < n; {
+		e := i + min(S-pos, n-i) // the run is [i, e)
+		mu := mean[c]
+		var s, sx float64
+		j := i
+		if e-i >= 2*f64Lanes512 {
+			muv := archsimd.BroadcastFloat64x8(mu)
+			a0 := load8d(unsafe.Pointer(&runZeros), 0)
+			a1, b0, b1 := a0, a0, a0
+			for ; j+2*f64Lanes512 <= e; j += 2 * f64Lanes512 {
+				g0, g1 := widen8(pdy, j), widen8(pdy, j+f64Lanes512)
+				x0, x1 := widen8(px, j).Sub(muv), widen8(px, j+f64Lanes512).Sub(muv)
+				a0, a1 = a0.Add(g0), a1.Add(g1)
+				b0, b1 = g0.MulAdd(x0, b0), g1.MulAdd(x1, b1)
+			}
+			var la, lb [4]float64
+			quad512(a0.Add(a1)).Store(&la)
+			quad512(b0.Add(b1)).Store(&lb)
+			archsimd.ClearAVXUpperBits()
+			s = (la[0] + la[1]) + (la[2] + la[3])
+			sx = (lb[0] + lb[1]) + (lb[2] + lb[3])
 		}
-		var la, lb [4]float64
-		quad512(a0.Add(a1)).Store(&la)
-		quad512(b0.Add(b1)).Store(&lb)
-		archsimd.ClearAVXUpperBits()
-		sumDy = (la[0] + la[1]) + (la[2] + la[3])
-		sumDyXc = (lb[0] + lb[1]) + (lb[2] + lb[3])
+		s, sx = runSumsTail512(dy[j:e], x[j:e], mu, s, sx)
+		sumDy[c] += s
+		sumDyXc[c] += sx
+		i = e
+		pos = 0
+		if c++; c == C {
+			c = 0
+		}
 	}
-	return runSumsTail512(dy[j:], x[j:], mu, sumDy, sumDyXc)
 }
 
 // applyRow512 is applyRow32 on AVX-512 vectors.
@@ -158,25 +172,35 @@ func scaleRow512(n int, dy, dx, a unsafe.Pointer) {
 	archsimd.ClearAVXUpperBits()
 }
 
-// applyRun512 is applyRun32 on AVX-512 vectors.
-func applyRun512(scaleOnly bool, a, b, mdy, mu float32, dy, x, dx []float32) {
-	m := len(dy)
-	needLen(m, x, dx)
+// applyPlanes512 is applyPlanes32 on AVX-512 vectors.
+func applyPlanes512(C, S, c, pos int, t *affine32, dy, x, dx []float32) {
+	n := len(x)
+	needLen(n, dy, dx)
+	needLen(C, t.A, t.B, t.MeanDy, t.Mean)
 	pdy, px, pdx := ptr32(dy), ptr32(x), ptr32(dx)
-	j := 0
-	av := archsimd.BroadcastFloat32x16(a)
-	if scaleOnly {
-		for ; j+f32Lanes512 <= m; j += f32Lanes512 {
-			store16(load16(pdy, j).Mul(av), pdx, j)
+	for i := 0; i < n; {
+		e := i + min(S-pos, n-i) // the run is [i, e)
+		a, b, mdy, mu := t.A[c], t.B[c], t.MeanDy[c], t.Mean[c]
+		j := i
+		av := archsimd.BroadcastFloat32x16(a)
+		if t.ScaleOnly {
+			for ; j+f32Lanes512 <= e; j += f32Lanes512 {
+				store16(load16(pdy, j).Mul(av), pdx, j)
+			}
+		} else {
+			bv, mdyv, muv := archsimd.BroadcastFloat32x16(b), archsimd.BroadcastFloat32x16(mdy), archsimd.BroadcastFloat32x16(mu)
+			for ; j+f32Lanes512 <= e; j += f32Lanes512 {
+				store16(load16(pdy, j).Sub(mdyv).MulAdd(av, load16(px, j).Sub(muv).Mul(bv)), pdx, j)
+			}
 		}
-	} else {
-		bv, mdyv, muv := archsimd.BroadcastFloat32x16(b), archsimd.BroadcastFloat32x16(mdy), archsimd.BroadcastFloat32x16(mu)
-		for ; j+f32Lanes512 <= m; j += f32Lanes512 {
-			store16(load16(pdy, j).Sub(mdyv).MulAdd(av, load16(px, j).Sub(muv).Mul(bv)), pdx, j)
+		archsimd.ClearAVXUpperBits()
+		applyRunTail512(t.ScaleOnly, a, b, mdy, mu, dy[j:e], x[j:e], dx[j:e])
+		i = e
+		pos = 0
+		if c++; c == C {
+			c = 0
 		}
 	}
-	archsimd.ClearAVXUpperBits()
-	applyRun32(scaleOnly, a, b, mdy, mu, dy[j:], x[j:], dx[j:])
 }
 
 // widenBFloat16x16 is widenBFloat16 on AVX-512 vectors.

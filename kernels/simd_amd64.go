@@ -41,12 +41,12 @@ var (
 	avx512Rows = &rowLoops{f64Lanes512, f32Lanes512, sumsRow512, sumsRow2x512, 64, sumsTile512, sumsTile1x512, applyRow512, applyRow2x512, scaleRow512}
 )
 
-// The row and run loops the float32 paths call: the AVX2 ones, or their
+// The row and plane loops the float32 paths call: the AVX2 ones, or their
 // AVX-512 forms (simd512_amd64.go) where the CPU has AVX-512.
 var (
 	rowLoopsInUse = avx2Rows
-	runSums       = runSums32
-	runApply      = applyRun32
+	sumsPlanes    = sumsPlanes32
+	applyPlanes   = applyPlanes32
 )
 
 // canAVX512 reports whether the CPU can run the AVX-512 loops.
@@ -55,11 +55,11 @@ func canAVX512() bool { return archsimd.X86.AVX512() }
 // selectLoops selects the AVX-512 loops (wide) or the AVX2 ones.
 func selectLoops(wide bool) {
 	if wide {
-		rowLoopsInUse, runSums, runApply = avx512Rows, runSums512, applyRun512
+		rowLoopsInUse, sumsPlanes, applyPlanes = avx512Rows, sumsPlanes512, applyPlanes512
 		simdWidenBFloat16, simdNarrowBFloat16 = widenBFloat16x16, narrowBFloat16x16
 		simdSumsBFloat16, simdApplyBFloat16 = sumsRowsBF16, applyRowsBF16
 	} else {
-		rowLoopsInUse, runSums, runApply = avx2Rows, runSums32, applyRun32
+		rowLoopsInUse, sumsPlanes, applyPlanes = avx2Rows, sumsPlanes32, applyPlanes32
 		simdWidenBFloat16, simdNarrowBFloat16 = widenBFloat16, narrowBFloat16
 		simdSumsBFloat16, simdApplyBFloat16 = nil, nil
 	}
@@ -74,7 +74,8 @@ func init() {
 		if d.Layout == ChannelsLast {
 			sumsChannelsLast32(int(d.C), off, dy, x, mean, sumDy, sumDyXc)
 		} else {
-			sumsChannelsFirst32(int(d.C), int(d.S), off, dy, x, mean, sumDy, sumDyXc)
+			C, S := int(d.C), int(d.S)
+			sumsPlanes(C, S, off/S%C, off%S, dy, x, mean, sumDy, sumDyXc)
 		}
 	}
 	simdApply = func(d Dims, off int, t *affine32, dy, x, dx []float32) {
@@ -392,50 +393,60 @@ func sumsTail(from, W int, dy, x []float32, mean, a, b []float64) {
 	}
 }
 
-// sumsChannelsFirst32 is sumsChannelsFirst for float32: each contiguous run
-// of one channel is summed by runSums.
-func sumsChannelsFirst32(C, S, off int, dy, x []float32, mean, sumDy, sumDyXc []float64) {
-	plane, pos := off/S, off%S
-	for i, n := 0, len(x); i < n; {
-		m := min(S-pos, n-i)
-		c := plane % C
-		a, b := runSums(dy[i:i+m], x[i:i+m], mean[c])
-		sumDy[c] += a
-		sumDyXc[c] += b
-		i += m
-		pos = 0
-		plane++
-	}
-}
+// runZeros are the zeros sumsPlanes32 and its AVX-512 form load into
+// their accumulators on each run. A zero vector the compiler set once (var
+// a0 archsimd.Float64x4) stayed in a register across the runs, which kept
+// the upper halves in use through each run's scalar code after
+// ClearAVXUpperBits: five times slower; a load from memory is not held
+// across the runs' stores.
+var runZeros [f64Lanes512]float64
 
-// runSums32 returns Σdy and Σdy·(x−mu) over one run, in float64, eight
-// elements at a time in two pairs of float64x4 accumulators.
-func runSums32(dy, x []float32, mu float64) (sumDy, sumDyXc float64) {
-	m := len(dy)
-	needLen(m, x)
-	j := 0
-	if m >= 2*f64Lanes {
-		pdy, px := ptr32(dy), ptr32(x)
-		muv := archsimd.BroadcastFloat64x4(mu)
-		var a0, a1, b0, b1 archsimd.Float64x4
-		for ; j+2*f64Lanes <= m; j += 2 * f64Lanes {
-			g0, g1 := widen4(pdy, j), widen4(pdy, j+f64Lanes)
-			x0, x1 := widen4(px, j).Sub(muv), widen4(px, j+f64Lanes).Sub(muv)
-			a0, a1 = a0.Add(g0), a1.Add(g1)
-			b0, b1 = g0.MulAdd(x0, b0), g1.MulAdd(x1, b1)
+// sumsPlanes32 is sumsChannelsFirst for float32 over the planes of S
+// elements of C channels, the block's first element pos into channel c's:
+// each run of one channel is summed in float64, eight elements at a time in
+// two pairs of float64x4 accumulators, then its scalar tail (runSumsTail),
+// and added into its channel's sums. The runs' loop holds their vector
+// code: a call per run cost more than a 7x7 plane's arithmetic.
+func sumsPlanes32(C, S, c, pos int, dy, x []float32, mean, sumDy, sumDyXc []float64) {
+	n := len(x)
+	needLen(n, dy)
+	needLen(C, mean, sumDy, sumDyXc)
+	pdy, px := ptr32(dy), ptr32(x)
+	for i := 0; i < n; {
+		e := i + min(S-pos, n-i) // the run is [i, e)
+		mu := mean[c]
+		var s, sx float64
+		j := i
+		if e-i >= 2*f64Lanes {
+			muv := archsimd.BroadcastFloat64x4(mu)
+			a0 := load4d(unsafe.Pointer(&runZeros), 0)
+			a1, b0, b1 := a0, a0, a0
+			for ; j+2*f64Lanes <= e; j += 2 * f64Lanes {
+				g0, g1 := widen4(pdy, j), widen4(pdy, j+f64Lanes)
+				x0, x1 := widen4(px, j).Sub(muv), widen4(px, j+f64Lanes).Sub(muv)
+				a0, a1 = a0.Add(g0), a1.Add(g1)
+				b0, b1 = g0.MulAdd(x0, b0), g1.MulAdd(x1, b1)
+			}
+			var la, lb [4]float64
+			quad(a0.Add(a1)).Store(&la)
+			quad(b0.Add(b1)).Store(&lb)
+			archsimd.ClearAVXUpperBits()
+			s = (la[0] + la[1]) + (la[2] + la[3])
+			sx = (lb[0] + lb[1]) + (lb[2] + lb[3])
 		}
-		var la, lb [4]float64
-		quad(a0.Add(a1)).Store(&la)
-		quad(b0.Add(b1)).Store(&lb)
-		archsimd.ClearAVXUpperBits()
-		sumDy = (la[0] + la[1]) + (la[2] + la[3])
-		sumDyXc = (lb[0] + lb[1]) + (lb[2] + lb[3])
+		s, sx = runSumsTail(dy[j:e], x[j:e], mu, s, sx)
+		sumDy[c] += s
+		sumDyXc[c] += sx
+		i = e
+		pos = 0
+		if c++; c == C {
+			c = 0
+		}
 	}
-	return runSumsTail(dy[j:], x[j:], mu, sumDy, sumDyXc)
 }
 
-// runSumsTail adds the run's scalar tail into the sums runSums32 has so far;
-// its AVX-512 form's tail is runSums32 (runSumsTail512).
+// runSumsTail adds a run's scalar tail into its sums so far; the AVX-512
+// form's tail is runSumsTail512.
 func runSumsTail(dy, x []float32, mu, sumDy, sumDyXc float64) (float64, float64) {
 	for j, v := range dy {
 		g := float64(v)
@@ -549,47 +560,69 @@ func applyTail(from, W int, scaleOnly bool, a, b, mdy, mu, dy, x, dx []float32) 
 	}
 }
 
-// applyChannelsFirst32 is applyChannelsFirst for float32 with the channel's
-// coefficients broadcast over each run.
+// applyChannelsFirst32 is applyChannelsFirst for float32 from flat offset
+// off. A streamed pass writes each run that starts 32-byte aligned with
+// non-temporal stores (streamRun), and the others as applyPlanes does.
 func applyChannelsFirst32(C, S, off int, t *affine32, dy, x, dx []float32) {
-	plane, pos := off/S, off%S
+	c, pos := off/S%C, off%S
+	if !t.Stream || t.ScaleOnly {
+		applyPlanes(C, S, c, pos, t, dy, x, dx)
+		return
+	}
 	for i, n := 0, len(x); i < n; {
 		m := min(S-pos, n-i)
-		c := plane % C
-		if t.Stream && !t.ScaleOnly && aligned32(dx[i:]) {
+		if aligned32(dx[i:]) {
 			streamRun(t.A[c], t.B[c], t.MeanDy[c], t.Mean[c], dy[i:i+m], x[i:i+m], dx[i:i+m])
 		} else {
-			runApply(t.ScaleOnly, t.A[c], t.B[c], t.MeanDy[c], t.Mean[c], dy[i:i+m], x[i:i+m], dx[i:i+m])
+			applyPlanes(C, S, c, pos, t, dy[i:i+m], x[i:i+m], dx[i:i+m])
 		}
 		i += m
 		pos = 0
-		plane++
+		if c++; c == C {
+			c = 0
+		}
 	}
 }
 
-func applyRun32(scaleOnly bool, a, b, mdy, mu float32, dy, x, dx []float32) {
-	m := len(dy)
-	needLen(m, x, dx)
+// applyPlanes32 is applyChannelsFirst for float32 over the planes of S
+// elements of C channels, the block's first element pos into channel c's:
+// each run of one channel with its coefficients broadcast, eight elements
+// at a time, then its scalar tail (applyRunTail), in one loop over the runs
+// as sumsPlanes32.
+func applyPlanes32(C, S, c, pos int, t *affine32, dy, x, dx []float32) {
+	n := len(x)
+	needLen(n, dy, dx)
+	needLen(C, t.A, t.B, t.MeanDy, t.Mean)
 	pdy, px, pdx := ptr32(dy), ptr32(x), ptr32(dx)
-	j := 0
-	av := archsimd.BroadcastFloat32x8(a)
-	if scaleOnly {
-		for ; j+f32Lanes <= m; j += f32Lanes {
-			store8(load8(pdy, j).Mul(av), pdx, j)
+	for i := 0; i < n; {
+		e := i + min(S-pos, n-i) // the run is [i, e)
+		a, b, mdy, mu := t.A[c], t.B[c], t.MeanDy[c], t.Mean[c]
+		j := i
+		av := archsimd.BroadcastFloat32x8(a)
+		if t.ScaleOnly {
+			for ; j+f32Lanes <= e; j += f32Lanes {
+				store8(load8(pdy, j).Mul(av), pdx, j)
+			}
+		} else {
+			bv, mdyv, muv := archsimd.BroadcastFloat32x8(b), archsimd.BroadcastFloat32x8(mdy), archsimd.BroadcastFloat32x8(mu)
+			for ; j+f32Lanes <= e; j += f32Lanes {
+				store8(load8(pdy, j).Sub(mdyv).MulAdd(av, load8(px, j).Sub(muv).Mul(bv)), pdx, j)
+			}
 		}
-	} else {
-		bv, mdyv, muv := archsimd.BroadcastFloat32x8(b), archsimd.BroadcastFloat32x8(mdy), archsimd.BroadcastFloat32x8(mu)
-		for ; j+f32Lanes <= m; j += f32Lanes {
-			store8(load8(pdy, j).Sub(mdyv).MulAdd(av, load8(px, j).Sub(muv).Mul(bv)), pdx, j)
+		archsimd.ClearAVXUpperBits()
+		applyRunTail(t.ScaleOnly, a, b, mdy, mu, dy[j:e], x[j:e], dx[j:e])
+		i = e
+		pos = 0
+		if c++; c == C {
+			c = 0
 		}
 	}
-	archsimd.ClearAVXUpperBits()
-	applyRunTail(scaleOnly, a, b, mdy, mu, dy[j:], x[j:], dx[j:])
 }
 
-// applyRunTail is applyRun32's scalar tail; its AVX-512 form's is
-// applyRun32, so that each element is computed as a streamed run computes
-// it (streamRun: whole vectors of eight, then this tail).
+// applyRunTail writes a run's scalar tail; the AVX-512 form's tail is
+// applyRunTail512, which takes a vector of eight first, so that each element
+// is computed as at AVX2 and as a streamed run computes it (streamRun: whole
+// vectors of eight, then this tail).
 func applyRunTail(scaleOnly bool, a, b, mdy, mu float32, dy, x, dx []float32) {
 	for j := range dy {
 		if scaleOnly {
@@ -600,15 +633,15 @@ func applyRunTail(scaleOnly bool, a, b, mdy, mu float32, dy, x, dx []float32) {
 	}
 }
 
-// streamRun is applyRun32's training form with non-temporal stores
-// (stream_amd64.s) up to the last whole vector, and the same scalar tail; dx
-// must start 32-byte aligned.
+// streamRun is a run of applyPlanes32's training form with non-temporal
+// stores (stream_amd64.s) up to the last whole vector, and the same scalar
+// tail; dx must start 32-byte aligned.
 func streamRun(a, b, mdy, mu float32, dy, x, dx []float32) {
 	m := len(dy)
 	needLen(m, x, dx)
 	v := m &^ 7
 	streamApplyRun(v, ptr32(dy), ptr32(x), ptr32(dx), a, b, mdy, mu)
-	applyRun32(false, a, b, mdy, mu, dy[v:], x[v:], dx[v:])
+	applyRunTail(false, a, b, mdy, mu, dy[v:], x[v:], dx[v:])
 }
 
 // The non-temporal loops and the fence (stream_amd64.s).

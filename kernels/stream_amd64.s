@@ -4,7 +4,7 @@
 
 // Training x_backprop with non-temporal stores, eight float32s at a time
 // (AVX2 and FMA): the same operations, in the same order, as applyRow32 and
-// applyRun32, so each element is bit for bit what those loops write; only
+// applyPlanes32, so each element is bit for bit what those loops write; only
 // the store differs. VMOVNTPS writes around the caches, so a pass over a
 // tensor larger than the cache does not first read every line of dx it is
 // about to overwrite. archsimd has no non-temporal store. dx must be 32-byte

@@ -94,12 +94,15 @@ func TestVectorLoopsClearUpperHalves(t *testing.T) {
 			narrowBFloat16x16(bf[:n-1], dy[:n-1])
 			requireUpperClear(t, name+" narrowBFloat16x16")
 		}
-		for _, m := range []int{n, n - 1, 7} { // with and without a scalar tail
-			runSums(dy[:m], x[:m], 0.5)
-			requireUpperClear(t, name+" runSums")
+		// Runs with and without a scalar tail, at either width.
+		for _, S := range []int{n / 4, n/4 - 1, 49, 7} {
+			sumsPlanes(3, S, 0, 0, dy, x, mean[:3], sa[:3], sb[:3])
+			requireUpperClear(t, name+" sumsPlanes")
+			t32 := &affine32{A: a[:3], B: b[:3], MeanDy: mdy[:3], Mean: mu[:3]}
 			for _, scaleOnly := range []bool{false, true} {
-				runApply(scaleOnly, 1, 2, 3, 4, dy[:m], x[:m], dx[:m])
-				requireUpperClear(t, name+" runApply")
+				t32.ScaleOnly = scaleOnly
+				applyPlanes(3, S, 0, 0, t32, dy, x, dx)
+				requireUpperClear(t, name+" applyPlanes")
 			}
 		}
 	})

@@ -47,11 +47,11 @@ var loops = []struct {
 	{"sumsRow2x32", "sumsRow2x512", "", ""},
 	{"sumsTile1x32", "sumsTile1x512", "", ""},
 	{"sumsTile1x32", "sumsTile1BF16", "wideBF16", " over bfloat16 rows"},
-	{"runSums32", "runSums512", "", ""},
+	{"sumsPlanes32", "sumsPlanes512", "", ""},
 	{"applyRow32", "applyRow512", "", ""},
 	{"applyRow2x32", "applyRow2x512", "", ""},
 	{"scaleRow32", "scaleRow512", "", ""},
-	{"applyRun32", "applyRun512", "", ""},
+	{"applyPlanes32", "applyPlanes512", "", ""},
 	{"widenBFloat16", "widenBFloat16x16", "", ""},
 	{"narrowBFloat16", "narrowBFloat16x16", "", ""},
 }
@@ -67,7 +67,7 @@ var vocabulary = map[string]string{
 	"storeBF16x8": "storeBF16x16",
 	// the tails: at this width, the AVX2 loops
 	"runSumsTail":  "runSumsTail512",
-	"applyRunTail": "applyRun32",
+	"applyRunTail": "applyRunTail512",
 }
 
 // vectorType matches a name that holds an archsimd vector type and its

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"testing"
 	"unsafe"
@@ -231,4 +232,38 @@ func TestBFloat16TileMatchesFloat32Tile(t *testing.T) {
 			require.Equal(t, b32, b16, "W=%d rows=%d Σdy·(x−μ)", W, rows)
 		}
 	}
+}
+
+// loopsAtInit are the row loops the package's init selected: this file's
+// init runs after simd_amd64.go's (the go tool hands a package's files to
+// the compiler sorted by name, and their inits run in that order), and
+// before TestMain selects the AVX2 loops for the tests' second run.
+var loopsAtInit *rowLoops
+
+func init() { loopsAtInit = rowLoopsInUse }
+
+// TestSelectLoops checks that each width selects its own forms of every
+// loop the float32 and bfloat16 paths call through a variable, and that
+// the package selects the CPU's widest: what the tests run through
+// forEachLoopSet is what the kernels run.
+func TestSelectLoops(t *testing.T) {
+	fn := func(f any) uintptr { return reflect.ValueOf(f).Pointer() }
+	want := map[bool]map[string]any{
+		false: {"rows": avx2Rows, "sumsPlanes": sumsPlanes32, "applyPlanes": applyPlanes32,
+			"widenBFloat16": widenBFloat16, "narrowBFloat16": narrowBFloat16},
+		true: {"rows": avx512Rows, "sumsPlanes": sumsPlanes512, "applyPlanes": applyPlanes512,
+			"widenBFloat16": widenBFloat16x16, "narrowBFloat16": narrowBFloat16x16},
+	}
+	require.Equal(t, canAVX512(), loopsAtInit == avx512Rows, "the package's loops are not the CPU's widest")
+	forEachLoopSet(func(wide bool, l *rowLoops) {
+		w := want[wide]
+		require.Same(t, w["rows"], l, "wide=%v: row loops", wide)
+		got := map[string]any{"sumsPlanes": sumsPlanes, "applyPlanes": applyPlanes,
+			"widenBFloat16": simdWidenBFloat16, "narrowBFloat16": simdNarrowBFloat16}
+		for name, f := range got {
+			require.Equal(t, fn(w[name]), fn(f), "wide=%v: %s", wide, name)
+		}
+		// The bfloat16 rows' fused loops exist at AVX-512 only.
+		require.Equal(t, wide, simdSumsBFloat16 != nil && simdApplyBFloat16 != nil, "wide=%v: bfloat16 rows", wide)
+	})
 }

@@ -32,8 +32,8 @@ func quad512(v archsimd.Float64x8) archsimd.Float64x4 { return v.GetLo().Add(v.G
 // runSumsTail512 adds the sums of a run's tail, under sixteen elements, to
 // the run's sums so far, formed apart as the AVX2 loop forms a run's: a
 // step of its vectors where the tail has eight elements or more, then the
-// scalar tail. Written out without calls, which the plane loops would make
-// on every run, so that they take it inline.
+// scalar tail. Written out without further calls: the plane loops call it
+// once a run (too large for Go to inline, it stays one call).
 func runSumsTail512(dy, x []float32, mu, sumDy, sumDyXc float64) (float64, float64) {
 	var s, sx float64
 	j := 0

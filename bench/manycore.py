@@ -16,7 +16,7 @@ cut short leaves what it measured:
    as STREAM does. That is STREAM's add; its traffic, two reads and one
    write, is the triad's (internal/cmd/triad, in Go, is make bench's).
 3. The sweep: the CPU kernels' measured constants (kernels.Tuning:
-   per_worker, then wake, stream_bytes and max_chunks) set through
+   per_worker, then wake, stream_bytes, max_chunks and max_folds) set through
    gobnCPUPlan between the calls of one process, each setting timed on the
    same chains of gobn calls, interleaved round by round; the setting with
    the least geometric mean of the times (each case's time over its best)
@@ -66,15 +66,16 @@ RESNET50 = [(112, 112, 64), (56, 56, 64), (56, 56, 128), (56, 56, 256), (28, 28,
 ISSUE = [("float32", "NHWC", True, (16, 28, 28, 64)), ("float32", "NHWC", True, (4, 56, 56, 128)),
          ("float32", "NHWC", True, (8, 14, 14, 512)), ("float32", "NCHW", True, (8, 64, 28, 28)),
          ("float32", "NHWC", False, (32, 7, 7, 256)), ("bfloat16", "NHWC", True, (8, 28, 28, 64))]
-# The sweep's cases: the issue's, and one beyond a server's last-level cache
-# for stream_bytes.
-SWEEP = ISSUE + [("float32", "NHWC", True, (32, 56, 56, 256))]
+# The sweep's cases: the issue's, one beyond a server's last-level cache for
+# stream_bytes, and one of many chunks of wide rows for max_folds.
+SWEEP = ISSUE + [("float32", "NHWC", True, (32, 56, 56, 256)), ("float32", "NHWC", True, (32, 7, 7, 2048))]
 QUICK_SWEEP = [ISSUE[0], ISSUE[3]]
 # The sweep's stages: each setting is added to the best of the stages before.
 STAGES = [("per_worker", ["per_worker=32768", "per_worker=65536", "per_worker=131072", "per_worker=262144"]),
           ("wake", ["wake=0", "wake=2", "wake=4"]),
           ("stream_bytes", ["stream_bytes=0", "stream_bytes=8388608", "stream_bytes=1099511627776"]),
-          ("max_chunks", ["max_chunks=0", "max_chunks=64"])]
+          ("max_chunks", ["max_chunks=0", "max_chunks=64"]),
+          ("max_folds", ["max_folds=0", "max_folds=1"])]
 
 
 def parse_args(argv=None):

@@ -56,15 +56,11 @@ func (d Dims) periodic() (Dims, int) {
 	return p, L
 }
 
-// fold adds the per-channel sums of a period of L = len(p) channels into the
-// C = len(dst) real channels: dst[c] = Σ p[c + k·C].
-func fold(dst, p []float64) {
-	C := len(dst)
-	for ; len(p) >= C; p = p[C:] {
-		i := addVector(dst, p[:C])
-		for ; i < C; i++ {
-			dst[i] += p[i]
-		}
+// addInto adds src into dst element by element: dst[i] += src[i].
+func addInto(dst, src []float64) {
+	src = src[:len(dst)]
+	for i := addVector(dst, src); i < len(dst); i++ {
+		dst[i] += src[i]
 	}
 }
 

@@ -45,8 +45,13 @@ func ResetSplitStats() {
 	splits.maxRanges.Store(0)
 	splits.maxWorkers.Store(0)
 	splits.affine.Store(0)
+	splits.folds.Store(0)
 }
 
 // AffineSplits reports how many calls since ResetSplitStats ran a second
 // pass with each range on the worker that ran it in the first (pass.affine).
 func AffineSplits() uint64 { return splits.affine.Load() }
+
+// FoldSplits reports how many calls since ResetSplitStats added up their
+// chunks' partial sums in more than one range of channels (Plan.Folds).
+func FoldSplits() uint64 { return splits.folds.Load() }

@@ -79,9 +79,7 @@ func TrainingGrad[T Element](g FusedGradArgs[T]) {
 	case p.Form == FormByChannel:
 		trainingByChannel(s, p, g, t)
 	case p.Workers > 1:
-		twoPasses(s, p, g.YBackprop, g.X, g.XBackprop, mean, t, func(sumDy, sumDyXc []float64) {
-			g.coefficients(t, sumDy, sumDyXc, 0, int(g.Dims.C))
-		})
+		twoPasses(s, p, g.YBackprop, g.X, g.XBackprop, mean, t, g.formOf(t))
 	default: // the same passes on the calling goroutine, nothing on the heap
 		splits.serial(p.Chunks)
 		sums := newSums(s, p, g.YBackprop, g.X, mean)
@@ -101,29 +99,32 @@ func (g FusedGradArgs[T]) setup() (*scratch, []float64, affine) {
 	return s, mean, newAffine(s, mean)
 }
 
-// twoPasses sums the chunks of plan p, then writes dx by t over the same
-// chunks, with the same helpers for both passes (parallelPasses) and each
-// chunk of the second on the worker that summed it where the plan says
-// (Plan.Affine). form, where not nil, sets t's coefficients from the sums in
-// between. It returns the sums. t has Mean set.
+// twoPasses sums the chunks of plan p, adds up their sums in p.Folds ranges
+// of channels, then writes dx by t over the same chunks: three passes with
+// the same helpers (parallelPasses), each chunk of the last on the worker
+// that summed it where the plan says (Plan.Affine). form, where not nil,
+// sets t's coefficients of a range of channels from their sums once they
+// are whole. It returns the sums. t has Mean set.
 func twoPasses[T Element](s *scratch, p Plan, dy, x, dx []T, mean []float64, t affine,
-	form func(sumDy, sumDyXc []float64)) (sumDy, sumDyXc []float64) {
+	form func(sumDy, sumDyXc []float64, c0, c1 int)) (sumDy, sumDyXc []float64) {
 	sums := new(sumsPass[T])
 	*sums = newSums(s, p, dy, x, mean)
 	apply := new(applyJob[T])
 	parallelPasses(crewOf(p),
 		pass{n: sums.n, ranges: p.Chunks, align: p.Align, fn: sums.run},
-		func() {
-			sums.fold()
-			if form != nil {
-				form(sums.sumDy, sums.sumDyXc)
-			}
-			*apply = newApply(s, p, t, dy, x, dx)
-		},
+		sums.foldPass(p, form),
 		// The first pass's chunks, so that an affine pass finds its data
 		// where it left it; last chunk first, as applyAll, where not affine.
-		pass{n: sums.n, ranges: p.Chunks, align: p.Align, fn: apply.runRange, reverse: true, affine: p.Affine})
+		pass{n: sums.n, ranges: p.Chunks, align: p.Align, fn: apply.runRange, reverse: true, affine: p.Affine,
+			before: func() { *apply = newApply(s, p, t, dy, x, dx) }})
 	return sums.sumDy, sums.sumDyXc
+}
+
+// formOf returns twoPasses' form of g's outputs and t's coefficients. (Its
+// closure holds a copy of g: one that held TrainingGrad's own would move g
+// to the heap on every call, those on the calling goroutine alone too.)
+func (g FusedGradArgs[T]) formOf(t affine) func(sumDy, sumDyXc []float64, c0, c1 int) {
+	return func(sumDy, sumDyXc []float64, c0, c1 int) { g.coefficients(t, sumDy, sumDyXc, c0, c1) }
 }
 
 // coefficients writes the 1-D outputs of channels [c0, c1) from their sums,

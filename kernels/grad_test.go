@@ -139,62 +139,81 @@ func TestFusedGradAffinePasses(t *testing.T) {
 }
 
 // TestFusedGradIndependentOfWorkers checks that the outputs are bit-equal
-// whatever the number of workers, and for by-channel units whatever their
-// size: the partial sums of the chunks are added in chunk order, whichever
-// worker formed them, and each channel's sums run over whole planes in one
-// order whatever unit holds the channel. The machines have 1, 2 and 8 cores;
-// the least a worker takes is 2^16 elements, then 2^14 (more workers, and
-// more by-channel units).
+// whatever the number of workers, and for by-channel units and the fold's
+// ranges whatever their size: the partial sums of the chunks are added in
+// chunk order, whichever worker formed them and whichever range of channels
+// added them up, and each channel's sums run over whole planes in one order
+// whatever unit holds the channel. The machines have 1, 2 and 8 cores; the
+// least a worker takes is 2^16 elements, then 2^14 (more workers, and more
+// by-channel units). The wide case's sums are added up in ranges
+// (Plan.Folds) from 2 cores on; its 1999 channels end past the last whole
+// vector.
 func TestFusedGradIndependentOfWorkers(t *testing.T) {
 	rng := rand.New(rand.NewPCG(41, 42))
-	sc := shapeCase{"", 3, 64, 2011} // 386,112 elements: 5 times 2^16, so 6 chunks (an even count)
-	for _, l := range layouts {
-		for _, form := range []struct {
-			training, byChannel bool
-		}{{true, true}, {true, false}, {false, false}} {
-			training := form.training
-			t.Run(fmt.Sprintf("%s/training=%v/byChannel=%v", l.name, training, form.byChannel), func(t *testing.T) {
-				defer kernels.SetByChannel(kernels.SetByChannel(form.byChannel))
-				in := newFusedInputs[float32](rng, training, l.layout, sc)
-				var first [3][]float32
-				var firstPlan kernels.Plan
-				units := map[int]bool{}
-				for i, run := range []struct{ cores, perWorker int }{{1, 1 << 16}, {2, 1 << 16}, {8, 1 << 16}, {8, 1 << 14}} {
-					onMachine(t, run.cores)
-					prevPer := kernels.SetMinElementsPerWorker(run.perWorker)
-					p := kernels.TrainingPlan(in.dims, in.dy, in.x, nil)
-					if !training {
-						p = kernels.InferencePlan[float32](in.dims)
-					}
-					kernels.ResetSplitStats()
-					dx, scaleBp, offsetBp := runFused(t, training, in)
-					kernels.SetMinElementsPerWorker(prevPer)
-					what := fmt.Sprintf("cores=%d perWorker=%d", run.cores, run.perWorker)
-					parts := p.Chunks
-					if p.Form == kernels.FormByChannel {
-						parts = p.Units
-					}
-					require.Equal(t, min(run.cores, len(in.x)/run.perWorker, parts), p.Workers, what)
-					if p.Workers > 1 {
-						requireSplit(t, p)
-					}
-					require.Equal(t, training && form.byChannel && l.layout == kernels.ChannelsFirst, p.Form == kernels.FormByChannel, what)
-					units[p.Units] = true
-					if i == 0 {
-						first, firstPlan = [3][]float32{dx, scaleBp, offsetBp}, p
-						if p.Form != kernels.FormByChannel {
-							require.Equal(t, 6, p.Chunks)
+	for _, shape := range []struct {
+		sc     shapeCase
+		chunks int
+		folds  bool
+		units  int // the least number of by-channel unit counts over the runs
+	}{
+		{shapeCase{"", 3, 64, 2011}, 6, false, 3}, // 386,112 elements: 5 times 2^16, so 6 chunks (an even count)
+		{shapeCase{"", 1, 1999, 200}, 6, true, 2}, // 6 chunks of 2·1999 sums: two ranges
+	} {
+		sc := shape.sc
+		for _, l := range layouts {
+			for _, form := range []struct {
+				training, byChannel bool
+			}{{true, true}, {true, false}, {false, false}} {
+				training := form.training
+				t.Run(fmt.Sprintf("C=%d/%s/training=%v/byChannel=%v", sc.C, l.name, training, form.byChannel), func(t *testing.T) {
+					defer kernels.SetByChannel(kernels.SetByChannel(form.byChannel))
+					in := newFusedInputs[float32](rng, training, l.layout, sc)
+					var first [3][]float32
+					var firstPlan kernels.Plan
+					units := map[int]bool{}
+					for i, run := range []struct{ cores, perWorker int }{{1, 1 << 16}, {2, 1 << 16}, {8, 1 << 16}, {8, 1 << 14}} {
+						onMachine(t, run.cores)
+						prevPer := kernels.SetMinElementsPerWorker(run.perWorker)
+						p := kernels.TrainingPlan(in.dims, in.dy, in.x, nil)
+						if !training {
+							p = kernels.InferencePlan[float32](in.dims)
 						}
-						continue
+						kernels.ResetSplitStats()
+						dx, scaleBp, offsetBp := runFused(t, training, in)
+						kernels.SetMinElementsPerWorker(prevPer)
+						what := fmt.Sprintf("cores=%d perWorker=%d: %+v", run.cores, run.perWorker, p)
+						parts := p.Chunks
+						if p.Form == kernels.FormByChannel {
+							parts = p.Units
+						}
+						require.Equal(t, min(run.cores, len(in.x)/run.perWorker, parts), p.Workers, what)
+						if p.Workers > 1 {
+							requireSplit(t, p)
+						}
+						require.Equal(t, training && form.byChannel && l.layout == kernels.ChannelsFirst, p.Form == kernels.FormByChannel, what)
+						if shape.folds && p.Form != kernels.FormByChannel && run.cores > 1 {
+							require.Greater(t, p.Folds, 1, what)
+							require.Equal(t, uint64(1), kernels.FoldSplits(), "%s: the sums were added up in one range", what)
+						} else {
+							require.Zero(t, kernels.FoldSplits(), what)
+						}
+						units[p.Units] = true
+						if i == 0 {
+							first, firstPlan = [3][]float32{dx, scaleBp, offsetBp}, p
+							if p.Form != kernels.FormByChannel {
+								require.Equal(t, shape.chunks, p.Chunks)
+							}
+							continue
+						}
+						require.Equal(t, firstPlan.Chunks, p.Chunks, what)
+						require.Equal(t, firstPlan.Align, p.Align, what)
+						require.Equal(t, first, [3][]float32{dx, scaleBp, offsetBp}, what)
 					}
-					require.Equal(t, firstPlan.Chunks, p.Chunks, what)
-					require.Equal(t, firstPlan.Align, p.Align, what)
-					require.Equal(t, first, [3][]float32{dx, scaleBp, offsetBp}, what)
-				}
-				if training && form.byChannel && l.layout == kernels.ChannelsFirst {
-					require.GreaterOrEqual(t, len(units), 3, "unit counts: %v", units)
-				}
-			})
+					if training && form.byChannel && l.layout == kernels.ChannelsFirst {
+						require.GreaterOrEqual(t, len(units), shape.units, "unit counts: %v", units)
+					}
+				})
+			}
 		}
 	}
 }

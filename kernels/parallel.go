@@ -38,6 +38,7 @@ type splitCounter struct {
 	calls                 atomic.Uint64
 	maxRanges, maxWorkers atomic.Int64
 	affine                atomic.Uint64 // the calls whose second pass was affine
+	folds                 atomic.Uint64 // the calls that added up their chunks' sums in ranges (Plan.Folds)
 }
 
 func (s *splitCounter) record(ranges, workers int) {
@@ -113,26 +114,30 @@ func reserveHelpers(want, limit int) int {
 // touching nothing but the claim's bookkeeping. A panic in a helper is
 // re-raised on the calling goroutine, so the caller's recover sees it.
 func parallel(c crew, n, ranges, align int, reverse bool, fn func(r, lo, hi int)) {
-	parallelPasses(c, pass{n: n, ranges: ranges, align: align, reverse: reverse, fn: fn}, nil, pass{})
+	parallelPasses(c, pass{n: n, ranges: ranges, align: align, reverse: reverse, fn: fn})
 }
 
-// pass is one of parallelPasses' passes, as parallel's arguments, and for
-// a second pass the order in which its workers claim the ranges.
+// pass is one of parallelPasses' passes, as parallel's arguments, and for a
+// pass after the first what runs before it and the order in which its
+// workers claim the ranges.
 type pass struct {
 	n, ranges, align int
 	reverse          bool
 	fn               func(r, lo, hi int)
-	// affine, on a second pass of as many ranges as the first (which
-	// must run in order), has each worker claim first the ranges it ran in
-	// the first pass, last first, then any left, first first; reverse is
-	// then ignored. (A worker is a goroutine: pinned helper threads stay on
-	// their CPU, the caller's thread and helper goroutines mostly do.) A
-	// range's data is still in the caches of the core that read it, and dx
-	// written over dy there finds its lines in that core's caches alone.
-	// Where a virtual machine's two CPUs sit on parts of the processor with
-	// caches of their own (two CCDs of an AMD EPYC), a range summed on one
-	// and written in place on the other moves its lines between the caches
-	// (BenchmarkTrainingGradAffine times both ways).
+	// before, where not nil, runs on the calling goroutine once every range
+	// of the passes before is done, and before any range of this one.
+	before func()
+	// affine, on a pass after the first of as many ranges as the first
+	// (which must run in order), has each worker claim first the ranges it
+	// ran in the first pass, last first, then any left, first first;
+	// reverse is then ignored. (A worker is a goroutine: pinned helper
+	// threads stay on their CPU, the caller's thread and helper goroutines
+	// mostly do.) A range's data is still in the caches of the core that
+	// read it, and dx written over dy there finds its lines in that core's
+	// caches alone. Where a virtual machine's two CPUs sit on parts of the
+	// processor with caches of their own (two CCDs of an AMD EPYC), a range
+	// summed on one and written in place on the other moves its lines
+	// between the caches (BenchmarkTrainingGradAffine times both ways).
 	affine bool
 }
 
@@ -149,17 +154,21 @@ func (p pass) serially() {
 	}
 }
 
-// parallelPasses is parallel over first, then between on the calling
-// goroutine once every range of first is done, then parallel over second
-// (when it has ranges), with the same helpers for both passes: a helper out
-// of first's ranges waits for between to finish and goes on to second's,
-// where starting helpers afresh would make the second pass wait again for a
-// thread to take them up (see the go statement below). Timing float32 NHWC
+// parallelPasses runs passes one after the other, each as parallel would,
+// with the same helpers for all of them: a helper out of one pass's ranges
+// waits at a gate for the next, which the calling goroutine opens once
+// every range of the pass is done and the next one's before has run.
+// Starting helpers afresh for each pass would make it wait again for a
+// thread to take them up (see the go statement below); timing float32 NHWC
 // training gradients inside TensorFlow against helpers started afresh for
 // each pass chose it. The crew's workers are bounded here by GOMAXPROCS and
-// by what other calls leave of the cores (reserveHelpers).
-func parallelPasses(c crew, first pass, between func(), second pass) {
-	ranges := max(first.ranges, second.ranges)
+// by what other calls leave of the cores (reserveHelpers), and by the most
+// ranges a pass has.
+func parallelPasses(c crew, passes ...pass) {
+	ranges := 0
+	for _, p := range passes {
+		ranges = max(ranges, p.ranges)
+	}
 	helpers := 0
 	if want := min(c.workers, runtime.GOMAXPROCS(0), ranges) - 1; want > 0 {
 		helpers = reserveHelpers(want, c.cores-1)
@@ -168,32 +177,44 @@ func parallelPasses(c crew, first pass, between func(), second pass) {
 		splits.record(ranges, helpers+1)
 	}
 	if helpers == 0 {
-		first.serially()
-		if between != nil {
-			between()
+		for _, p := range passes {
+			if p.before != nil {
+				p.before()
+			}
+			p.serially()
 		}
-		second.serially()
 		return
 	}
 	defer helpersOut.Add(int64(-helpers))
-	c1 := newClaims(first, helpers)
-	var c2 *claims
-	var g *gate // only a second pass has helpers wait
-	if second.ranges > 0 {
-		c2, g = newClaims(second, helpers), &gate{open: make(chan struct{})}
-		if second.affine && second.ranges == first.ranges && !first.reverse {
-			c1.owner, c2.after, c2.taken = make([]int32, first.ranges), c1, make([]atomic.Bool, second.ranges)
-			splits.affine.Add(1)
+	if passes[0].before != nil {
+		passes[0].before()
+	}
+	all := make([]*claims, len(passes))
+	gates := make([]*gate, len(passes)) // the gate before each pass after the first
+	for i, p := range passes {
+		all[i] = newClaims(p, helpers)
+		if i == 0 {
+			continue
 		}
-		// Whatever stops the caller before the second pass, its helpers
-		// find the gate open and no range to claim.
-		defer g.release(c2)
+		gates[i] = &gate{open: make(chan struct{})}
+		first := passes[0]
+		if p.affine && p.ranges == first.ranges && !first.reverse {
+			if all[0].owner == nil {
+				all[0].owner = make([]int32, first.ranges)
+				splits.affine.Add(1)
+			}
+			all[i].after, all[i].taken = all[0], make([]atomic.Bool, p.ranges)
+		}
+		// Whatever stops the caller before this pass, its helpers find
+		// the gate open and no range to claim.
+		defer gates[i].release(all[i])
 	}
 	helper := func(h int) {
-		c1.work(h)
-		if c2 != nil {
-			g.await()
-			c2.work(h)
+		for i, c := range all {
+			if i > 0 {
+				gates[i].await()
+			}
+			c.work(h)
 		}
 	}
 	// Pinned threads first where there are any (threads_linux.go), then
@@ -216,22 +237,20 @@ func parallelPasses(c crew, first pass, between func(), second pass) {
 	// The calling goroutine works too: a thread that calls in from C holds
 	// its goroutine locked, and parking it would leave the work to wait for
 	// another thread.
-	c1.work(helpers)
-	c1.wait()
-	c1.raise()
-	if c2 == nil {
-		return
+	for i, c := range all {
+		if i > 0 {
+			if passes[i].before != nil {
+				passes[i].before()
+			}
+			gates[i].release(nil)
+		}
+		c.work(helpers)
+		c.wait()
+		c.raise()
 	}
-	if between != nil {
-		between()
-	}
-	g.release(nil)
-	c2.work(helpers)
-	c2.wait()
-	c2.raise()
 }
 
-// gate holds parallelPasses' helpers between the two passes.
+// gate holds parallelPasses' helpers before a pass.
 type gate struct {
 	opened atomic.Bool
 	once   sync.Once
@@ -239,8 +258,8 @@ type gate struct {
 }
 
 // await returns once the gate is open. It spins for up to waitSpin first:
-// between is short, and a helper that parks must wait for a thread to run it
-// again once woken.
+// what the caller runs between two passes is short, and a helper that parks
+// must wait for a thread to run it again once woken.
 func (g *gate) await() {
 	for start := time.Now(); time.Since(start) < waitSpin; {
 		if g.opened.Load() {

@@ -65,10 +65,11 @@ func testClaimsWaitsForClaimedRange(t *testing.T, affine bool) {
 	<-returned
 }
 
-// parallelPasses runs every range of each pass once, and between after the
-// last range of the first pass and before the first of the second, whatever
-// the number of workers (a crew of up to 4 on a machine of 4 cores, or of
-// as many as GOMAXPROCS allows).
+// parallelPasses runs every range of each pass once, each pass's before
+// after the last range of the pass before it and before its own first
+// range, whatever the number of workers (a crew of up to 4 on a machine of
+// 4 cores, or of as many as GOMAXPROCS allows): three passes, as a two-pass
+// gradient's sums, fold and x_backprop.
 func TestParallelPassesOrder(t *testing.T) {
 	for _, c := range []struct {
 		procs  int
@@ -78,37 +79,47 @@ func TestParallelPassesOrder(t *testing.T) {
 		t.Run(fmt.Sprintf("GOMAXPROCS=%d/affine=%v", procs, c.affine), func(t *testing.T) {
 			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
 			for range 50 {
-				var first, second [7]atomic.Int32
-				var firstDone, secondStarted, betweenCalls atomic.Int32
-				parallelPasses(crew{workers: 4, cores: 64},
-					pass{n: 70, ranges: 7, align: 10, reverse: false, fn: func(r, lo, hi int) {
-						assert.Equal(t, [2]int{10 * r, 10 * (r + 1)}, [2]int{lo, hi})
-						assert.Zero(t, betweenCalls.Load(), "first-pass range %d after between", r)
-						first[r].Add(1)
-						firstDone.Add(1)
-					}},
-					func() {
-						assert.Equal(t, int32(7), firstDone.Load(), "between before the first pass was done")
-						assert.Zero(t, secondStarted.Load(), "between after the second pass began")
-						betweenCalls.Add(1)
-					},
-					pass{n: 65, ranges: 7, align: 10, reverse: true, affine: c.affine, fn: func(r, lo, hi int) {
-						assert.Equal(t, [2]int{min(10*r, 65), min(10*(r+1), 65)}, [2]int{lo, hi})
-						assert.Equal(t, int32(1), betweenCalls.Load(), "second-pass range %d before between", r)
-						secondStarted.Add(1)
-						second[r].Add(1)
-					}})
-				for r := range first {
-					assert.Equal(t, int32(1), first[r].Load(), "first pass, range %d", r)
-					assert.Equal(t, int32(1), second[r].Load(), "second pass, range %d", r)
+				var ran [3][7]atomic.Int32
+				var done, befores [3]atomic.Int32
+				// in returns pass i's function over ranges of width 10: it
+				// checks the range and what ran before it.
+				in := func(i, n int) func(r, lo, hi int) {
+					return func(r, lo, hi int) {
+						assert.Equal(t, [2]int{min(10*r, n), min(10*(r+1), n)}, [2]int{lo, hi})
+						if i > 0 {
+							assert.Equal(t, int32(1), befores[i].Load(), "pass %d range %d before its before", i, r)
+						}
+						if i+1 < 3 {
+							assert.Zero(t, befores[i+1].Load(), "pass %d range %d after the next pass's before", i, r)
+						}
+						ran[i][r].Add(1)
+						done[i].Add(1)
+					}
 				}
+				before := func(i, want int) func() {
+					return func() {
+						assert.Equal(t, int32(want), done[i-1].Load(), "pass %d's before while pass %d ran", i, i-1)
+						assert.Zero(t, done[i].Load(), "pass %d's before after it began", i)
+						befores[i].Add(1)
+					}
+				}
+				parallelPasses(crew{workers: 4, cores: 64},
+					pass{n: 70, ranges: 7, align: 10, fn: in(0, 70)},
+					pass{n: 30, ranges: 3, align: 10, fn: in(1, 30), before: before(1, 7)},
+					pass{n: 65, ranges: 7, align: 10, reverse: true, affine: c.affine, fn: in(2, 65), before: before(2, 3)})
+				for i, ranges := range []int{7, 3, 7} {
+					for r := range ranges {
+						assert.Equal(t, int32(1), ran[i][r].Load(), "pass %d, range %d", i, r)
+					}
+				}
+				assert.Equal(t, [3]int32{0, 1, 1}, [3]int32{befores[0].Load(), befores[1].Load(), befores[2].Load()})
 			}
 		})
 	}
 }
 
-// A panic in either pass, or in between, reaches the caller, and no helper
-// is left waiting at the gate.
+// A panic in either pass, or in the second's before, reaches the caller, and
+// no helper is left waiting at the gate.
 func TestParallelPassesPanics(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
 	four := crew{workers: 4, cores: 64}
@@ -127,7 +138,7 @@ func TestParallelPassesPanics(t *testing.T) {
 		t.Run(fmt.Sprintf("%s/affine=%v", at, c.affine), func(t *testing.T) {
 			// A first call starts whatever lasts (helper threads, where the
 			// system has them).
-			parallelPasses(four, pass{n: 40, ranges: 4, align: 10, reverse: false, fn: func(int, int, int) {}}, nil, pass{})
+			parallelPasses(four, pass{n: 40, ranges: 4, align: 10, reverse: false, fn: func(int, int, int) {}})
 			before := runtime.NumGoroutine()
 			var secondRan atomic.Int32
 			assert.PanicsWithValue(t, func() any {
@@ -142,8 +153,7 @@ func TestParallelPassesPanics(t *testing.T) {
 							boom(at, "first")()
 						}
 					}},
-					boom(at, "between"),
-					pass{n: 40, ranges: 4, align: 10, affine: c.affine, fn: func(r, _, _ int) {
+					pass{n: 40, ranges: 4, align: 10, affine: c.affine, before: boom(at, "between"), fn: func(r, _, _ int) {
 						secondRan.Add(1)
 						if r == 1 {
 							boom(at, "second")()
@@ -223,7 +233,6 @@ func TestParallelPassesAffineOnSameWorker(t *testing.T) {
 					close(started1[3])
 				}
 			}},
-			nil,
 			// Each worker's first range meets the other's, and its second
 			// meets the other's second: neither is done while the other
 			// still has a range of its own to take.

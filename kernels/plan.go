@@ -20,10 +20,12 @@ import (
 //     the cores, the caches, nor how many workers run, so a result is the
 //     same on 2 cores as on 128 (the vector width, AVX2 or AVX-512, still
 //     changes the order of some sums);
-//   - the machine's part (Workers, Units, Stream, Affine, Wake): who runs
-//     the chunks and how x_backprop is stored, which leaves the bits alone.
-//     By-channel units may follow the cores because each channel's sums run
-//     whole planes in one order whatever the unit (bychannel.go).
+//   - the machine's part (Workers, Units, Folds, Stream, Affine, Wake): who
+//     runs the chunks and adds up their sums, and how x_backprop is stored,
+//     which leaves the bits alone. By-channel units may follow the cores
+//     because each channel's sums run whole planes in one order whatever
+//     the unit (bychannel.go); folds, because each channel's sum adds the
+//     chunks in chunk order whatever the fold's ranges.
 
 // Machine is what a plan knows of the computer it runs on.
 type Machine struct {
@@ -89,6 +91,11 @@ type Tuning struct {
 	// changes where partial sums start and end, so the bits: it is for
 	// measuring what many chunks cost a large tensor.
 	MaxChunks int
+	// MaxFolds, where positive, caps Plan.Folds: 1 adds up the chunks'
+	// sums on the calling goroutine alone, while the helpers wait. It
+	// leaves the bits alone; it is for measuring what the fold's ranges
+	// save a call of many chunks of wide rows.
+	MaxFolds int
 }
 
 // DefaultTuning returns the tuning a process starts with.
@@ -121,7 +128,7 @@ func CurrentTuning() Tuning { return *tuning.Load() }
 func SetTuning(t Tuning) Tuning {
 	t.PerWorker = max(0, t.PerWorker)
 	t.Workers, t.Wake, t.L3, t.StreamBytes = max(0, t.Workers), max(0, t.Wake), max(0, t.L3), max(0, t.StreamBytes)
-	t.MaxChunks = max(0, t.MaxChunks)
+	t.MaxChunks, t.MaxFolds = max(0, t.MaxChunks), max(0, t.MaxFolds)
 	return *tuning.Swap(&t)
 }
 
@@ -144,13 +151,14 @@ var tuningFields = map[string]func(t *Tuning) any{
 	"by_channel":   func(t *Tuning) any { return &t.ByChannel },
 	"affine":       func(t *Tuning) any { return &t.Affine },
 	"max_chunks":   func(t *Tuning) any { return &t.MaxChunks },
+	"max_folds":    func(t *Tuning) any { return &t.MaxFolds },
 }
 
 // ParseTuning returns base with the fields that spec sets: comma-separated
 // name=value pairs, names as String writes them (per_worker, workers, wake,
-// l3, stream_bytes, max_chunks: non-negative integers, 0 the default, which
-// per_worker takes from the cores; by_channel, affine: 0 or 1). An empty
-// spec returns base.
+// l3, stream_bytes, max_chunks, max_folds: non-negative integers, 0 the
+// default, which per_worker takes from the cores; by_channel, affine: 0 or
+// 1). An empty spec returns base.
 func ParseTuning(spec string, base Tuning) (Tuning, error) {
 	t := base
 	for _, pair := range strings.Split(spec, ",") {
@@ -299,6 +307,10 @@ type Plan struct {
 	SumsBlock, ApplyBlock int
 	// Units of UnitChannels channels (the last fewer) for FormByChannel.
 	Units, UnitChannels int
+	// Folds is how many ranges of channels the chunks' partial sums are
+	// added up in, side by side: each channel's sums still add the chunks
+	// in chunk order, whatever the ranges (sumsPass.foldRange).
+	Folds int
 	// Workers is the most goroutines that run the call, the calling one
 	// included; Cores the most the process's helpers may use together.
 	Workers, Cores int
@@ -345,6 +357,15 @@ const (
 	// unitsPerWorker: units enough that a worker whose helpers start late
 	// is not left with a share it must run alone.
 	unitsPerWorker = 2
+	// foldGrain is the least float64 additions of a fold's range, and
+	// foldAlign the channels its ranges start on (an AVX-512 vector of
+	// float64). The fold adds 2·L float64 a chunk: 2·50·2048 for NHWC
+	// 32x7x7x2048, whose fifty chunks' sums took 50 µs to add up on one
+	// thread (from its own caches), while sixteen workers wait. A range of
+	// foldGrain reads 64 KiB of partial sums, microseconds beside a claim's
+	// fraction of one.
+	foldGrain = 1 << 13
+	foldAlign = 8
 )
 
 // planFor plans c on machine m with tuning t. It is a pure function.
@@ -356,7 +377,7 @@ func planFor(c call, m Machine, t Tuning) Plan {
 	if t.Workers > 0 {
 		cores = min(cores, t.Workers)
 	}
-	p := Plan{Period: pd, L: L, Elements: n, Workers: 1, Cores: cores, Wake: t.Wake}
+	p := Plan{Period: pd, L: L, Elements: n, Workers: 1, Folds: 1, Cores: cores, Wake: t.Wake}
 	per := t.PerWorker
 	if per <= 0 {
 		per = perWorkerFor(cores)
@@ -446,6 +467,12 @@ func planFor(c call, m Machine, t Tuning) Plan {
 		p.Workers = min(workers, p.Units)
 	} else {
 		p.Workers = min(workers, p.Chunks)
+	}
+	if p.Form != FormByChannel && p.Form != FormApply {
+		p.Folds = max(1, min(p.Workers, 2*p.Chunks*L/foldGrain, int(d.C)/foldAlign))
+		if t.MaxFolds > 0 {
+			p.Folds = min(p.Folds, t.MaxFolds)
+		}
 	}
 	p.Affine = t.Affine && p.Form == FormPasses
 	if c.ownAligned && (c.job == jobTraining || c.job == jobApply) && bytes >= streamFrom(m, t) {

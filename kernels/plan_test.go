@@ -142,6 +142,13 @@ func TestPlansCoverEveryElement(t *testing.T) {
 						require.GreaterOrEqual(t, n*4, streamFrom(pm.m, DefaultTuning()), what)
 					}
 					require.Equal(t, p.Form == FormPasses, p.Affine, what)
+					require.GreaterOrEqual(t, p.Folds, 1, what)
+					if p.Folds > 1 {
+						require.NotContains(t, []Form{FormByChannel, FormApply}, p.Form, what)
+						require.LessOrEqual(t, p.Folds, p.Workers, what)
+						require.LessOrEqual(t, p.Folds*foldAlign, int(s.C), "%s: a range of fewer channels than a vector", what)
+						require.GreaterOrEqual(t, 2*p.Chunks*p.L/p.Folds, foldGrain, "%s: ranges of too few sums", what)
+					}
 				}
 			}
 		}
@@ -160,7 +167,7 @@ func arithmetic(p Plan) string {
 // streaming settings, so that a result's bits do too.
 func TestPlanArithmeticIndependentOfMachine(t *testing.T) {
 	tunings := []Tuning{DefaultTuning()}
-	for _, spec := range []string{"per_worker=1", "per_worker=65536,workers=3", "wake=2,l3=1048576", "stream_bytes=4,affine=0"} {
+	for _, spec := range []string{"per_worker=1", "per_worker=65536,workers=3", "wake=2,l3=1048576", "stream_bytes=4,affine=0,max_folds=1"} {
 		tu, err := ParseTuning(spec, DefaultTuning())
 		require.NoError(t, err)
 		tunings = append(tunings, tu)
@@ -261,6 +268,42 @@ func TestPlanTable(t *testing.T) {
 	}
 }
 
+// TestPlanFolds pins the ranges in which the chunks' partial sums are added
+// up: a range of foldGrain sums or more, at most a range a worker. The
+// channels-last rows of 2048 channels in fifty chunks take 25 ranges where
+// the workers allow; rows of 64 channels add up on the calling goroutine.
+func TestPlanFolds(t *testing.T) {
+	for _, r := range []struct {
+		shape planShape
+		j     job
+		folds [4]int // by planMachines
+	}{
+		{planShape{32, 2048, 49, ChannelsLast, 4}, jobTraining, [4]int{2, 16, 25, 25}},
+		{planShape{32, 512, 196, ChannelsLast, 4}, jobTraining, [4]int{2, 6, 6, 6}},
+		{planShape{32, 1024, 196, ChannelsLast, 4}, jobTraining, [4]int{2, 16, 24, 24}},
+		{planShape{8, 2048, 49, ChannelsLast, 4}, jobTraining, [4]int{2, 6, 6, 6}},
+		{planShape{8, 1024, 196, ChannelsLast, 4}, jobSweep, [4]int{2, 6, 6, 6}},
+		{planShape{8, 1024, 196, ChannelsLast, 4}, jobReduce, [4]int{2, 6, 6, 6}},
+		{planShape{32, 64, 112 * 112, ChannelsLast, 4}, jobTraining, [4]int{2, 6, 6, 6}},
+		{planShape{16, 64, 784, ChannelsLast, 4}, jobTraining, [4]int{1, 1, 1, 1}},
+		{planShape{8, 2048, 49, ChannelsFirst, 4}, jobTraining, [4]int{1, 1, 1, 1}}, // by channel
+		{planShape{8, 1024, 196, ChannelsLast, 4}, jobApply, [4]int{1, 1, 1, 1}},
+	} {
+		for i, pm := range planMachines {
+			p := planFor(planCall(r.shape, r.j, true), pm.m, DefaultTuning())
+			require.Equal(t, r.folds[i], p.Folds, "%v job %d on the %s: %+v", r.shape, r.j, pm.name, p)
+			for _, most := range []int{1, 4} {
+				tu := DefaultTuning()
+				tu.MaxFolds = most
+				capped := planFor(planCall(r.shape, r.j, true), pm.m, tu)
+				require.Equal(t, min(most, r.folds[i]), capped.Folds, "max_folds=%d: %v job %d on the %s", most, r.shape, r.j, pm.name)
+				capped.Folds = p.Folds
+				require.Equal(t, p, capped, "max_folds changed more than the folds")
+			}
+		}
+	}
+}
+
 // TestPerWorkerFor: 2^18 elements a worker on 2 cores, 2^16 from 8 on.
 func TestPerWorkerFor(t *testing.T) {
 	for cores, want := range map[int]int{0: 1 << 18, 1: 1 << 18, 2: 1 << 18, 4: 1 << 17, 8: 1 << 16, 16: 1 << 16, 128: 1 << 16} {
@@ -305,11 +348,11 @@ func TestParseTuning(t *testing.T) {
 	got, err := ParseTuning(" per_worker=131072, workers=12,wake=2,l3=0,stream_bytes=4096,by_channel=0,affine=1 ", base)
 	require.NoError(t, err)
 	require.Equal(t, Tuning{PerWorker: 131072, Workers: 12, Wake: 2, StreamBytes: 4096, Affine: true}, got)
-	got.MaxChunks = 64
+	got.MaxChunks, got.MaxFolds = 64, 1
 	back, err := ParseTuning(got.String(), Tuning{})
 	require.NoError(t, err)
 	require.Equal(t, got, back, "String and ParseTuning round trip")
-	require.Equal(t, "affine=1,by_channel=0,l3=0,max_chunks=64,per_worker=131072,stream_bytes=4096,wake=2,workers=12", got.String())
+	require.Equal(t, "affine=1,by_channel=0,l3=0,max_chunks=64,max_folds=1,per_worker=131072,stream_bytes=4096,wake=2,workers=12", got.String())
 	same, err := ParseTuning("", base)
 	require.NoError(t, err)
 	require.Equal(t, base, same)
@@ -322,7 +365,7 @@ func TestParseTuning(t *testing.T) {
 }
 
 func TestSetTuningClamps(t *testing.T) {
-	prev := SetTuning(Tuning{PerWorker: -5, Workers: -3, Wake: -1, L3: -1, StreamBytes: -1, MaxChunks: -1})
+	prev := SetTuning(Tuning{PerWorker: -5, Workers: -3, Wake: -1, L3: -1, StreamBytes: -1, MaxChunks: -1, MaxFolds: -1})
 	defer SetTuning(prev)
 	require.Equal(t, Tuning{}, CurrentTuning())
 }

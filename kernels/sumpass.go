@@ -34,9 +34,10 @@ func sweep[T Element](s *scratch, p Plan, dy, x, dx []T, mean []float64, t *affi
 	if p.Workers > 1 {
 		shared := new(sumsPass[T]) // only a pass that helpers share is copied to the heap
 		*shared = sums
-		parallel(crewOf(p), shared.n, p.Chunks, p.Align, false, shared.run)
-		sums = *shared
-	} else if sums.n > 0 {
+		parallelPasses(crewOf(p), pass{n: shared.n, ranges: p.Chunks, align: p.Align, fn: shared.run}, shared.foldPass(p, nil))
+		return shared.sumDy, shared.sumDyXc
+	}
+	if sums.n > 0 {
 		splits.serial(p.Chunks)
 		pass{n: sums.n, ranges: p.Chunks, align: p.Align, fn: sums.run}.serially()
 	}
@@ -91,17 +92,41 @@ func (p *sumsPass[T]) run(r, lo, hi int) {
 	p.job.run(lo, hi, q[:L:L], q[L:])
 }
 
-// fold adds the chunks' partial sums into sumDy and sumDyXc, in chunk
-// order.
-func (p *sumsPass[T]) fold() {
+// fold adds the chunks' partial sums into sumDy and sumDyXc on the calling
+// goroutine.
+func (p *sumsPass[T]) fold() { p.foldRange(0, len(p.sumDy)) }
+
+// foldRange adds the chunks' partial sums of channels [c0, c1) into sumDy
+// and sumDyXc: chunk after chunk in chunk order, and within a chunk a
+// channels-last period's repeats of the channels in order. Each channel's
+// sums so take one order whatever the ranges, and plan.Folds ranges may add
+// theirs up side by side (foldPass).
+func (p *sumsPass[T]) foldRange(c0, c1 int) {
 	if !p.partial {
 		return
 	}
-	L := p.L
+	L, C := p.L, len(p.sumDy)
 	for r := 0; r < len(p.parts); r += 2 * L {
-		fold(p.sumDy, p.parts[r:r+L])
-		fold(p.sumDyXc, p.parts[r+L:r+2*L])
+		for k := r; k < r+L; k += C { // L is a multiple of C (Dims.periodic)
+			addInto(p.sumDy[c0:c1], p.parts[k+c0:k+c1])
+			addInto(p.sumDyXc[c0:c1], p.parts[L+k+c0:L+k+c1])
+		}
 	}
+}
+
+// foldPass is the pass that adds up the chunks' partial sums in plan.Folds
+// ranges of channels, and then calls form, where not nil, on each range's
+// channels once their sums are whole.
+func (p *sumsPass[T]) foldPass(plan Plan, form func(sumDy, sumDyXc []float64, c0, c1 int)) pass {
+	return pass{n: len(p.sumDy), ranges: plan.Folds, align: foldAlign, fn: func(r, c0, c1 int) {
+		if r == 1 {
+			splits.folds.Add(1)
+		}
+		p.foldRange(c0, c1)
+		if form != nil {
+			form(p.sumDy, p.sumDyXc, c0, c1)
+		}
+	}}
 }
 
 // sweepJob is sweep's pass over the period dims pd, in blocks of blk: the

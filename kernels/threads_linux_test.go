@@ -76,7 +76,7 @@ func TestParallelPassesOnHelperThreads(t *testing.T) {
 		for range 20 {
 			parallelPasses(crew{workers: workers, cores: 64}, pass{n: ranges, ranges: ranges, align: 1, reverse: false, fn: func(r, _, _ int) {
 				ran[r].Add(1)
-			}}, nil, pass{})
+			}})
 			idle(t, all) // a thread still returning from the last call is not free
 		}
 		for r := range ran {

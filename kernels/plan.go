@@ -91,6 +91,13 @@ type Tuning struct {
 	// changes where partial sums start and end, so the bits: it is for
 	// measuring what many chunks cost a large tensor.
 	MaxChunks int
+	// Spin is how long, in microseconds, a pinned helper thread polls for
+	// its next task after each task before it sleeps on its futex
+	// (threads_linux.go); 0 sleeps at once. A call that finds its helpers
+	// polling hands them their shares without waking them, which takes
+	// tens of microseconds on a many-core server, at the cost of the time
+	// polled away from TensorFlow's own threads on those cores.
+	Spin int
 	// MaxFolds, where positive, caps Plan.Folds: 1 adds up the chunks'
 	// sums on the calling goroutine alone, while the helpers wait. It
 	// leaves the bits alone; it is for measuring what the fold's ranges
@@ -128,7 +135,7 @@ func CurrentTuning() Tuning { return *tuning.Load() }
 func SetTuning(t Tuning) Tuning {
 	t.PerWorker = max(0, t.PerWorker)
 	t.Workers, t.Wake, t.L3, t.StreamBytes = max(0, t.Workers), max(0, t.Wake), max(0, t.L3), max(0, t.StreamBytes)
-	t.MaxChunks, t.MaxFolds = max(0, t.MaxChunks), max(0, t.MaxFolds)
+	t.MaxChunks, t.MaxFolds, t.Spin = max(0, t.MaxChunks), max(0, t.MaxFolds), max(0, t.Spin)
 	return *tuning.Swap(&t)
 }
 
@@ -152,11 +159,12 @@ var tuningFields = map[string]func(t *Tuning) any{
 	"affine":       func(t *Tuning) any { return &t.Affine },
 	"max_chunks":   func(t *Tuning) any { return &t.MaxChunks },
 	"max_folds":    func(t *Tuning) any { return &t.MaxFolds },
+	"spin":         func(t *Tuning) any { return &t.Spin },
 }
 
 // ParseTuning returns base with the fields that spec sets: comma-separated
 // name=value pairs, names as String writes them (per_worker, workers, wake,
-// l3, stream_bytes, max_chunks, max_folds: non-negative integers, 0 the
+// l3, stream_bytes, max_chunks, max_folds, spin: non-negative integers, 0 the
 // default, which per_worker takes from the cores; by_channel, affine: 0 or
 // 1). An empty spec returns base.
 func ParseTuning(spec string, base Tuning) (Tuning, error) {

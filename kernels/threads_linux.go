@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -28,11 +29,12 @@ import (
 
 // helperThread is one pinned thread and the task a call hands it.
 type helperThread struct {
-	wake atomic.Uint32 // the futex word, bumped for each task
-	busy atomic.Bool   // from a call's claim until the task returns
-	fn   func(int)     // the task: fn(arg)
-	arg  int
-	cpu  int // the CPU it is pinned to, or -1 where pinning failed
+	wake   atomic.Uint32 // the futex word, bumped for each task
+	asleep atomic.Bool   // in or about to enter futexWait: a task must wake it
+	busy   atomic.Bool   // from a call's claim until the task returns
+	fn     func(int)     // the task: fn(arg)
+	arg    int
+	cpu    int // the CPU it is pinned to, or -1 where pinning failed
 }
 
 var helperThreads struct {
@@ -44,8 +46,11 @@ var helperThreads struct {
 // server of 128 cores with SMT.
 const maxHelperThreads = 256
 
-// helperThreadTasks counts the tasks handed to pinned threads, for tests.
-var helperThreadTasks atomic.Uint64
+// For tests: helperThreadTasks counts the tasks handed to pinned threads,
+// helperThreadWakes the threads woken for one (rouse), and
+// helperThreadSpins the tasks after which a thread polled before it slept
+// (Tuning.Spin).
+var helperThreadTasks, helperThreadWakes, helperThreadSpins atomic.Uint64
 
 // onHelperThreads hands fn(0), fn(1), ... to up to n free pinned threads on
 // CPUs other than the caller's, and returns how many it handed: fn(i) for i
@@ -84,7 +89,7 @@ func onHelperThreads(n, wake int, fn func(int)) int {
 		task = func(i int) {
 			lo, hi := wakes(len(crew), wake, i)
 			for _, t := range crew[lo:hi] {
-				futexWake(&t.wake)
+				t.rouse()
 			}
 			fn(i)
 		}
@@ -95,7 +100,7 @@ func onHelperThreads(n, wake int, fn func(int)) int {
 	}
 	lo, hi := wakes(len(crew), wake, -1)
 	for _, t := range crew[lo:hi] {
-		futexWake(&t.wake) // the others are woken by those (task)
+		t.rouse() // the others are roused by those (task)
 	}
 	helperThreadTasks.Add(uint64(len(crew)))
 	return len(crew)
@@ -136,7 +141,9 @@ func startHelperThreads() {
 }
 
 // serve pins the thread and runs the tasks handed to it, asleep on wake in
-// between.
+// between: after each task it first polls wake for Tuning.Spin
+// microseconds, where a task handed to it starts without a system call on
+// either side, then sleeps.
 func (t *helperThread) serve(started *sync.WaitGroup) {
 	runtime.LockOSThread() // for good: the pinned thread runs this goroutine alone
 	if !pinThread(t.cpu) {
@@ -144,15 +151,40 @@ func (t *helperThread) serve(started *sync.WaitGroup) {
 	}
 	seen := t.wake.Load()
 	started.Done()
+	spin := time.Duration(0)
 	for {
+		for start := time.Now(); spin > 0 && t.wake.Load() == seen && time.Since(start) < spin; {
+			yieldCPU()
+		}
 		for t.wake.Load() == seen {
-			futexWait(&t.wake, seen)
+			t.asleep.Store(true)
+			futexWait(&t.wake, seen) // at once where wake has moved on since
+			t.asleep.Store(false)
 		}
 		seen = t.wake.Load()
 		fn, arg := t.fn, t.arg
 		t.fn = nil
 		fn(arg)
 		t.busy.Store(false)
+		spin = time.Duration(CurrentTuning().Spin) * time.Microsecond
+		if spin > 0 {
+			helperThreadSpins.Add(1)
+		}
+	}
+}
+
+// yieldCPU lets any other thread that waits for this CPU run first: a
+// polling helper gives way to TensorFlow's threads on its core at once.
+func yieldCPU() { syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
+
+// rouse wakes t for the task just handed to it (wake bumped) where it
+// sleeps; one still polling sees wake move. The two sides' stores come
+// before their loads (asleep, then wake in the futex; wake, then asleep
+// here), so one of them sees the other's.
+func (t *helperThread) rouse() {
+	if t.asleep.Load() {
+		helperThreadWakes.Add(1)
+		futexWake(&t.wake)
 	}
 }
 

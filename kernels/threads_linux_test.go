@@ -132,3 +132,55 @@ func TestWakeTree(t *testing.T) {
 		}
 	}
 }
+
+// With Tuning.Spin a thread polls for its next task after each task: one
+// handed to it while it polls needs no futex wake, and once the spin is 0
+// again the thread sleeps after its task and the next one wakes it. The
+// thread is one of the test's own, pinned to the first CPU the process may
+// use, so no call of another test hands it a task.
+func TestHelperThreadSpin(t *testing.T) {
+	cpus := allowedCPUs()
+	require.NotEmpty(t, cpus)
+	th := &helperThread{cpu: cpus[0]}
+	var started sync.WaitGroup
+	started.Add(1)
+	go th.serve(&started) // it stays asleep on its futex once the test ends
+	started.Wait()
+	spinFor := func(us int) int { return setTuningField(func(t *Tuning) *int { return &t.Spin }, us) }
+	defer spinFor(spinFor(1_000_000)) // a second: longer than the test polls
+	var ran atomic.Int32
+	hand := func() (woken uint64) {
+		before := helperThreadWakes.Load()
+		require.True(t, th.busy.CompareAndSwap(false, true), "the thread is still busy")
+		th.fn, th.arg = func(int) { ran.Add(1) }, 0
+		th.wake.Add(1)
+		th.rouse()
+		woken = helperThreadWakes.Load() - before
+		deadline := time.Now().Add(5 * time.Second)
+		for th.busy.Load() {
+			require.True(t, time.Now().Before(deadline), "the task did not run in 5 s")
+			runtime.Gosched()
+		}
+		return woken
+	}
+	untilAsleep := func() {
+		deadline := time.Now().Add(5 * time.Second)
+		for !th.asleep.Load() {
+			require.True(t, time.Now().Before(deadline), "the thread did not sleep in 5 s")
+			time.Sleep(time.Millisecond)
+		}
+	}
+	untilAsleep()
+	spins := helperThreadSpins.Load()
+	require.Equal(t, uint64(1), hand(), "the first task wakes the thread asleep since it started")
+	for i := range 10 {
+		require.False(t, th.asleep.Load(), "task %d: the thread slept while it should poll", i)
+		require.Zero(t, hand(), "task %d handed to a polling thread woke it", i)
+	}
+	require.Equal(t, uint64(11), helperThreadSpins.Load()-spins, "tasks followed by a poll")
+	spinFor(0)
+	require.Zero(t, hand(), "the last task of the polling thread")
+	untilAsleep()
+	require.Equal(t, uint64(1), hand(), "a task handed to the thread asleep after spin 0")
+	require.Equal(t, int32(13), ran.Load())
+}

@@ -6,6 +6,6 @@ import "sync/atomic"
 
 // Elsewhere a call's helpers are goroutines (see threads_linux.go).
 
-var helperThreadTasks atomic.Uint64
+var helperThreadTasks, helperThreadWakes, helperThreadSpins atomic.Uint64
 
 func onHelperThreads(n, wake int, fn func(int)) int { return 0 }

@@ -16,13 +16,13 @@ cut short leaves what it measured:
    as STREAM does. That is STREAM's add; its traffic, two reads and one
    write, is the triad's (internal/cmd/triad, in Go, is make bench's).
 3. The sweep: the CPU kernels' measured constants (kernels.Tuning:
-   per_worker, then wake, stream_bytes, max_chunks and max_folds) set through
-   gobnCPUPlan between the calls of one process, each setting timed on the
-   same chains of gobn calls, interleaved round by round; the setting with
-   the least geometric mean of the times (each case's time over its best)
-   is kept for the rest of the run where it beats the library's default by
-   5 % (SWEEP_MARGIN) twice, in the stage and in a round of the two alone;
-   all the times are recorded.
+   per_worker, then wake, stream_bytes, max_chunks, chunk_grain and
+   max_folds) set through gobnCPUPlan between the calls of one process,
+   each setting timed on the same chains of gobn calls, interleaved round
+   by round; the setting with the least geometric mean of the times (each
+   case's time over its best) is kept for the rest of the run where it
+   beats the library's default by 5 % (SWEEP_MARGIN) twice, in the stage
+   and in a round of the two alone; all the times are recorded.
 4. Per call, stock against gobn as the issue times them: chains of K
    FusedBatchNormGradV3 in one tf.function (each call's x_backprop the next
    one's y_backprop; K so that a chain takes about 10 ms, at most 100),
@@ -75,6 +75,7 @@ STAGES = [("per_worker", ["per_worker=32768", "per_worker=65536", "per_worker=13
           ("wake", ["wake=0", "wake=2", "wake=4"]),
           ("stream_bytes", ["stream_bytes=0", "stream_bytes=8388608", "stream_bytes=1099511627776"]),
           ("max_chunks", ["max_chunks=0", "max_chunks=64"]),
+          ("chunk_grain", ["chunk_grain=0", "chunk_grain=32768", "chunk_grain=16384"]),
           ("max_folds", ["max_folds=0", "max_folds=1"])]
 
 

@@ -91,6 +91,12 @@ type Tuning struct {
 	// changes where partial sums start and end, so the bits: it is for
 	// measuring what many chunks cost a large tensor.
 	MaxChunks int
+	// ChunkGrain, where positive, replaces chunkGrain (float32 elements;
+	// half as many Half or BFloat16). Like MaxChunks it moves where partial
+	// sums start and end, so the bits: it is for measuring how finely a
+	// many-core machine's workers should share a gradient. It leaves alone
+	// which gradients run by channel.
+	ChunkGrain int
 	// Spin is how long, in microseconds, a pinned helper thread polls for
 	// its next task after each task before it sleeps on its futex
 	// (threads_linux.go); 0 sleeps at once. A call that finds its helpers
@@ -135,7 +141,7 @@ func CurrentTuning() Tuning { return *tuning.Load() }
 func SetTuning(t Tuning) Tuning {
 	t.PerWorker = max(0, t.PerWorker)
 	t.Workers, t.Wake, t.L3, t.StreamBytes = max(0, t.Workers), max(0, t.Wake), max(0, t.L3), max(0, t.StreamBytes)
-	t.MaxChunks, t.MaxFolds, t.Spin = max(0, t.MaxChunks), max(0, t.MaxFolds), max(0, t.Spin)
+	t.MaxChunks, t.MaxFolds, t.Spin, t.ChunkGrain = max(0, t.MaxChunks), max(0, t.MaxFolds), max(0, t.Spin), max(0, t.ChunkGrain)
 	return *tuning.Swap(&t)
 }
 
@@ -158,15 +164,16 @@ var tuningFields = map[string]func(t *Tuning) any{
 	"by_channel":   func(t *Tuning) any { return &t.ByChannel },
 	"affine":       func(t *Tuning) any { return &t.Affine },
 	"max_chunks":   func(t *Tuning) any { return &t.MaxChunks },
+	"chunk_grain":  func(t *Tuning) any { return &t.ChunkGrain },
 	"max_folds":    func(t *Tuning) any { return &t.MaxFolds },
 	"spin":         func(t *Tuning) any { return &t.Spin },
 }
 
 // ParseTuning returns base with the fields that spec sets: comma-separated
 // name=value pairs, names as String writes them (per_worker, workers, wake,
-// l3, stream_bytes, max_chunks, max_folds, spin: non-negative integers, 0 the
-// default, which per_worker takes from the cores; by_channel, affine: 0 or
-// 1). An empty spec returns base.
+// l3, stream_bytes, max_chunks, chunk_grain, max_folds, spin: non-negative
+// integers, 0 the default, which per_worker takes from the cores;
+// by_channel, affine: 0 or 1). An empty spec returns base.
 func ParseTuning(spec string, base Tuning) (Tuning, error) {
 	t := base
 	for _, pair := range strings.Split(spec, ",") {
@@ -347,7 +354,10 @@ const (
 	// worker claims at a time. Chunks far smaller than PerWorker let up to
 	// 64 workers share a gradient of a few million elements evenly, and
 	// cost little besides: their partial sums, 2·L float64 a chunk, added
-	// up once per call.
+	// up once per call (in ranges, Plan.Folds). From 8 cores on PerWorker
+	// is 2^16 too, so a gradient of a few chunks has about one a worker,
+	// which helpers that start late share unevenly: Tuning.ChunkGrain
+	// measures finer ones there (bench/manycore.py's sweep).
 	chunkGrain = 1 << 16
 	maxChunks  = 1024
 	// minChunkRows: a chunk has at least this many times L elements (L the
@@ -446,7 +456,14 @@ func planFor(c call, m Machine, t Tuning) Plan {
 		p.Align = p.SumsBlock
 	}
 	p.Chunks = 1
-	if chunks := n / grain; chunks >= 2 {
+	cut := grain
+	if t.ChunkGrain > 0 {
+		cut = max(t.ChunkGrain, minChunkRows*L)
+		if c.half {
+			cut = max(t.ChunkGrain/2, minChunkRows*L)
+		}
+	}
+	if chunks := n / cut; chunks >= 2 {
 		chunks += chunks % 2 // two or four workers end together
 		most := maxChunks
 		if t.MaxChunks > 0 {

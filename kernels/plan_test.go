@@ -330,7 +330,8 @@ func TestPlanTwoCoresAsBefore(t *testing.T) {
 
 // The tuning's caps: workers leaves cores to TensorFlow's threads (a
 // machine's cgroup quota does the same through Machine.Cores), max_chunks
-// lowers the chunks.
+// lowers the chunks, chunk_grain cuts finer ones (at least minChunkRows rows)
+// and leaves the by-channel choice alone.
 func TestPlanTuningCaps(t *testing.T) {
 	s := planShape{32, 64, 112 * 112, ChannelsLast, 4}
 	tu, err := ParseTuning("workers=8,max_chunks=64", DefaultTuning())
@@ -341,6 +342,26 @@ func TestPlanTuningCaps(t *testing.T) {
 		require.Equal(t, min(8, pm.m.Cores), p.Cores, pm.name)
 		require.Equal(t, 64, p.Chunks, pm.name)
 	}
+	fine, err := ParseTuning("chunk_grain=16384", DefaultTuning())
+	require.NoError(t, err)
+	for _, c := range []struct {
+		shape  planShape
+		chunks int
+	}{
+		{planShape{16, 64, 784, ChannelsLast, 4}, 49},         // 802,816 elements in 49 tiled sums blocks of 16384
+		{planShape{8, 64, 784, ChannelsLast, 2}, 25},          // 401,408 Half elements in 25 blocks
+		{planShape{32, 2048, 49, ChannelsLast, 4}, 98},        // rows of 2048: chunks of 16 rows, 32768 elements
+		{planShape{32, 64, 112 * 112, ChannelsLast, 4}, 1024}, // maxChunks
+		{planShape{8, 64, 784, ChannelsFirst, 4}, 24},         // still by channel, in the same units
+	} {
+		for _, pm := range planMachines {
+			def := planFor(planCall(c.shape, jobTraining, true), pm.m, DefaultTuning())
+			p := planFor(planCall(c.shape, jobTraining, true), pm.m, fine)
+			require.Equal(t, c.chunks, p.Chunks, "%v on the %s", c.shape, pm.name)
+			require.Equal(t, def.Form, p.Form, "%v on the %s", c.shape, pm.name)
+			require.Equal(t, def.Units, p.Units, "%v on the %s", c.shape, pm.name)
+		}
+	}
 }
 
 func TestParseTuning(t *testing.T) {
@@ -348,11 +369,11 @@ func TestParseTuning(t *testing.T) {
 	got, err := ParseTuning(" per_worker=131072, workers=12,wake=2,l3=0,stream_bytes=4096,by_channel=0,affine=1 ", base)
 	require.NoError(t, err)
 	require.Equal(t, Tuning{PerWorker: 131072, Workers: 12, Wake: 2, StreamBytes: 4096, Affine: true}, got)
-	got.MaxChunks, got.MaxFolds, got.Spin = 64, 1, 50
+	got.MaxChunks, got.MaxFolds, got.Spin, got.ChunkGrain = 64, 1, 50, 16384
 	back, err := ParseTuning(got.String(), Tuning{})
 	require.NoError(t, err)
 	require.Equal(t, got, back, "String and ParseTuning round trip")
-	require.Equal(t, "affine=1,by_channel=0,l3=0,max_chunks=64,max_folds=1,per_worker=131072,spin=50,stream_bytes=4096,wake=2,workers=12", got.String())
+	require.Equal(t, "affine=1,by_channel=0,chunk_grain=16384,l3=0,max_chunks=64,max_folds=1,per_worker=131072,spin=50,stream_bytes=4096,wake=2,workers=12", got.String())
 	same, err := ParseTuning("", base)
 	require.NoError(t, err)
 	require.Equal(t, base, same)
@@ -365,7 +386,7 @@ func TestParseTuning(t *testing.T) {
 }
 
 func TestSetTuningClamps(t *testing.T) {
-	prev := SetTuning(Tuning{PerWorker: -5, Workers: -3, Wake: -1, L3: -1, StreamBytes: -1, MaxChunks: -1, MaxFolds: -1, Spin: -1})
+	prev := SetTuning(Tuning{PerWorker: -5, Workers: -3, Wake: -1, L3: -1, StreamBytes: -1, MaxChunks: -1, MaxFolds: -1, Spin: -1, ChunkGrain: -1})
 	defer SetTuning(prev)
 	require.Equal(t, Tuning{}, CurrentTuning())
 }

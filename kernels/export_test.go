@@ -48,8 +48,8 @@ func ResetSplitStats() {
 	splits.folds.Store(0)
 }
 
-// AffineSplits reports how many calls since ResetSplitStats ran a second
-// pass with each range on the worker that ran it in the first (pass.affine).
+// AffineSplits reports how many calls since ResetSplitStats ran a pass
+// with each range on the worker that ran it in the first (pass.affine).
 func AffineSplits() uint64 { return splits.affine.Load() }
 
 // FoldSplits reports how many calls since ResetSplitStats added up their

@@ -100,23 +100,36 @@ func (g FusedGradArgs[T]) setup() (*scratch, []float64, affine) {
 }
 
 // twoPasses sums the chunks of plan p, adds up their sums in p.Folds ranges
-// of channels, then writes dx by t over the same chunks: three passes with
-// the same helpers (parallelPasses), each chunk of the last on the worker
-// that summed it where the plan says (Plan.Affine). form, where not nil,
-// sets t's coefficients of a range of channels from their sums once they
-// are whole. It returns the sums. t has Mean set.
+// of channels, then writes dx by t over the same chunks: passes with the
+// same helpers (parallelPasses), each chunk of the last on the worker that
+// summed it where the plan says (Plan.Affine). A fold of one range needs no
+// pass of its own: the caller adds up the sums before the last pass, while
+// the helpers wait at its gate. form, where not nil, sets t's coefficients
+// of a range of channels from their sums once they are whole. It returns
+// the sums. t has Mean set.
 func twoPasses[T Element](s *scratch, p Plan, dy, x, dx []T, mean []float64, t affine,
 	form func(sumDy, sumDyXc []float64, c0, c1 int)) (sumDy, sumDyXc []float64) {
 	sums := new(sumsPass[T])
 	*sums = newSums(s, p, dy, x, mean)
 	apply := new(applyJob[T])
-	parallelPasses(crewOf(p),
-		pass{n: sums.n, ranges: p.Chunks, align: p.Align, fn: sums.run},
-		sums.foldPass(p, form),
-		// The first pass's chunks, so that an affine pass finds its data
-		// where it left it; last chunk first, as applyAll, where not affine.
-		pass{n: sums.n, ranges: p.Chunks, align: p.Align, fn: apply.runRange, reverse: true, affine: p.Affine,
-			before: func() { *apply = newApply(s, p, t, dy, x, dx) }})
+	first := pass{n: sums.n, ranges: p.Chunks, align: p.Align, fn: sums.run}
+	// The first pass's chunks, so that an affine pass finds its data where
+	// it left it; last chunk first, as applyAll, where not affine.
+	last := pass{n: sums.n, ranges: p.Chunks, align: p.Align, fn: apply.runRange, reverse: true, affine: p.Affine,
+		before: func() { *apply = newApply(s, p, t, dy, x, dx) }}
+	if p.Folds > 1 {
+		parallelPasses(crewOf(p), first, sums.foldPass(p, form), last)
+		return sums.sumDy, sums.sumDyXc
+	}
+	applyBefore := last.before
+	last.before = func() {
+		sums.fold()
+		if form != nil {
+			form(sums.sumDy, sums.sumDyXc, 0, len(sums.sumDy))
+		}
+		applyBefore()
+	}
+	parallelPasses(crewOf(p), first, last)
 	return sums.sumDy, sums.sumDyXc
 }
 

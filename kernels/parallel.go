@@ -37,7 +37,7 @@ var splits splitCounter
 type splitCounter struct {
 	calls                 atomic.Uint64
 	maxRanges, maxWorkers atomic.Int64
-	affine                atomic.Uint64 // the calls whose second pass was affine
+	affine                atomic.Uint64 // the calls with an affine pass after the first
 	folds                 atomic.Uint64 // the calls that added up their chunks' sums in ranges (Plan.Folds)
 }
 

@@ -3,6 +3,8 @@ package kernels
 import (
 	"fmt"
 	"runtime"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -118,8 +120,10 @@ func TestParallelPassesOrder(t *testing.T) {
 	}
 }
 
-// A panic in either pass, or in the second's before, reaches the caller, and
-// no helper is left waiting at the gate.
+// A panic in any pass, or in any pass's before, reaches the caller; no
+// pass after it runs, and no helper is left waiting at a gate: the
+// goroutines settle back to their count before the call, no helper stays
+// reserved (helpersOut) and every pinned helper thread is free again.
 func TestParallelPassesPanics(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
 	four := crew{workers: 4, cores: 64}
@@ -130,48 +134,58 @@ func TestParallelPassesPanics(t *testing.T) {
 			}
 		}
 	}
-	for _, c := range []struct {
-		at     string
-		affine bool
-	}{{"first", false}, {"between", false}, {"second", false}, {"first", true}, {"between", true}, {"second", true}} {
-		at := c.at
-		t.Run(fmt.Sprintf("%s/affine=%v", at, c.affine), func(t *testing.T) {
-			// A first call starts whatever lasts (helper threads, where the
-			// system has them).
-			parallelPasses(four, pass{n: 40, ranges: 4, align: 10, reverse: false, fn: func(int, int, int) {}})
-			before := runtime.NumGoroutine()
-			var secondRan atomic.Int32
-			assert.PanicsWithValue(t, func() any {
-				if at == "between" {
-					return "boom in between"
+	order := []string{"first", "before middle", "middle", "before last", "last"}
+	for _, at := range order {
+		for _, affine := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/affine=%v", at, affine), func(t *testing.T) {
+				// A first call starts whatever lasts (helper threads, where
+				// the system has them); its helpers end before the count.
+				parallelPasses(four, pass{n: 40, ranges: 4, align: 10, reverse: false, fn: func(int, int, int) {}})
+				before := settledGoroutines()
+				var ran [3]atomic.Int32
+				in := func(i, at0 int, where string) func(r, _, _ int) {
+					return func(r, _, _ int) {
+						ran[i].Add(1)
+						if r == at0 {
+							boom(at, where)()
+						}
+					}
 				}
-				return "kernels: worker panicked: boom in " + at
-			}(), func() {
-				parallelPasses(four,
-					pass{n: 40, ranges: 4, align: 10, reverse: false, fn: func(r, _, _ int) {
-						if r == 2 {
-							boom(at, "first")()
-						}
-					}},
-					pass{n: 40, ranges: 4, align: 10, affine: c.affine, before: boom(at, "between"), fn: func(r, _, _ int) {
-						secondRan.Add(1)
-						if r == 1 {
-							boom(at, "second")()
-						}
-					}})
+				want := "kernels: worker panicked: boom in " + at
+				if strings.HasPrefix(at, "before") {
+					want = "boom in " + at
+				}
+				assert.PanicsWithValue(t, want, func() {
+					parallelPasses(four,
+						pass{n: 40, ranges: 4, align: 10, fn: in(0, 2, "first")},
+						pass{n: 20, ranges: 2, align: 10, before: boom(at, "before middle"), fn: in(1, 1, "middle")},
+						pass{n: 40, ranges: 4, align: 10, affine: affine, before: boom(at, "before last"), fn: in(2, 1, "last")})
+				})
+				for i, from := range []int{2, 4} { // the passes after the panic's
+					if slices.Index(order, at) < from {
+						assert.Zero(t, ran[i+1].Load(), "pass %d ran after a panic before it", i+1)
+					}
+				}
+				assert.LessOrEqual(t, settledGoroutines(), before, "helpers left running")
+				assert.Zero(t, helpersOut.Load(), "helpers still reserved")
+				waitHelperThreadsFree(t)
 			})
-			if at != "second" {
-				assert.Zero(t, secondRan.Load(), "the second pass ran after a panic before it")
-			}
-			// Helpers end on their own once the gate is open. (Not
-			// assert.Eventually: it counts as a goroutine of its own.)
-			deadline := time.Now().Add(time.Second)
-			for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-				time.Sleep(time.Millisecond)
-			}
-			assert.LessOrEqual(t, runtime.NumGoroutine(), before, "helpers left running")
-		})
+		}
 	}
+}
+
+// settledGoroutines returns the goroutine count once it has stayed the same
+// for 10 ms (helpers of a call that returned may still be ending), or after
+// a second.
+func settledGoroutines() int {
+	n, since := runtime.NumGoroutine(), time.Now()
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline) && time.Since(since) < 10*time.Millisecond; {
+		time.Sleep(time.Millisecond)
+		if m := runtime.NumGoroutine(); m != n {
+			n, since = m, time.Now()
+		}
+	}
+	return n
 }
 
 // An affine pass has a worker run the ranges it ran in the pass before,
@@ -209,13 +223,14 @@ func TestParallelPassesAffineOnSameWorker(t *testing.T) {
 			t.Errorf("range %d waited 10 s for range %d: the two workers did not run together", r, other)
 		}
 	}
-	for range 20 {
+	for i := range 40 {
+		middle := i%2 == 1 // a one-range pass between: the affine pass follows the first still
 		var firstBy, secondBy [4]uint64
 		started1, started2 := make([]chan struct{}, 4), make([]chan struct{}, 4)
 		for r := range 4 {
 			started1[r], started2[r] = make(chan struct{}), make(chan struct{})
 		}
-		parallelPasses(crew{workers: 2, cores: 64},
+		passes := []pass{
 			// Ranges 0 and 1 meet, so each worker has one; 1 waits for 2 to
 			// begin, so the worker of 0 takes 2, and 2 for 3, so the worker
 			// of 1 takes 3.
@@ -233,6 +248,11 @@ func TestParallelPassesAffineOnSameWorker(t *testing.T) {
 					close(started1[3])
 				}
 			}},
+		}
+		if middle {
+			passes = append(passes, pass{n: 1, ranges: 1, align: 1, fn: func(int, int, int) {}})
+		}
+		passes = append(passes,
 			// Each worker's first range meets the other's, and its second
 			// meets the other's second: neither is done while the other
 			// still has a range of its own to take.
@@ -241,10 +261,11 @@ func TestParallelPassesAffineOnSameWorker(t *testing.T) {
 				partner := map[int]int{3: 2, 2: 3, 1: 0, 0: 1}[r]
 				meet(t, started2, r, partner)
 			}})
+		parallelPasses(crew{workers: 2, cores: 64}, passes...)
 		require.NotEqual(t, firstBy[0], firstBy[1], "ranges 0 and 1 ran on one goroutine")
 		require.Equal(t, firstBy[0], firstBy[2])
 		require.Equal(t, firstBy[1], firstBy[3])
-		assert.Equal(t, firstBy, secondBy, "the second pass's ranges ran on other goroutines than the first's")
+		assert.Equal(t, firstBy, secondBy, "middle pass %v: the affine pass's ranges ran on other goroutines than the first's", middle)
 	}
 }
 

@@ -99,17 +99,23 @@ type Tuning struct {
 	ChunkGrain int
 	// Spin is how long, in microseconds, a pinned helper thread polls for
 	// its next task after each task before it sleeps on its futex
-	// (threads_linux.go); 0 sleeps at once. A call that finds its helpers
+	// (threads_linux.go); 0 sleeps at once, and SetTuning caps it at
+	// maxSpin. A call that finds its helpers
 	// polling hands them their shares without waking them, which takes
 	// tens of microseconds on a many-core server, at the cost of the time
 	// polled away from TensorFlow's own threads on those cores.
 	Spin int
 	// MaxFolds, where positive, caps Plan.Folds: 1 adds up the chunks'
-	// sums on the calling goroutine alone, while the helpers wait. It
-	// leaves the bits alone; it is for measuring what the fold's ranges
-	// save a call of many chunks of wide rows.
+	// sums on the calling goroutine alone, while the helpers wait (as
+	// every call of one range does). It leaves the bits alone; it is for
+	// measuring what the fold's ranges save a call of many chunks of wide
+	// rows.
 	MaxFolds int
 }
+
+// maxSpin caps Tuning.Spin: 10 ms, a TensorFlow op's time many times over,
+// so that a mistyped setting cannot keep every helper thread polling.
+const maxSpin = 10_000
 
 // DefaultTuning returns the tuning a process starts with.
 func DefaultTuning() Tuning {
@@ -141,7 +147,8 @@ func CurrentTuning() Tuning { return *tuning.Load() }
 func SetTuning(t Tuning) Tuning {
 	t.PerWorker = max(0, t.PerWorker)
 	t.Workers, t.Wake, t.L3, t.StreamBytes = max(0, t.Workers), max(0, t.Wake), max(0, t.L3), max(0, t.StreamBytes)
-	t.MaxChunks, t.MaxFolds, t.Spin, t.ChunkGrain = max(0, t.MaxChunks), max(0, t.MaxFolds), max(0, t.Spin), max(0, t.ChunkGrain)
+	t.MaxChunks, t.MaxFolds, t.ChunkGrain = max(0, t.MaxChunks), max(0, t.MaxFolds), max(0, t.ChunkGrain)
+	t.Spin = min(max(0, t.Spin), maxSpin)
 	return *tuning.Swap(&t)
 }
 

@@ -271,7 +271,8 @@ func TestPlanTable(t *testing.T) {
 // TestPlanFolds pins the ranges in which the chunks' partial sums are added
 // up: a range of foldGrain sums or more, at most a range a worker. The
 // channels-last rows of 2048 channels in fifty chunks take 25 ranges where
-// the workers allow; rows of 64 channels add up on the calling goroutine.
+// the workers allow; twelve chunks of rows of 64 channels, one range (on the
+// calling goroutine, twoPasses).
 func TestPlanFolds(t *testing.T) {
 	for _, r := range []struct {
 		shape planShape
@@ -389,6 +390,8 @@ func TestSetTuningClamps(t *testing.T) {
 	prev := SetTuning(Tuning{PerWorker: -5, Workers: -3, Wake: -1, L3: -1, StreamBytes: -1, MaxChunks: -1, MaxFolds: -1, Spin: -1, ChunkGrain: -1})
 	defer SetTuning(prev)
 	require.Equal(t, Tuning{}, CurrentTuning())
+	SetTuning(Tuning{Spin: 1_000_000_000}) // a mistyped spin: the helpers would poll for 16 minutes
+	require.Equal(t, maxSpin, CurrentTuning().Spin)
 }
 
 // lastLevel counts on at most maxL3PerCore a CPU sharing the cache.

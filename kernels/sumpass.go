@@ -34,7 +34,13 @@ func sweep[T Element](s *scratch, p Plan, dy, x, dx []T, mean []float64, t *affi
 	if p.Workers > 1 {
 		shared := new(sumsPass[T]) // only a pass that helpers share is copied to the heap
 		*shared = sums
-		parallelPasses(crewOf(p), pass{n: shared.n, ranges: p.Chunks, align: p.Align, fn: shared.run}, shared.foldPass(p, nil))
+		first := pass{n: shared.n, ranges: p.Chunks, align: p.Align, fn: shared.run}
+		if p.Folds > 1 {
+			parallelPasses(crewOf(p), first, shared.foldPass(p, nil))
+		} else {
+			parallelPasses(crewOf(p), first)
+			shared.fold()
+		}
 		return shared.sumDy, shared.sumDyXc
 	}
 	if sums.n > 0 {

@@ -21,9 +21,10 @@ import (
 // CPUs"). So on Linux a
 // call's helpers run on threads of gobn's own, one pinned to each CPU the
 // process may use (the first maxHelperThreads of them), each asleep on a
-// futex between calls: a call wakes threads pinned to CPUs other than the
-// one it runs on, which start some tens of microseconds later and never on
-// the caller's CPU. A call that finds no such thread free (other calls hold them), or a
+// futex between calls (after polling for Tuning.Spin microseconds, 0 by
+// default): a call wakes threads pinned to CPUs other than the one it runs
+// on, which start some tens of microseconds later and never on the
+// caller's CPU. A call that finds no such thread free (other calls hold them), or a
 // process whose GOMAXPROCS leaves no room for them (below), starts
 // goroutines instead.
 
@@ -165,11 +166,11 @@ func (t *helperThread) serve(started *sync.WaitGroup) {
 		fn, arg := t.fn, t.arg
 		t.fn = nil
 		fn(arg)
-		t.busy.Store(false)
 		spin = time.Duration(CurrentTuning().Spin) * time.Microsecond
 		if spin > 0 {
-			helperThreadSpins.Add(1)
+			helperThreadSpins.Add(1) // before busy: a test that sees the thread free sees the count
 		}
+		t.busy.Store(false)
 	}
 }
 

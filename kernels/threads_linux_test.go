@@ -144,10 +144,18 @@ func TestHelperThreadSpin(t *testing.T) {
 	th := &helperThread{cpu: cpus[0]}
 	var started sync.WaitGroup
 	started.Add(1)
-	go th.serve(&started) // it stays asleep on its futex once the test ends
+	go th.serve(&started)
 	started.Wait()
-	spinFor := func(us int) int { return setTuningField(func(t *Tuning) *int { return &t.Spin }, us) }
-	defer spinFor(spinFor(1_000_000)) // a second: longer than the test polls
+	// A spin of a second, longer than the test polls: past maxSpin, which
+	// SetTuning would cap, so stored as it is.
+	spinFor := func(us int) int {
+		tu := CurrentTuning()
+		prev := tu.Spin
+		tu.Spin = us
+		tuning.Store(&tu)
+		return prev
+	}
+	defer spinFor(spinFor(1_000_000))
 	var ran atomic.Int32
 	hand := func() (woken uint64) {
 		before := helperThreadWakes.Load()
@@ -183,4 +191,15 @@ func TestHelperThreadSpin(t *testing.T) {
 	untilAsleep()
 	require.Equal(t, uint64(1), hand(), "a task handed to the thread asleep after spin 0")
 	require.Equal(t, int32(13), ran.Load())
+	// The last task ends the thread's goroutine, and with it the thread.
+	th.fn, th.arg = func(int) { runtime.Goexit() }, 0
+	th.wake.Add(1)
+	th.rouse()
+}
+
+// waitHelperThreadsFree fails unless every pinned helper thread started so
+// far is free within a second (one stuck at a gate never is).
+func waitHelperThreadsFree(t *testing.T) {
+	t.Helper()
+	idle(t, helperThreads.all)
 }

@@ -38,7 +38,9 @@ cut short leaves what it measured:
    gobn.enable() against stock, oneDNN on (bench/models.py: stock,
    stock again and gobn in processes of their own, in lockstep), gobn with
    the sweep's tuning and, as gobn_plan, with its workers capped at half the
-   cores (what TensorFlow's own pools then have to themselves).
+   cores (what TensorFlow's own pools then have to themselves), or with
+   --steps-plan's settings added instead (--steps-plan spin=100 times the
+   helper threads' polling in a step).
 
 --budget (seconds, default 210) scales the repetitions so the whole run
 takes about that long; --quick is a smoke test (a few cases, short steps),
@@ -89,6 +91,9 @@ def parse_args(argv=None):
                                     "instead of the sweep's pick; the sweep is skipped")
     p.add_argument("--no-sweep", action="store_true", help="keep the library's tuning")
     p.add_argument("--no-steps", action="store_true", help="skip the training steps")
+    p.add_argument("--steps-plan", metavar="SPEC",
+                   help="the steps' gobn_plan config adds this tuning to the run's (e.g. spin=100) instead of "
+                        "capping gobn's workers at half the cores")
     p.add_argument("--only", default="", help="only the per-call cases whose name contains this")
     p.add_argument("--report", metavar="JSON", help="print a record's tables (markdown) and exit")
     p.add_argument("--cases", default="suite,b32,issue",
@@ -338,7 +343,7 @@ def sweep(tf, np, ops, base, cases, reps, seconds, record):
 # Steps.
 
 
-def steps(spec, tunable, cores, quick, record):
+def steps(spec, tunable, cores, quick, record, plan_spec=None):
     from bench import models as bench_models
     argv = ["--routes", "tf_keras", "--onednn", "on", "--no-float64", "--timeout", "300"]
     argv += (["--rounds", "2", "--steps-per-round", "1", "--warmup", "1"] if quick else
@@ -346,7 +351,7 @@ def steps(spec, tunable, cores, quick, record):
     cap = max(1, cores // 2)
     os.environ.pop("TF_CPU_ALLOCATOR_USE_BFC", None)  # steps as make bench-models runs them
     if tunable:  # a library with GOBN_CPU_PLAN
-        argv += ["--gobn-plan", ",".join(x for x in (spec, f"workers={cap}") if x)]
+        argv += ["--gobn-plan", ",".join(x for x in (spec, plan_spec or f"workers={cap}") if x)]
     if spec:
         os.environ["GOBN_CPU_PLAN"] = spec  # gobn's process, and gobn_plan's before its own
     margs = bench_models.parse_args(argv)
@@ -510,7 +515,7 @@ def main(argv=None):
     record.phase("per_call")
     if not args.no_steps:
         try:
-            steps(spec, plan is not None, cores, args.quick, record)
+            steps(spec, plan is not None, cores, args.quick, record, args.steps_plan)
         except Exception:
             record.data.setdefault("errors", []).append(traceback.format_exc()[-2000:])
         record.phase("steps")

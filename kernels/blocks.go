@@ -21,16 +21,20 @@ const (
 	wideSweepBlockLen = 65536
 )
 
-// The sums pass alone (TrainingGrad's first, reduce) takes blocks of
-// sumsBlockLen elements in a tensor of at most maxTiledBytes: enough rows
-// for the float32 tiles of the vector loops (sumsTiles) to sum rows of
-// hundreds of channels a tile at a time. A tile narrower than the row walks
-// each row in pieces, which the hardware prefetcher follows from L3 but
-// not from DRAM, so a larger tensor takes blocks of blockLen, too few
-// elements to tile unless the row is one tile wide (minWideTile).
-// BenchmarkTrainingGrad's channels-last cases chose both: NHWC 8x28x28x512
-// float32 (12.8 MB) sums as fast in rows as in tiles, smaller tensors
-// faster in tiles.
+// The sums pass alone (TrainingGrad's first, reduce, and the first of
+// inference's two passes) takes blocks of sumsBlockLen elements, whatever
+// the tensor's size: enough rows for the float32 tiles of the vector loops
+// (sumsTiles) to sum rows of up to 4096 channels a tile at a time. The
+// tiles walk each row in pieces, but keep no float64 accumulators in L1,
+// which rows of 2048 channels summed in order cannot hold beside the row.
+// On the 2-core Xeon, against the rows that tensors beyond 8 MiB took
+// before, NHWC gradients of 12.8 to 103 MB a tensor took 0.70 to 0.91 of
+// the time in tiles (float32, AVX-512 or AVX2; bfloat16 0.40 to 1.02),
+// even where the three tensors outgrow the 260 MiB L3 the VM reports
+// (32x56x56x256), and 32x7x7x2048 0.78 (BenchmarkTrainingGrad's wide
+// cases; docs/performance.md, "Block and range sizes"). maxTiledBytes
+// bounds the tensors that sweep in blocks of sumsBlockLen (tiledBlock);
+// minWideTile is the least block a tile narrower than the row is worth.
 const (
 	sumsBlockLen  = maxBlockLen
 	maxTiledBytes = 8 << 20
@@ -51,12 +55,12 @@ const (
 	chunkRows  = 16
 )
 
-// tiledBlock returns the block limit of a pass that sums over a tensor of
-// the given size in bytes: sumsBlockLen where the sums tile, beyond (the
-// pass's own limit) in a larger tensor. A pass that also writes dx block by
-// block (sweep) takes the same blocks where the sums tile, the block then
-// staying in L2 for its dx: BenchmarkInferenceGrad's channels-last cases
-// chose it (docs/performance.md, "Block and range sizes").
+// tiledBlock returns the block limit of the pass that sums and writes dx
+// block by block (sweep) over a tensor of the given size in bytes:
+// sumsBlockLen up to maxTiledBytes, the block then staying in L2 for its
+// dx, and beyond (the sweep's own limit) in a larger tensor.
+// BenchmarkInferenceGrad's channels-last cases chose it
+// (docs/performance.md, "Block and range sizes").
 func tiledBlock(bytes, beyond int) int {
 	if bytes <= maxTiledBytes {
 		return sumsBlockLen

@@ -14,9 +14,10 @@ import (
 	"github.com/gobn/gobn/kernels"
 )
 
-// benchShapes are an early ResNet activation (N=8, H=W=56, C=64: 1.6M
-// elements, parallel) and a small late one (N=1, H=W=7, C=64: 3136 elements,
-// on the calling thread).
+// benchShapes are ResNet activations, from an early one (N=8, H=W=56,
+// C=64: 1.6M elements, parallel) to the widest rows of batch 32 (C=2048)
+// and a small late one (N=1, H=W=7, C=64: 3136 elements, on the calling
+// thread).
 var benchShapes = []struct {
 	name    string
 	N, C, S int64
@@ -27,6 +28,7 @@ var benchShapes = []struct {
 	{"N=8,H=W=14,C=1024", 8, 1024, 14 * 14},
 	{"N=8,H=W=56,C=256", 8, 256, 56 * 56},
 	{"N=8,H=W=28,C=128", 8, 128, 28 * 28},
+	{"N=32,H=W=7,C=2048", 32, 2048, 7 * 7},
 	{"N=1,H=W=7,C=64", 1, 64, 7 * 7},
 }
 

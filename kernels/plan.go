@@ -445,7 +445,7 @@ func planFor(c call, m Machine, t Tuning) Plan {
 	case FormByChannel:
 		p.SumsBlock = blockLen
 	default:
-		p.SumsBlock = blockFor(pd, tiledBlock(bytes, blockLen))
+		p.SumsBlock = blockFor(pd, sumsBlockLen)
 	}
 	p.ApplyBlock = blockFor(pd, blockLen)
 	if pd.Layout == ChannelsLast && int(pd.C) > applyChunk && c.job != jobSweep {

@@ -71,16 +71,20 @@ func TestSumsTilesMatchFloat64(t *testing.T) {
 }
 
 // sumsRows takes the tiles where the kernels' blocks give it rows enough:
-// rows one tile wide in any block, wider rows in the sums pass's blocks of
-// a float32 tensor up to maxTiledBytes, not in the smaller blocks of a
-// larger one.
+// rows one tile wide in any block, wider rows up to 4096 channels in the
+// sums pass's blocks of a tensor of any size, not in the smaller blocks of
+// an inference sweep over a tensor beyond maxTiledBytes.
 func TestSumsRowsTileChoice(t *testing.T) {
 	forEachLoopSet(func(wide bool, l *rowLoops) {
 		rowsIn := func(W, limit int) int { return blockFor(Dims{C: int64(W), Layout: ChannelsLast}, limit) / W }
 		require.True(t, l.tiles(l.tileStep, rowsIn(l.tileStep, blockLen)), "one tile wide, blockLen")
-		for _, W := range []int{256, 1024, 2048} {
-			require.True(t, l.tiles(W, rowsIn(W, tiledBlock(maxTiledBytes, blockLen))), "W=%d in a tensor of maxTiledBytes", W)
-			require.False(t, l.tiles(W, rowsIn(W, tiledBlock(maxTiledBytes+4, blockLen))), "W=%d in a larger tensor", W)
+		for _, W := range []int{256, 1024, 2048, 4096} {
+			for _, n := range []int{1 << 16, 1 << 30} {
+				d := Dims{N: int64(n / W), S: 1, C: int64(W), Layout: ChannelsLast}
+				p := planFor(call{dims: d, job: jobTraining, size: 4}, Machine{Cores: 16}, DefaultTuning())
+				require.True(t, l.tiles(W, rowsIn(W, p.SumsBlock)), "W=%d, %d elements", W, n)
+			}
+			require.False(t, l.tiles(W, rowsIn(W, tiledBlock(maxTiledBytes+4, fusedBlockLen))), "W=%d in a sweep's blocks beyond maxTiledBytes", W)
 		}
 		require.False(t, l.tiles(l.tileStep, minTileRows-1))
 	})

@@ -1,5 +1,7 @@
 package kernels
 
+import "unsafe"
+
 // A channels-first training gradient of two chunks or more runs by units
 // of whole channels instead (FormByChannel): each unit's channels are
 // summed over their N runs, their coefficients formed, and their x_backprop
@@ -40,6 +42,13 @@ func trainingByChannel[T Element](s *scratch, p Plan, g FusedGradArgs[T], t affi
 	if job.t.f32 != nil {
 		job.t.f32.Stream = p.Stream
 	}
+	if _, wide := any(g.X).([]float64); simdPlaneLanes != nil && !wide {
+		job.lanes = alignedLanes(s, C)
+		job.mean32 = s.float32s(C + meanPad)
+		for c, m := range job.t.Mean {
+			job.mean32[c] = float32(m) // exact: the means are float32 inputs
+		}
+	}
 	if p.Workers == 1 {
 		splits.serial(p.Units)
 		for u := range p.Units {
@@ -57,7 +66,46 @@ type byChannelJob[T Element] struct {
 	g              FusedGradArgs[T]
 	t              affine
 	sumDy, sumDyXc []float64
-	per, blk       int
+	// lanes holds each channel's unreduced sums, planeLanes a channel,
+	// where the float32 planes are summed by simdPlaneLanes (nil where
+	// channelSums sums them).
+	lanes    []float64
+	mean32   []float32 // the means, for simdPlaneLanes (meanPad more)
+	per, blk int
+}
+
+// planeLanes is the float64 lanes of a channel's sums in simdPlaneLanes:
+// Σdy's eight, then Σdy·(x−mean)'s eight (an AVX-512 vector each);
+// meanPad the float32s its means have past the last channel's, for a
+// vector load of four from any channel's.
+const (
+	planeLanes = 16
+	meanPad    = 3
+)
+
+// alignedLanes returns zeroed lanes for C channels that start on a 64-byte
+// boundary, so that no channel's vector straddles two cache lines.
+func alignedLanes(s *scratch, C int) []float64 {
+	buf := s.float64s(planeLanes*C + 8)
+	skip := int((64 - uintptr(unsafe.Pointer(unsafe.SliceData(buf)))%64) % 64 / 8)
+	return buf[skip : skip+planeLanes*C : skip+planeLanes*C]
+}
+
+// reducePlaneLanes adds channels [c0, c1)'s lanes up into sumDy and
+// sumDyXc, in one order: lanes four apart, then pairs, then the two pairs.
+func reducePlaneLanes(lanes []float64, c0, c1 int, sumDy, sumDyXc []float64) {
+	for c := c0; c < c1; c++ {
+		l := lanes[planeLanes*c : planeLanes*(c+1) : planeLanes*(c+1)]
+		sumDy[c] += addLanes8(l[:8:8])
+		sumDyXc[c] += addLanes8(l[8:])
+	}
+	splits.planeLanes.Add(1)
+}
+
+// addLanes8 adds up eight lanes as reducePlaneLanes orders them.
+func addLanes8(l []float64) float64 {
+	_ = l[7]
+	return ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]))
 }
 
 // run computes the gradient of unit u's channels.
@@ -65,12 +113,18 @@ func (j *byChannelJob[T]) run(u int) {
 	d := j.g.Dims
 	c0, c1 := u*j.per, min(int(d.C), (u+1)*j.per)
 	dy, x, dx := j.g.YBackprop, j.g.X, j.g.XBackprop
-	a, b, mean := j.sumDy, j.sumDyXc, j.t.Mean
+	a, b, mean, lanes, mean32 := j.sumDy, j.sumDyXc, j.t.Mean, j.lanes, j.mean32
+	sums32 := func(off int, dy, x, _ []float32) { channelSums(d, off, dy, x, mean, a, b) }
+	if lanes != nil {
+		sums32 = func(off int, dy, x, _ []float32) { simdPlaneLanes(int(d.C), int(d.S), off, dy, x, mean32, lanes) }
+	}
 	j.planes(c0, c1, func(lo, hi, blk int) {
-		forBlocks(lo, hi, blk, dy, x, nil,
-			func(off int, dy, x, _ []float32) { channelSums(d, off, dy, x, mean, a, b) },
+		forBlocks(lo, hi, blk, dy, x, nil, sums32,
 			func(off int, dy, x, _ []float64) { channelSums(d, off, dy, x, mean, a, b) })
 	})
+	if lanes != nil {
+		reducePlaneLanes(lanes, c0, c1, a, b)
+	}
 	j.g.coefficients(j.t, a, b, c0, c1)
 	j.t.round32(c0, c1)
 	t := j.t

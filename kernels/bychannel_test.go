@@ -26,6 +26,7 @@ var byChannelCases = []shapeCase{
 	{"C=37 last unit short", 4, 37, 1000},
 	{"C=64 runs of 4112", 2, 64, 4112},
 	{"C=1024", 1, 1024, 150},
+	{"C=512 planes of 7x7", 8, 512, 49},
 }
 
 func testTrainingGradByChannel[T kernels.Element](t *testing.T) {
@@ -36,7 +37,11 @@ func testTrainingGradByChannel[T kernels.Element](t *testing.T) {
 				defer kernels.SetByChannel(kernels.SetByChannel(on))
 				in := newFusedInputs[T](rng, true, kernels.ChannelsFirst, sc)
 				require.Equal(t, on, kernels.ByChannel[T](in.dims))
+				kernels.ResetSplitStats()
 				checkFused(t, true, in, 1e-5)
+				if _, wide := any(in.x).([]float64); on && !wide && kernels.PlaneLanesInUse() {
+					require.NotZero(t, kernels.PlaneLaneUnits(), "the units' planes were not summed in lanes")
+				}
 			})
 		}
 	}

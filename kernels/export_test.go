@@ -46,6 +46,7 @@ func ResetSplitStats() {
 	splits.maxWorkers.Store(0)
 	splits.affine.Store(0)
 	splits.folds.Store(0)
+	splits.planeLanes.Store(0)
 }
 
 // AffineSplits reports how many calls since ResetSplitStats ran a pass
@@ -55,3 +56,11 @@ func AffineSplits() uint64 { return splits.affine.Load() }
 // FoldSplits reports how many calls since ResetSplitStats added up their
 // chunks' partial sums in more than one range of channels (Plan.Folds).
 func FoldSplits() uint64 { return splits.folds.Load() }
+
+// PlaneLanesInUse reports whether by-channel units sum float32 planes in
+// lanes (simdPlaneLanes: the AVX-512 loops selected).
+func PlaneLanesInUse() bool { return simdPlaneLanes != nil }
+
+// PlaneLaneUnits returns how many by-channel units summed their planes in
+// lanes (simdPlaneLanes) since ResetSplitStats.
+func PlaneLaneUnits() uint64 { return splits.planeLanes.Load() }

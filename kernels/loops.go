@@ -101,6 +101,10 @@ var (
 	// L a multiple of 16, converting in the vector loops (AVX-512 only).
 	simdSumsBFloat16  func(L int, dy, x []BFloat16, mean, sumDy, sumDyXc []float64)
 	simdApplyBFloat16 func(L int, t *affine32, dy, x, dx []BFloat16)
+	// simdPlaneLanes sums a by-channel unit's float32 planes into each
+	// channel's planeLanes float64 lanes, added up by reducePlaneLanes once
+	// the channel's planes are summed (AVX-512 only).
+	simdPlaneLanes func(C, S, off int, dy, x, mean []float32, lanes []float64)
 	// simdFence orders the calling thread's non-temporal stores (Stream)
 	// before its later stores.
 	simdFence func()

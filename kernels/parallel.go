@@ -39,6 +39,7 @@ type splitCounter struct {
 	maxRanges, maxWorkers atomic.Int64
 	affine                atomic.Uint64 // the calls with an affine pass after the first
 	folds                 atomic.Uint64 // the calls that added up their chunks' sums in ranges (Plan.Folds)
+	planeLanes            atomic.Uint64 // the by-channel units whose planes were summed in lanes (simdPlaneLanes)
 }
 
 func (s *splitCounter) record(ranges, workers int) {

@@ -58,10 +58,12 @@ func selectLoops(wide bool) {
 		rowLoopsInUse, sumsPlanes, applyPlanes = avx512Rows, sumsPlanes512, applyPlanes512
 		simdWidenBFloat16, simdNarrowBFloat16 = widenBFloat16x16, narrowBFloat16x16
 		simdSumsBFloat16, simdApplyBFloat16 = sumsRowsBF16, applyRowsBF16
+		simdPlaneLanes = sumsPlaneLanes512
 	} else {
 		rowLoopsInUse, sumsPlanes, applyPlanes = avx2Rows, sumsPlanes32, applyPlanes32
 		simdWidenBFloat16, simdNarrowBFloat16 = widenBFloat16, narrowBFloat16
 		simdSumsBFloat16, simdApplyBFloat16 = nil, nil
+		simdPlaneLanes = nil
 	}
 }
 

@@ -25,16 +25,18 @@ const (
 // inference's two passes) takes blocks of sumsBlockLen elements, whatever
 // the tensor's size: enough rows for the float32 tiles of the vector loops
 // (sumsTiles) to sum rows of up to 4096 channels a tile at a time. The
-// tiles walk each row in pieces, but keep no float64 accumulators in L1,
-// which rows of 2048 channels summed in order cannot hold beside the row.
-// On the 2-core Xeon, against the rows that tensors beyond 8 MiB took
-// before, NHWC gradients of 12.8 to 103 MB a tensor took 0.70 to 0.91 of
-// the time in tiles (float32, AVX-512 or AVX2; bfloat16 0.40 to 1.02),
+// tiles walk each row in pieces, but add into their float64 accumulators
+// once every foldRows rows instead of on every row, and rows of 2048
+// channels summed in order keep accumulators that L1 cannot hold beside
+// the row. On the 2-core Xeon, against the rows that tensors beyond 8 MiB
+// took before, NHWC gradients of 12.8 to 103 MB a tensor took 0.70 to 0.91
+// of the time in tiles (float32, AVX-512 or AVX2; bfloat16 0.40 to 1.02),
 // even where the three tensors outgrow the 260 MiB L3 the VM reports
-// (32x56x56x256), and 32x7x7x2048 0.78 (BenchmarkTrainingGrad's wide
-// cases; docs/performance.md, "Block and range sizes"). maxTiledBytes
-// bounds the tensors that sweep in blocks of sumsBlockLen (tiledBlock);
-// minWideTile is the least block a tile narrower than the row is worth.
+// (32x56x56x256), and 32x7x7x2048 0.78 (go test -bench over those shapes,
+// BenchmarkTrainingGrad's N=32,H=W=7,C=2048 among them; docs/performance.md,
+// "Block and range sizes"). maxTiledBytes bounds the tensors that sweep in
+// blocks of sumsBlockLen (tiledBlock); minWideTile is the least block a
+// tile narrower than the row is worth.
 const (
 	sumsBlockLen  = maxBlockLen
 	maxTiledBytes = 8 << 20

@@ -2,6 +2,7 @@ package kernels_test
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -75,5 +76,43 @@ func TestByChannelOnlyWhere(t *testing.T) {
 		{"empty", kernels.ByChannel[float32](first(0, 64, 4112))},
 	} {
 		require.False(t, c.ok, fmt.Sprintf("%s runs by channel", c.name))
+	}
+}
+
+// The by-channel sums in float32 lanes (AVX-512) stay within sumsBound
+// against the float64 reference where the terms span twenty binary orders
+// of magnitude and cancel: planes of 49 and planes longer than a block,
+// whose runs fold their lanes more than once.
+func TestByChannelSumsWithinBound(t *testing.T) {
+	if !kernels.PlaneLanesInUse() {
+		t.Skip("the by-channel planes sum through channelSums (float64) with these loops")
+	}
+	rng := rand.New(rand.NewPCG(61, 62))
+	for _, sc := range []shapeCase{{"7x7 planes", 8, 512, 49}, {"long planes", 1, 4, 40000}} {
+		t.Run(sc.name, func(t *testing.T) {
+			in := newFusedInputs[float32](rng, true, kernels.ChannelsFirst, sc)
+			for i := range in.dy {
+				in.dy[i] = float32(math.Ldexp(rng.NormFloat64(), rng.IntN(21)-10))
+			}
+			require.True(t, kernels.ByChannel[float32](in.dims))
+			kernels.ResetSplitStats()
+			_, scaleBackprop, offsetBackprop := runFused(t, true, in)
+			require.NotZero(t, kernels.PlaneLaneUnits())
+			want, d := in.want(true), in.dims
+			dyAbs, dyXcAbs := make([]float64, sc.C), make([]float64, sc.C)
+			for i := range in.dy {
+				c := channelOf(d, i)
+				g := float64(in.dy[i])
+				dyAbs[c] += math.Abs(g)
+				dyXcAbs[c] += math.Abs(g * (float64(in.x[i]) - float64(in.mean[c])))
+			}
+			for c := range sc.C {
+				dyXcAbs[c] /= math.Sqrt(float64(in.variance[c]) + float64(in.epsilon))
+			}
+			bound := sumsBound[float32](d, true)
+			require.Greater(t, bound, 1e-12, "the lanes' bound")
+			assertSums(t, "offset_backprop", offsetBackprop, want.OffsetBackprop, dyAbs, bound)
+			assertSums(t, "scale_backprop", scaleBackprop, want.ScaleBackprop, dyXcAbs, bound)
+		})
 	}
 }

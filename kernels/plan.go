@@ -95,7 +95,10 @@ type Tuning struct {
 	// half as many Half or BFloat16). Like MaxChunks it moves where partial
 	// sums start and end, so the bits: it is for measuring how finely a
 	// many-core machine's workers should share a gradient. It leaves alone
-	// which gradients run by channel.
+	// which gradients run by channel. A chunk is still whole blocks of the
+	// pass that sums (Plan.Align: of a channels-last tensor, the whole rows
+	// in 16384 elements, one at least), so a grain below a block cuts no
+	// finer.
 	ChunkGrain int
 	// Spin is how long, in microseconds, a pinned helper thread polls for
 	// its next task after each task before it sleeps on its futex

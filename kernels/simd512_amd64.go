@@ -29,8 +29,9 @@ func widen8(p unsafe.Pointer, i int) archsimd.Float64x8 {
 // sumsPlaneLanes512 is sumsPlanes512 for a by-channel unit, whose planes
 // (or pieces of a plane that start at its start) lie at flat offset off:
 // each run of one channel is summed in float32 lanes, sixteen elements a
-// step and foldRows steps at most (its tail of fewer than sixteen one more
-// step), as the channels-last tiles sum theirs; each such sum's two halves
+// step and foldRows steps at most, its tail of fewer than sixteen elements
+// a step among them, as the channels-last tiles sum theirs; each such
+// sum's two halves
 // are then widened, added, and added into the channel's float64 lanes,
 // lanes[planeLanes·c:], Σdy's eight then Σdy·(x−mean)'s eight, which stay
 // unreduced until reducePlaneLanes adds them up. mean holds the float32

@@ -70,10 +70,12 @@ func TestSumsTilesMatchFloat64(t *testing.T) {
 	})
 }
 
-// sumsRows takes the tiles where the kernels' blocks give it rows enough:
-// rows one tile wide in any block, wider rows up to 4096 channels in the
-// sums pass's blocks of a tensor of any size, not in the smaller blocks of
-// an inference sweep over a tensor beyond maxTiledBytes.
+// sumsRows takes the tiles where the kernels' plans give it rows enough:
+// rows one tile wide in any block; wider rows, up to 4096 channels, in the
+// blocks of the pass that sums alone (training, reduce, and inference's
+// two passes over rows of splitRowC channels or more beyond maxTiledBytes)
+// whatever the tensor's size; but not in the blocks of an inference sweep
+// of narrower rows beyond maxTiledBytes.
 func TestSumsRowsTileChoice(t *testing.T) {
 	forEachLoopSet(func(wide bool, l *rowLoops) {
 		rowsIn := func(W, limit int) int { return blockFor(Dims{C: int64(W), Layout: ChannelsLast}, limit) / W }
@@ -81,10 +83,17 @@ func TestSumsRowsTileChoice(t *testing.T) {
 		for _, W := range []int{256, 1024, 2048, 4096} {
 			for _, n := range []int{1 << 16, 1 << 30} {
 				d := Dims{N: int64(n / W), S: 1, C: int64(W), Layout: ChannelsLast}
-				p := planFor(call{dims: d, job: jobTraining, size: 4}, Machine{Cores: 16}, DefaultTuning())
-				require.True(t, l.tiles(W, rowsIn(W, p.SumsBlock)), "W=%d, %d elements", W, n)
+				for _, j := range []job{jobTraining, jobReduce, jobSweep} {
+					p := planFor(call{dims: d, job: j, size: 4}, Machine{Cores: 16}, DefaultTuning())
+					tiled := l.tiles(W, rowsIn(W, p.SumsBlock))
+					if j == jobSweep && W < splitRowC && 4*n > maxTiledBytes {
+						require.Equal(t, FormSweep, p.Form)
+						require.False(t, tiled, "W=%d, %d elements, an inference sweep", W, n)
+						continue
+					}
+					require.True(t, tiled, "W=%d, %d elements, job %d (%v)", W, n, j, p.Form)
+				}
 			}
-			require.False(t, l.tiles(W, rowsIn(W, tiledBlock(maxTiledBytes+4, fusedBlockLen))), "W=%d in a sweep's blocks beyond maxTiledBytes", W)
 		}
 		require.False(t, l.tiles(l.tileStep, minTileRows-1))
 	})

@@ -75,7 +75,8 @@ type byChannelJob[T Element] struct {
 }
 
 // planeLanes is the float64 lanes of a channel's sums in simdPlaneLanes:
-// Σdy's eight, then Σdy·(x−mean)'s eight (an AVX-512 vector each);
+// Σdy's eight, then Σdy·(x−mean)'s eight (an AVX-512 vector each; the
+// AVX2 loop fills the first four of each);
 // meanPad the float32s its means have past the last channel's, for a
 // vector load of four from any channel's.
 const (

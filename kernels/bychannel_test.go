@@ -79,13 +79,13 @@ func TestByChannelOnlyWhere(t *testing.T) {
 	}
 }
 
-// The by-channel sums in float32 lanes (AVX-512) stay within sumsBound
+// The by-channel sums in float32 lanes (simdPlaneLanes) stay within sumsBound
 // against the float64 reference where the terms span twenty binary orders
 // of magnitude and cancel: planes of 49 and planes longer than a block,
 // whose runs fold their lanes more than once.
 func TestByChannelSumsWithinBound(t *testing.T) {
 	if !kernels.PlaneLanesInUse() {
-		t.Skip("the by-channel planes sum through channelSums (float64) with these loops")
+		t.Skip("no vector loops here: the by-channel planes sum through channelSums (float64)")
 	}
 	rng := rand.New(rand.NewPCG(61, 62))
 	for _, sc := range []shapeCase{{"7x7 planes", 8, 512, 49}, {"long planes", 1, 4, 40000}} {

@@ -58,7 +58,7 @@ func AffineSplits() uint64 { return splits.affine.Load() }
 func FoldSplits() uint64 { return splits.folds.Load() }
 
 // PlaneLanesInUse reports whether by-channel units sum float32 planes in
-// lanes (simdPlaneLanes: the AVX-512 loops selected).
+// lanes (simdPlaneLanes: the AVX2 or AVX-512 loops).
 func PlaneLanesInUse() bool { return simdPlaneLanes != nil }
 
 // PlaneLaneUnits returns how many by-channel units summed their planes in

@@ -136,8 +136,8 @@ func perChannel[E any](d kernels.Dims, v []E) [][]E {
 // channels-last tiles of float32, Half or BFloat16 in float32, foldRows (16)
 // rows at a time, each term also rounded in float32 once on the way (x−μ),
 // before adding them into float64 (kernels/simd_amd64.go, foldRows), and
-// so may a training gradient's channels-first planes by channel with the
-// AVX-512 loops (sumsPlaneLanes512): (16 + 2)·2⁻²⁴ leaves a term to spare.
+// so may a training gradient's channels-first planes by channel
+// (simdPlaneLanes): (16 + 2)·2⁻²⁴ leaves a term to spare.
 // Every other sum is formed in float64.
 func sumsBound[T kernels.Element](d kernels.Dims, training bool) float64 {
 	if _, wide := any(*new(T)).(float64); wide || !kernels.SIMD() {

@@ -103,7 +103,7 @@ var (
 	simdApplyBFloat16 func(L int, t *affine32, dy, x, dx []BFloat16)
 	// simdPlaneLanes sums a by-channel unit's float32 planes into each
 	// channel's planeLanes float64 lanes, added up by reducePlaneLanes once
-	// the channel's planes are summed (AVX-512 only).
+	// the channel's planes are summed.
 	simdPlaneLanes func(C, S, off int, dy, x, mean []float32, lanes []float64)
 	// simdFence orders the calling thread's non-temporal stores (Stream)
 	// before its later stores.

@@ -177,20 +177,20 @@ func TestChannelsFirstLoopsMatchTheirLanes(t *testing.T) {
 	})
 }
 
-// planeLanesModel is sumsPlaneLanes512 spelled out lane by lane in scalar
-// code, for one run: sixteen float32 lanes summed (fma32 for the products)
-// over foldRows steps at most, the tail of r < 16 elements one more step in
-// the last r lanes where the run has sixteen (in the first r where it has
-// fewer), the lanes it leaves out adding exactly zero; then each lane
-// widened and added to the one eight further, and that added into the
-// run's channel's float64 lanes la and lb.
-func planeLanesModel(la, lb []float64, dy, x []float32, mu float64) {
+// planeLanesModel is simdPlaneLanes spelled out lane by lane in scalar
+// code, for one run and W float32 lanes (8: AVX2, 16: AVX-512): the lanes
+// summed (fma32 for the products) over foldRows steps at most, the tail of
+// r < W elements one more step in the last r lanes where the run has W (in
+// the first r where it has fewer), the lanes it leaves out adding exactly
+// zero; then each lane widened and added to the one W/2 further, and that
+// added into the run's channel's float64 lanes la and lb (the first W/2).
+func planeLanesModel(W int, la, lb []float64, dy, x []float32, mu float64) {
 	m, mu32 := len(dy), float32(mu)
 	for j := 0; j < m; {
-		var sa, sb [16]float32
+		sa, sb := make([]float32, W), make([]float32, W)
 		k := 0
 		step := func(lane0, from, r int) {
-			for l := range 16 {
+			for l := range W {
 				g, xc := float32(0), float32(0)
 				if l >= lane0 && l < lane0+r {
 					g, xc = dy[from+l-lane0], x[from+l-lane0]-mu32
@@ -199,35 +199,40 @@ func planeLanesModel(la, lb []float64, dy, x []float32, mu float64) {
 				sb[l] = fma32(g, xc, sb[l])
 			}
 		}
-		for ; k < foldRows && j+16 <= m; k++ {
-			step(0, j, 16)
-			j += 16
+		for ; k < foldRows && j+W <= m; k++ {
+			step(0, j, W)
+			j += W
 		}
 		if k < foldRows && j < m {
 			r := m - j
-			if m >= 16 {
-				step(16-r, j, r)
+			if m >= W {
+				step(W-r, j, r)
 			} else {
 				step(0, j, r)
 			}
 			j = m
 		}
-		for l := range 8 {
-			la[l] += float64(sa[l]) + float64(sa[l+8])
-			lb[l] += float64(sb[l]) + float64(sb[l+8])
+		for l := range W / 2 {
+			la[l] += float64(sa[l]) + float64(sa[l+W/2])
+			lb[l] += float64(sb[l]) + float64(sb[l+W/2])
 		}
 	}
 }
 
-// The by-channel plane sums (sumsPlaneLanes512 and reducePlaneLanes)
-// against planeLanesModel, bit for bit: planes of 1 to 81 elements and
-// longer ones in pieces from the plane's start, blocks that start
-// mid-plane, and a channel whose mean is infinite, whose sums the masked
-// lanes of its tails must leave as its elements make them (−Inf, not NaN).
+// The by-channel plane sums (simdPlaneLanes at either width, and
+// reducePlaneLanes) against planeLanesModel, bit for bit: planes of 1 to 81
+// elements and longer ones in pieces from the plane's start, blocks that
+// start mid-plane, and a channel whose mean is infinite, whose sums the
+// masked lanes of its tails must leave as its elements make them (−Inf,
+// not NaN).
 func TestPlaneLanesMatchTheirModel(t *testing.T) {
-	if !canAVX512() {
-		t.Skip("no AVX-512 on this CPU: the by-channel planes sum through channelSums")
-	}
+	forEachLoopSet(func(wide bool, _ *rowLoops) {
+		W := map[bool]int{false: f32Lanes, true: f32Lanes512}[wide]
+		testPlaneLanes(t, W)
+	})
+}
+
+func testPlaneLanes(t *testing.T, W int) {
 	rng := rand.New(rand.NewPCG(7, 9))
 	const C, N = 3, 3
 	for _, S := range append([]int{2047, 2048, 2049, 3136}, seq(1, 81)...) {
@@ -249,12 +254,12 @@ func TestPlaneLanesMatchTheirModel(t *testing.T) {
 			for lo := p * S; lo < (p+1)*S; lo += blk {
 				hi := min(lo+blk, (p+1)*S)
 				l := wantLanes[planeLanes*c : planeLanes*(c+1)]
-				planeLanesModel(l[:8], l[8:], dy[lo:hi], x[lo:hi], mean[c])
-				sumsPlaneLanes512(C, S, lo, dy[lo:hi], x[lo:hi], means32(mean), lanes)
+				planeLanesModel(W, l[:8], l[8:], dy[lo:hi], x[lo:hi], mean[c])
+				simdPlaneLanes(C, S, lo, dy[lo:hi], x[lo:hi], means32(mean), lanes)
 			}
 		}
 		for k := range lanes {
-			require.Equal(t, math.Float64bits(wantLanes[k]), math.Float64bits(lanes[k]), "S=%d lane %d", S, k)
+			require.Equal(t, math.Float64bits(wantLanes[k]), math.Float64bits(lanes[k]), "W=%d S=%d lane %d", W, S, k)
 		}
 		sumDy, sumDyXc := make([]float64, C), make([]float64, C)
 		reducePlaneLanes(lanes, 0, C, sumDy, sumDyXc)
@@ -262,18 +267,18 @@ func TestPlaneLanesMatchTheirModel(t *testing.T) {
 			l := wantLanes[planeLanes*c:]
 			wantA := ((l[0] + l[4]) + (l[1] + l[5])) + ((l[2] + l[6]) + (l[3] + l[7]))
 			wantB := ((l[8] + l[12]) + (l[9] + l[13])) + ((l[10] + l[14]) + (l[11] + l[15]))
-			require.Equal(t, math.Float64bits(wantA), math.Float64bits(sumDy[c]), "S=%d channel %d Σdy", S, c)
+			require.Equal(t, math.Float64bits(wantA), math.Float64bits(sumDy[c]), "W=%d S=%d channel %d Σdy", W, S, c)
 			if !math.IsNaN(wantB) {
-				require.Equal(t, math.Float64bits(wantB), math.Float64bits(sumDyXc[c]), "S=%d channel %d Σdy·(x−mean)", S, c)
+				require.Equal(t, math.Float64bits(wantB), math.Float64bits(sumDyXc[c]), "W=%d S=%d channel %d Σdy·(x−mean)", W, S, c)
 			}
 		}
 		// One whole call over every plane, blocks of whole planes where
 		// S ≤ blk, gives the same lanes.
 		if S <= blk {
 			again := make([]float64, planeLanes*C)
-			sumsPlaneLanes512(C, S, 0, dy, x, means32(mean), again)
+			simdPlaneLanes(C, S, 0, dy, x, means32(mean), again)
 			for k := range lanes {
-				require.Equal(t, math.Float64bits(lanes[k]), math.Float64bits(again[k]), "S=%d in one call, lane %d", S, k)
+				require.Equal(t, math.Float64bits(lanes[k]), math.Float64bits(again[k]), "W=%d S=%d in one call, lane %d", W, S, k)
 			}
 		}
 	}
@@ -282,32 +287,32 @@ func TestPlaneLanesMatchTheirModel(t *testing.T) {
 	dy, x := randomF32(rng, 40), randomF32(rng, 40)
 	mean := []float64{0.5, -0.25, 1}
 	lanes, want := make([]float64, planeLanes*C), make([]float64, planeLanes*C)
-	sumsPlaneLanes512(C, 17, 9, dy[:40], x[:40], means32(mean), lanes)
-	planeLanesModel(want[0:8], want[8:16], dy[:8], x[:8], mean[0])
-	planeLanesModel(want[16:24], want[24:32], dy[8:25], x[8:25], mean[1])
-	planeLanesModel(want[32:40], want[40:48], dy[25:40], x[25:40], mean[2])
-	require.Equal(t, want, lanes, "a block from element 9 of a plane of 17")
+	simdPlaneLanes(C, 17, 9, dy[:40], x[:40], means32(mean), lanes)
+	planeLanesModel(W, want[0:8], want[8:16], dy[:8], x[:8], mean[0])
+	planeLanesModel(W, want[16:24], want[24:32], dy[8:25], x[8:25], mean[1])
+	planeLanesModel(W, want[32:40], want[40:48], dy[25:40], x[25:40], mean[2])
+	require.Equal(t, want, lanes, "W=%d: a block from element 9 of a plane of 17", W)
 	// The channel with the infinite mean: its tails' missing lanes added
 	// nothing, so its sums are −Inf where every dy was positive.
-	require.True(t, math.IsInf(lanesOfInf(t, rng), -1))
+	require.True(t, math.IsInf(lanesOfInf(t, rng), -1), "W=%d", W)
 }
 
 // lanesOfInf returns Σdy·(x−mean) over one plane of 49 positive dy whose
-// channel's mean is +Inf, through sumsPlaneLanes512.
+// channel's mean is +Inf, through simdPlaneLanes.
 func lanesOfInf(t *testing.T, rng *rand.Rand) float64 {
 	dy, x := randomF32(rng, 49), randomF32(rng, 49)
 	for i := range dy {
 		dy[i] = float32(1 + rng.Float64())
 	}
 	lanes := make([]float64, planeLanes)
-	sumsPlaneLanes512(1, 49, 0, dy, x, means32([]float64{math.Inf(1)}), lanes)
+	simdPlaneLanes(1, 49, 0, dy, x, means32([]float64{math.Inf(1)}), lanes)
 	sumDy, sumDyXc := make([]float64, 1), make([]float64, 1)
 	reducePlaneLanes(lanes, 0, 1, sumDy, sumDyXc)
 	require.False(t, math.IsInf(sumDy[0], 0) || math.IsNaN(sumDy[0]))
 	return sumDyXc[0]
 }
 
-// means32 returns the means as sumsPlaneLanes512 takes them: float32, and
+// means32 returns the means as simdPlaneLanes takes them: float32, and
 // meanPad more.
 func means32(mean []float64) []float32 {
 	m := make([]float32, len(mean)+meanPad)

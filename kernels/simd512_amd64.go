@@ -26,77 +26,12 @@ func widen8(p unsafe.Pointer, i int) archsimd.Float64x8 {
 	return load8(p, i).ConvertToFloat64()
 }
 
-// sumsPlaneLanes512 is sumsPlanes512 for a by-channel unit, whose planes
-// (or pieces of a plane that start at its start) lie at flat offset off:
-// each run of one channel is summed in float32 lanes, sixteen elements a
-// step and foldRows steps at most, its tail of fewer than sixteen elements
-// a step among them, as the channels-last tiles sum theirs; each such
-// sum's two halves
-// are then widened, added, and added into the channel's float64 lanes,
-// lanes[planeLanes·c:], Σdy's eight then Σdy·(x−mean)'s eight, which stay
-// unreduced until reducePlaneLanes adds them up. mean holds the float32
-// means (exactly the inputs) and meanPad more. Float64 steps, which
-// widened every element, left 7x7 planes limited by the vector ports, and
-// reducing each plane's lanes to scalars (with its scalar tail after
-// ClearAVXUpperBits) cost as much as summing it. The lanes a tail's step
-// leaves out add exactly zero, even where the mean is not finite.
-func sumsPlaneLanes512(C, S, off int, dy, x, mean []float32, lanes []float64) {
-	n := len(x)
-	needLen(n, dy)
-	needLen(C+meanPad, mean)
-	needLen(planeLanes*C, lanes)
-	pdy, px, pl, pm := ptr32(dy), ptr32(x), ptr64(lanes), ptr32(mean)
-	zero := load16(unsafe.Pointer(&runZeros), 0)
-	c, pos := off/S%C, off%S
-	for i := 0; i < n; {
-		e := i + min(S-pos, n-i) // the run is [i, e)
-		// The mean broadcast from a vector load: a scalar load would be a
-		// legacy SSE instruction while the vectors' upper halves are in
-		// use, which took ten times as long.
-		muv := archsimd.LoadFloat32x4((*[4]float32)(unsafe.Add(pm, 4*c))).Broadcast1To16()
-		la, lb := load8d(pl, planeLanes*c), load8d(pl, planeLanes*c+f64Lanes512)
-		for j := i; j < e; {
-			sa, sb := zero, zero
-			k := 0
-			for ; k < foldRows && j+f32Lanes512 <= e; k++ {
-				g := load16(pdy, j)
-				sa = sa.Add(g)
-				sb = g.MulAdd(load16(px, j).Sub(muv), sb)
-				j += f32Lanes512
-			}
-			if k < foldRows && j < e {
-				// The tail, r < 16 elements: the run's last sixteen with
-				// the lanes before the tail masked (summed already) where
-				// the run has sixteen, else the r from its start, the rest
-				// unread.
-				r := e - j
-				bits := uint16(1)<<r - 1
-				var g, xv archsimd.Float32x16
-				if e-i >= f32Lanes512 {
-					bits <<= f32Lanes512 - r
-					g, xv = load16(pdy, e-f32Lanes512), load16(px, e-f32Lanes512)
-				} else {
-					m := archsimd.Mask32x16FromBits(bits)
-					g, xv = loadMasked16(pdy, j, m), loadMasked16(px, j, m)
-				}
-				m := archsimd.Mask32x16FromBits(bits)
-				g = g.Masked(m)
-				sa = sa.Add(g)
-				sb = g.MulAdd(xv.Sub(muv).Masked(m), sb)
-				j = e
-			}
-			la = la.Add(sa.GetLo().ConvertToFloat64().Add(sa.GetHi().ConvertToFloat64()))
-			lb = lb.Add(sb.GetLo().ConvertToFloat64().Add(sb.GetHi().ConvertToFloat64()))
-		}
-		store8d(la, pl, planeLanes*c)
-		store8d(lb, pl, planeLanes*c+f64Lanes512)
-		i = e
-		pos = 0
-		if c++; c == C {
-			c = 0
-		}
-	}
-	archsimd.ClearAVXUpperBits()
+// laneNumbers512 is laneNumbers at this width.
+var laneNumbers512 = [f32Lanes512]int32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
+
+// broadcastMean16 is broadcastMean8 on AVX-512 vectors.
+func broadcastMean16(p unsafe.Pointer, c int) archsimd.Float32x16 {
+	return archsimd.LoadFloat32x4((*[4]float32)(unsafe.Add(p, 4*c))).Broadcast1To16()
 }
 
 // loadMasked16 loads the elements of the sixteen at p[i:] that mask m

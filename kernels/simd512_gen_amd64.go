@@ -144,6 +144,59 @@ func sumsPlanes512(C, S, c, pos int, dy, x []float32, mean, sumDy, sumDyXc []flo
 	}
 }
 
+// sumsPlaneLanes512 is sumsPlaneLanes32 on AVX-512 vectors.
+func sumsPlaneLanes512(C, S, off int, dy, x, mean []float32, lanes []float64) {
+	n := len(x)
+	needLen(n, dy)
+	needLen(C+meanPad, mean)
+	needLen(planeLanes*C, lanes)
+	pdy, px, pl, pm := ptr32(dy), ptr32(x), ptr64(lanes), ptr32(mean)
+	zero := load16(unsafe.Pointer(&runZeros), 0)
+	lane := archsimd.LoadInt32x16(&laneNumbers512)
+	c, pos := off/S%C, off%S
+	for i := 0; i < n; {
+		e := i + min(S-pos, n-i) // the run is [i, e)
+		muv := broadcastMean16(pm, c)
+		la, lb := load8d(pl, planeLanes*c), load8d(pl, planeLanes*c+planeLanes/2)
+		for j := i; j < e; {
+			sa, sb := zero, zero
+			k := 0
+			for ; k < foldRows && j+f32Lanes512 <= e; k++ {
+				g := load16(pdy, j)
+				sa = sa.Add(g)
+				sb = g.MulAdd(load16(px, j).Sub(muv), sb)
+				j += f32Lanes512
+			}
+			if k < foldRows && j < e {
+				r := int32(e - j) // the tail
+				var g, xv archsimd.Float32x16
+				var m archsimd.Mask32x16
+				if e-i >= f32Lanes512 {
+					m = lane.GreaterEqual(archsimd.BroadcastInt32x16(f32Lanes512 - r))
+					g, xv = load16(pdy, e-f32Lanes512), load16(px, e-f32Lanes512)
+				} else {
+					m = lane.Less(archsimd.BroadcastInt32x16(r))
+					g, xv = loadMasked16(pdy, j, m), loadMasked16(px, j, m)
+				}
+				g = g.Masked(m)
+				sa = sa.Add(g)
+				sb = g.MulAdd(xv.Sub(muv).Masked(m), sb)
+				j = e
+			}
+			la = la.Add(sa.GetLo().ConvertToFloat64().Add(sa.GetHi().ConvertToFloat64()))
+			lb = lb.Add(sb.GetLo().ConvertToFloat64().Add(sb.GetHi().ConvertToFloat64()))
+		}
+		store8d(la, pl, planeLanes*c)
+		store8d(lb, pl, planeLanes*c+planeLanes/2)
+		i = e
+		pos = 0
+		if c++; c == C {
+			c = 0
+		}
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
 // applyRow512 is applyRow32 on AVX-512 vectors.
 func applyRow512(n int, dy, x, dx unsafe.Pointer, _ int, a, b, mdy, mu unsafe.Pointer) {
 	for j := 0; j < n; j += f32Lanes512 {

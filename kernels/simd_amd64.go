@@ -63,7 +63,7 @@ func selectLoops(wide bool) {
 		rowLoopsInUse, sumsPlanes, applyPlanes = avx2Rows, sumsPlanes32, applyPlanes32
 		simdWidenBFloat16, simdNarrowBFloat16 = widenBFloat16, narrowBFloat16
 		simdSumsBFloat16, simdApplyBFloat16 = nil, nil
-		simdPlaneLanes = nil
+		simdPlaneLanes = sumsPlaneLanes32
 	}
 }
 
@@ -445,6 +445,94 @@ func sumsPlanes32(C, S, c, pos int, dy, x []float32, mean, sumDy, sumDyXc []floa
 			c = 0
 		}
 	}
+}
+
+// sumsPlaneLanes32 is sumsPlanes32 for a by-channel unit, whose planes
+// (or pieces of a plane that start at its start) lie at flat offset off:
+// each run of one channel is summed in float32 lanes, a vector of elements
+// a step and foldRows steps at most, its tail of fewer elements than a
+// vector a step among them, as the channels-last tiles sum theirs; each
+// such sum's two halves are then widened, added, and added into the
+// channel's float64 lanes, lanes[planeLanes·c:] for Σdy and
+// lanes[planeLanes·c+planeLanes/2:] for Σdy·(x−mean) (four each here,
+// eight at AVX-512), which stay unreduced until reducePlaneLanes adds them
+// up. mean holds the float32 means (exactly the inputs) and meanPad more.
+// Float64 steps, which widened every element, left 7x7 planes limited by
+// the vector ports, and reducing each plane's lanes to scalars (with its
+// scalar tail after ClearAVXUpperBits) cost as much as summing it. The tail
+// is the run's last vector with the lanes before the tail masked (summed
+// already) where the run has a vector's elements, else a masked load of
+// the tail, the rest unread; the lanes it leaves out add exactly zero, even
+// where the mean is not finite. No scalar float instruction runs inside
+// the loop: with the vectors' upper halves in use, a legacy SSE one (a
+// scalar load of the mean) took ten times as long.
+func sumsPlaneLanes32(C, S, off int, dy, x, mean []float32, lanes []float64) {
+	n := len(x)
+	needLen(n, dy)
+	needLen(C+meanPad, mean)
+	needLen(planeLanes*C, lanes)
+	pdy, px, pl, pm := ptr32(dy), ptr32(x), ptr64(lanes), ptr32(mean)
+	zero := load8(unsafe.Pointer(&runZeros), 0)
+	lane := archsimd.LoadInt32x8(&laneNumbers)
+	c, pos := off/S%C, off%S
+	for i := 0; i < n; {
+		e := i + min(S-pos, n-i) // the run is [i, e)
+		muv := broadcastMean8(pm, c)
+		la, lb := load4d(pl, planeLanes*c), load4d(pl, planeLanes*c+planeLanes/2)
+		for j := i; j < e; {
+			sa, sb := zero, zero
+			k := 0
+			for ; k < foldRows && j+f32Lanes <= e; k++ {
+				g := load8(pdy, j)
+				sa = sa.Add(g)
+				sb = g.MulAdd(load8(px, j).Sub(muv), sb)
+				j += f32Lanes
+			}
+			if k < foldRows && j < e {
+				r := int32(e - j) // the tail
+				var g, xv archsimd.Float32x8
+				var m archsimd.Mask32x8
+				if e-i >= f32Lanes {
+					m = lane.GreaterEqual(archsimd.BroadcastInt32x8(f32Lanes - r))
+					g, xv = load8(pdy, e-f32Lanes), load8(px, e-f32Lanes)
+				} else {
+					m = lane.Less(archsimd.BroadcastInt32x8(r))
+					g, xv = loadMasked8(pdy, j, m), loadMasked8(px, j, m)
+				}
+				g = g.Masked(m)
+				sa = sa.Add(g)
+				sb = g.MulAdd(xv.Sub(muv).Masked(m), sb)
+				j = e
+			}
+			la = la.Add(sa.GetLo().ConvertToFloat64().Add(sa.GetHi().ConvertToFloat64()))
+			lb = lb.Add(sb.GetLo().ConvertToFloat64().Add(sb.GetHi().ConvertToFloat64()))
+		}
+		store4d(la, pl, planeLanes*c)
+		store4d(lb, pl, planeLanes*c+planeLanes/2)
+		i = e
+		pos = 0
+		if c++; c == C {
+			c = 0
+		}
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
+// laneNumbers are the lane numbers of a vector of float32.
+var laneNumbers = [f32Lanes]int32{0, 1, 2, 3, 4, 5, 6, 7}
+
+// broadcastMean8 returns the float32 at p[c] in every lane, from a vector
+// load of the four there (no scalar instruction).
+func broadcastMean8(p unsafe.Pointer, c int) archsimd.Float32x8 {
+	return archsimd.LoadFloat32x4((*[4]float32)(unsafe.Add(p, 4*c))).Broadcast1To8()
+}
+
+// loadMasked8 is loadMasked16 on AVX2 vectors (VMASKMOVPS, which does not
+// fault on the lanes it leaves out either).
+//
+//go:nocheckptr
+func loadMasked8(p unsafe.Pointer, i int, m archsimd.Mask32x8) archsimd.Float32x8 {
+	return archsimd.LoadMaskedFloat32x8((*[f32Lanes]float32)(unsafe.Add(p, 4*i)), m)
 }
 
 // runSumsTail adds a run's scalar tail into its sums so far; the AVX-512

@@ -93,11 +93,11 @@ func TestVectorLoopsClearUpperHalves(t *testing.T) {
 			requireUpperClear(t, name+" widenBFloat16x16")
 			narrowBFloat16x16(bf[:n-1], dy[:n-1])
 			requireUpperClear(t, name+" narrowBFloat16x16")
-			lanes, mean32 := make([]float64, planeLanes*3), make([]float32, 3+meanPad)
-			for _, S := range []int{n / 4, 49, 7} {
-				sumsPlaneLanes512(3, S, 0, dy, x, mean32, lanes)
-				requireUpperClear(t, name+" sumsPlaneLanes512")
-			}
+		}
+		lanes, mean32 := make([]float64, planeLanes*3), make([]float32, 3+meanPad)
+		for _, S := range []int{n / 4, 49, 7} {
+			simdPlaneLanes(3, S, 0, dy, x, mean32, lanes)
+			requireUpperClear(t, name+" simdPlaneLanes")
 		}
 		// Runs with and without a scalar tail, at either width.
 		for _, S := range []int{n / 4, n/4 - 1, 49, 7} {

@@ -48,6 +48,7 @@ var loops = []struct {
 	{"sumsTile1x32", "sumsTile1x512", "", ""},
 	{"sumsTile1x32", "sumsTile1BF16", "wideBF16", " over bfloat16 rows"},
 	{"sumsPlanes32", "sumsPlanes512", "", ""},
+	{"sumsPlaneLanes32", "sumsPlaneLanes512", "", ""},
 	{"applyRow32", "applyRow512", "", ""},
 	{"applyRow2x32", "applyRow2x512", "", ""},
 	{"scaleRow32", "scaleRow512", "", ""},
@@ -68,11 +69,15 @@ var vocabulary = map[string]string{
 	// the tails: at this width, the AVX2 loops
 	"runSumsTail":  "runSumsTail512",
 	"applyRunTail": "applyRunTail512",
+	// the by-channel lanes' vocabulary
+	"laneNumbers":    "laneNumbers512",
+	"broadcastMean8": "broadcastMean16",
+	"loadMasked8":    "loadMasked16",
 }
 
-// vectorType matches a name that holds an archsimd vector type and its
-// length.
-var vectorType = regexp.MustCompile(`(Float32|Float64|Int8|Int16|Int32|Int64|Uint8|Uint16|Uint32|Uint64)x(\d+)`)
+// vectorType matches a name that holds an archsimd vector or mask type and
+// its length.
+var vectorType = regexp.MustCompile(`(Float32|Float64|Int8|Int16|Int32|Int64|Uint8|Uint16|Uint32|Uint64|Mask8|Mask16|Mask32|Mask64)x(\d+)`)
 
 func main() {
 	genfile.Main("gensimd", func(dir string) (map[string][]byte, error) {

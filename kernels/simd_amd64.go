@@ -395,8 +395,8 @@ func sumsTail(from, W int, dy, x []float32, mean, a, b []float64) {
 	}
 }
 
-// runZeros are the zeros sumsPlanes32 and its AVX-512 form load into
-// their accumulators on each run. A zero vector the compiler set once (var
+// runZeros are the zeros sumsPlanes32 and sumsPlaneLanes32, and their
+// AVX-512 forms, load into their accumulators (on each run, in the former). A zero vector the compiler set once (var
 // a0 archsimd.Float64x4) stayed in a register across the runs, which kept
 // the upper halves in use through each run's scalar code after
 // ClearAVXUpperBits: five times slower; a load from memory is not held
@@ -527,7 +527,7 @@ func broadcastMean8(p unsafe.Pointer, c int) archsimd.Float32x8 {
 	return archsimd.LoadFloat32x4((*[4]float32)(unsafe.Add(p, 4*c))).Broadcast1To8()
 }
 
-// loadMasked8 is loadMasked16 on AVX2 vectors (VMASKMOVPS, which does not
+// loadMasked8 is loadMasked16 on AVX2 vectors (VPMASKMOVD, which does not
 // fault on the lanes it leaves out either).
 //
 //go:nocheckptr

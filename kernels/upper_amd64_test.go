@@ -159,17 +159,21 @@ func gradsLeaveUpperClear[T Element](t *testing.T, d Dims) {
 	leavesUpperClear(t, "InferenceGrad", func() { InferenceGrad(g) })
 }
 
-// leavesUpperClear runs grad and checks the upper halves after it. In a
-// -race build the race detector's runtime, C code that runs inside the
-// gradient on its allocations, left them in use once in a whole suite's
-// run (not again in ten runs of this test nor two more of the suite), so
-// there a gradient gets three tries; a loop that leaves them in use does so
-// every time.
+// leavesUpperClear runs grad and checks the upper halves after it, up to
+// three times: Go's runtime restores the vector registers of a goroutine it
+// preempts asynchronously (asyncPreempt) without VZEROUPPER, so a
+// preemption inside the gradient leaves the halves in use by itself (one
+// make test's race step met it; a probe spinning 30 ms met it in most
+// tries, and in none with GODEBUG=asyncpreemptoff=1). Each try yields
+// first, which starts a fresh scheduling slice; a loop that leaves the
+// halves in use does so on every try.
 func leavesUpperClear(t *testing.T, what string, grad func()) {
 	t.Helper()
 	for try := 1; ; try++ {
+		runtime.Gosched()
 		grad()
-		if inUse, _ := upperInUse(); inUse && raceBuild && try < 3 {
+		if inUse, _ := upperInUse(); inUse && try < 3 {
+			t.Logf("%s: try %d left the upper halves in use; again", what, try)
 			archsimd.ClearAVXUpperBits()
 			continue
 		}

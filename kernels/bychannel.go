@@ -42,12 +42,8 @@ func trainingByChannel[T Element](s *scratch, p Plan, g FusedGradArgs[T], t affi
 	if job.t.f32 != nil {
 		job.t.f32.Stream = p.Stream
 	}
-	if _, wide := any(g.X).([]float64); simdPlaneLanes != nil && !wide {
+	if _, wide := any(g.X).([]float64); simdPlaneLanes != nil && job.t.f32 != nil && !wide {
 		job.lanes = alignedLanes(s, C)
-		job.mean32 = s.float32s(C + meanPad)
-		for c, m := range job.t.Mean {
-			job.mean32[c] = float32(m) // exact: the means are float32 inputs
-		}
 	}
 	if p.Workers == 1 {
 		splits.serial(p.Units)
@@ -70,7 +66,6 @@ type byChannelJob[T Element] struct {
 	// where the float32 planes are summed by simdPlaneLanes (nil where
 	// channelSums sums them).
 	lanes    []float64
-	mean32   []float32 // the means, for simdPlaneLanes (meanPad more)
 	per, blk int
 }
 
@@ -114,9 +109,12 @@ func (j *byChannelJob[T]) run(u int) {
 	d := j.g.Dims
 	c0, c1 := u*j.per, min(int(d.C), (u+1)*j.per)
 	dy, x, dx := j.g.YBackprop, j.g.X, j.g.XBackprop
-	a, b, mean, lanes, mean32 := j.sumDy, j.sumDyXc, j.t.Mean, j.lanes, j.mean32
+	a, b, mean, lanes := j.sumDy, j.sumDyXc, j.t.Mean, j.lanes
 	sums32 := func(off int, dy, x, _ []float32) { channelSums(d, off, dy, x, mean, a, b) }
 	if lanes != nil {
+		// The float32 means (exact: they are float32 inputs), and meanPad
+		// more from their buffer's capacity (withFloat32).
+		mean32 := j.t.f32.Mean[:len(j.t.f32.Mean)+meanPad]
 		sums32 = func(off int, dy, x, _ []float32) { simdPlaneLanes(int(d.C), int(d.S), off, dy, x, mean32, lanes) }
 	}
 	j.planes(c0, c1, func(lo, hi, blk int) {

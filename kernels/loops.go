@@ -133,9 +133,9 @@ func (t affine) withFloat32(s *scratch) affine {
 		return t
 	}
 	L := len(t.A)
-	buf := s.float32s(4 * L)
+	buf := s.float32s(4*L + meanPad) // Mean has meanPad more in its capacity (simdPlaneLanes)
 	f := &s.a32
-	*f = affine32{A: buf[:L:L], B: buf[L : 2*L : 2*L], MeanDy: buf[2*L : 3*L : 3*L], Mean: buf[3*L:], ScaleOnly: t.ScaleOnly}
+	*f = affine32{A: buf[:L:L], B: buf[L : 2*L : 2*L], MeanDy: buf[2*L : 3*L : 3*L], Mean: buf[3*L : 4*L], ScaleOnly: t.ScaleOnly}
 	t.f32 = f
 	t.round32(0, L)
 	return t

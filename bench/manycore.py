@@ -40,7 +40,11 @@ cut short leaves what it measured:
    the sweep's tuning and, as gobn_plan, with its workers capped at half the
    cores (what TensorFlow's own pools then have to themselves), or with
    --steps-plan's settings added instead (--steps-plan spin=100 times the
-   helper threads' polling in a step).
+   helper threads' polling in a step). Then rounds of TensorFlow's profiler
+   on stock's and gobn's steps give the batch-norm gradient's share of
+   stock's step, and so what the gradient alone can make of the step
+   (bench/models.py's gradient_bound): the goal of a faster step is then
+   read beside what a faster gradient can give it.
 
 --budget (seconds, default 210) scales the repetitions so the whole run
 takes about that long; --quick is a smoke test (a few cases, short steps),
@@ -346,8 +350,8 @@ def sweep(tf, np, ops, base, cases, reps, seconds, record):
 def steps(spec, tunable, cores, quick, record, plan_spec=None):
     from bench import models as bench_models
     argv = ["--routes", "tf_keras", "--onednn", "on", "--no-float64", "--timeout", "300"]
-    argv += (["--rounds", "2", "--steps-per-round", "1", "--warmup", "1"] if quick else
-             ["--rounds", "6", "--steps-per-round", "2", "--warmup", "2"])
+    argv += (["--rounds", "2", "--steps-per-round", "1", "--warmup", "1", "--profile-rounds", "1"] if quick else
+             ["--rounds", "6", "--steps-per-round", "2", "--warmup", "2", "--profile-rounds", "2"])
     cap = max(1, cores // 2)
     os.environ.pop("TF_CPU_ALLOCATOR_USE_BFC", None)  # steps as make bench-models runs them
     if tunable:  # a library with GOBN_CPU_PLAN
@@ -368,10 +372,13 @@ def steps(spec, tunable, cores, quick, record, plan_spec=None):
                          noise=r["noise_stock2_over_stock"], ratio=r["ratio_stock_over_gobn"],
                          gobn_plan=r.get("gobn_plan"), gobn_plan_ms=m["gobn_plan"] * 1e3 if "gobn_plan" in m else None,
                          onednn=r["onednn"], batch_norm_layers=r["batch_norm_layers"], timed_steps=r["timed_steps"],
-                         problems=bench_models.problems(r), first_loss_rel_diff=r["first_loss_rel_diff_gobn"]))
+                         problems=bench_models.problems(r), first_loss_rel_diff=r["first_loss_rel_diff_gobn"],
+                         gradient_bound=r["gradient_bound"]))
         record.write()
+        b = r["gradient_bound"]
         log(f"steps {r['model']}: stock {m['stock'] * 1e3:.1f} ms, gobn {m['gobn'] * 1e3:.1f} ms "
-            f"({r['ratio_stock_over_gobn']:.3f}x), noise {r['noise_stock2_over_stock']:.3f}")
+            f"({r['ratio_stock_over_gobn']:.3f}x), noise {r['noise_stock2_over_stock']:.3f}"
+            + (f"; the gradient alone: {b['expected']:.3f}x ({b['ceiling']:.3f}x were it free)" if b else ""))
 
 
 # ---------------------------------------------------------------------------
@@ -419,15 +426,19 @@ def report(path):
               f"below 1.2x: {', '.join(s['below_1_2']) or 'none'}; each 1.2x or within 10 % of the bound: "
               f"{s['each_1_2x_or_within_10pct_of_bound']}; noise median {100 * s['noise_median']:.1f} %, worst "
               f"{100 * s['noise_worst']:.1f} %")
-    print("\n| route | model | stock ms | gobn ms | stock/gobn | noise | gobn, workers capped, ms |")
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    print("\n| route | model | stock ms | gobn ms | stock/gobn | noise | gobn, workers capped, ms "
+          "| gradient's ms, stock / gobn | the gradient alone (free) |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in d.get("steps", []):
         if "error" in r:
-            print(f"| {r['route']} | {r['model']} | {r['error'][:80]} | | | | |")
+            print(f"| {r['route']} | {r['model']} | {r['error'][:80]} | | | | | | |")
             continue
         capped = f"{r['gobn_plan_ms']:.1f} ({r['gobn_plan']})" if r.get("gobn_plan_ms") else ""
+        b = r.get("gradient_bound")
+        grad = f"{b['stock_grad_ms']:.2f} / {b['gobn_grad_ms']:.2f}" if b else ""
+        alone = f"{b['expected']:.3f} ({b['ceiling']:.3f})" if b else ""
         print(f"| {r['route']} | {r['model']} | {r['stock_ms']:.1f} | {r['gobn_ms']:.1f} | {r['ratio']:.3f} | "
-              f"{r['noise']:.3f} | {capped} |")
+              f"{r['noise']:.3f} | {capped} | {grad} | {alone} |")
 
 
 def main(argv=None):

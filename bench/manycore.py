@@ -16,8 +16,9 @@ cut short leaves what it measured:
    as STREAM does. That is STREAM's add; its traffic, two reads and one
    write, is the triad's (internal/cmd/triad, in Go, is make bench's).
 3. The sweep: the CPU kernels' measured constants (kernels.Tuning:
-   per_worker, then wake, stream_bytes, max_chunks, chunk_grain and
-   max_folds) set through gobnCPUPlan between the calls of one process,
+   per_worker, then wake, stream_bytes, max_chunks, chunk_grain,
+   max_folds, and by_channel, the channels-first form) set through
+   gobnCPUPlan between the calls of one process,
    each setting timed on the same chains of gobn calls, interleaved round
    by round; the setting with the least geometric mean of the times (each
    case's time over its best) is kept for the rest of the run where it
@@ -73,16 +74,24 @@ ISSUE = [("float32", "NHWC", True, (16, 28, 28, 64)), ("float32", "NHWC", True, 
          ("float32", "NHWC", True, (8, 14, 14, 512)), ("float32", "NCHW", True, (8, 64, 28, 28)),
          ("float32", "NHWC", False, (32, 7, 7, 256)), ("bfloat16", "NHWC", True, (8, 28, 28, 64))]
 # The sweep's cases: the issue's, one beyond a server's last-level cache for
-# stream_bytes, and one of many chunks of wide rows for max_folds.
-SWEEP = ISSUE + [("float32", "NHWC", True, (32, 56, 56, 256)), ("float32", "NHWC", True, (32, 7, 7, 2048))]
+# stream_bytes, one of many chunks of wide rows for max_folds, and two of
+# 200,704 elements, which run on one worker or on three on 16 cores as
+# per_worker has it (NCHW in planes of 49, by channel units).
+SWEEP = ISSUE + [("float32", "NHWC", True, (32, 56, 56, 256)), ("float32", "NHWC", True, (32, 7, 7, 2048)),
+                 ("float32", "NCHW", True, (8, 512, 7, 7)), ("float32", "NHWC", True, (8, 7, 7, 512))]
 QUICK_SWEEP = [ISSUE[0], ISSUE[3]]
 # The sweep's stages: each setting is added to the best of the stages before.
-STAGES = [("per_worker", ["per_worker=32768", "per_worker=65536", "per_worker=131072", "per_worker=262144"]),
+# A stage's default is the setting the library starts with (per_worker=0:
+# from the cores, kernels.perWorkerFor), which another must beat by
+# SWEEP_MARGIN twice.
+STAGES = [("per_worker", ["per_worker=0", "per_worker=32768", "per_worker=65536", "per_worker=131072",
+                          "per_worker=262144"]),
           ("wake", ["wake=0", "wake=2", "wake=4"]),
           ("stream_bytes", ["stream_bytes=0", "stream_bytes=8388608", "stream_bytes=1099511627776"]),
           ("max_chunks", ["max_chunks=0", "max_chunks=64"]),
           ("chunk_grain", ["chunk_grain=0", "chunk_grain=32768", "chunk_grain=16384"]),
-          ("max_folds", ["max_folds=0", "max_folds=1"])]
+          ("max_folds", ["max_folds=0", "max_folds=1"]),
+          ("by_channel", ["by_channel=1", "by_channel=0"])]
 
 
 def parse_args(argv=None):

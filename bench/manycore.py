@@ -508,11 +508,16 @@ def main(argv=None):
     rows = record.data.setdefault("per_call", [])
     cases = percall_cases(args.quick, args.only, args.cases.split(","))
     # Past soft, a case gets the fewest repetitions; past hard, none, and the
-    # steps keep their share of the budget.
+    # steps keep their share of the budget: fractions of what the sweep left
+    # of it (half of it at least), so that a longer sweep does not cut the
+    # cases short.
     soft, hard = (0.5, 0.7) if not args.no_steps else (0.8, 0.95)
+    start = record.elapsed()
+    left = max(budget - start, budget / 2)
+    soft, hard = (start + f * left for f in (soft, hard))
     for i, case in enumerate(cases):
-        late = record.elapsed() > soft * budget
-        if record.elapsed() > hard * budget:
+        late = record.elapsed() > soft
+        if record.elapsed() > hard:
             rows.append(dict(case=case_name(*case[1:]), label=case[0], error="skipped: past the budget"))
             record.write()
             continue

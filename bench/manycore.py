@@ -163,6 +163,32 @@ def cpu_plan(spec=None):
     return json.loads(out) if out else None
 
 
+def split_stats():
+    """gobnSplitStats' JSON (see capi/exports.go): the calls split, and the
+    ranges that calls with helpers ran, a helper's among them, and their
+    callers' wait for the helpers' last; None where the library lacks it."""
+    from gobn import _library
+    lib = _library.handle()
+    if lib is None or not hasattr(lib, "gobnSplitStats"):
+        return None
+    f = lib.gobnSplitStats
+    f.restype, f.argtypes = ctypes.c_void_p, []
+    out = _library._take_string(f())
+    return json.loads(out) if out else None
+
+
+def helper_share(before, after, calls):
+    """How a case's gobn calls shared their work, from split_stats before
+    and after them: the calls split over the calls, the ranges a helper ran
+    over those the split calls ran, and the callers' wait per call (us)."""
+    if not before or not after or "ranges" not in after or calls <= 0:
+        return {}
+    ranges = after["ranges"] - before["ranges"]
+    return dict(split_calls=(after["calls"] - before["calls"]) / calls,
+                helper_ranges=(after["helper_ranges"] - before["helper_ranges"]) / ranges if ranges else None,
+                wait_us_per_call=(after["wait_us"] - before["wait_us"]) / calls)
+
+
 def set_tuning(spec):
     r = cpu_plan(spec)
     if r is None or r.get("error"):
@@ -265,13 +291,14 @@ def time_percall(tf, np, ops, case, reps, seconds):
     args = make_inputs(tf, np, dtype, fmt, training, shape)
     k = chain_length(tf, (stock, gobn_op), args)
     fs = [chain(tf, op, args, k) for op in (stock, gobn_op, stock)]
-    before = gobn_calls()
+    before, split_before = gobn_calls(), split_stats()
     ts, tg, ta = time_interleaved(fs, reps, seconds=seconds)
     calls = gobn_calls() - before
     return dict(case=case_name(dtype, fmt, training, shape), label=label, dtype=dtype, data_format=fmt,
                 is_training=training, shape=list(shape), elements=math.prod(shape), k=k,
                 stock_ms=ts * 1e3 / k, gobn_ms=tg * 1e3 / k, stock_again_ms=ta * 1e3 / k,
-                ratio=ts / tg, noise=ts / ta, gobn_calls=calls)
+                ratio=ts / tg, noise=ts / ta, gobn_calls=calls,
+                **helper_share(split_before, split_stats(), calls))
 
 
 # ---------------------------------------------------------------------------
@@ -419,15 +446,18 @@ def report(path):
     for st in d.get("sweep", {}).get("stages", []):
         print(f"sweep {st['stage']}: " + ", ".join(f"{s} {st['score'][s]:.3f}" for s in st["settings"])
               + f"; kept {st['pick']} (default {st.get('default')})")
-    print("\n| case | K | stock ms | gobn ms | stock/gobn | noise | memory's least, ms (12 B / form) |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("\n| case | K | stock ms | gobn ms | stock/gobn | noise | memory's least, ms (12 B / form) "
+          "| helpers' ranges | caller's wait, us |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in d.get("per_call", []):
         if "ratio" not in r:
-            print(f"| {r['case']} | | | | {r.get('error', '')} | | |")
+            print(f"| {r['case']} | | | | {r.get('error', '')} | | | | |")
             continue
         bound = (f"{r['bound_12B_ms']:.3f} / {r['bound_form_ms']:.3f}" if r.get("bound_12B_ms") else "")
+        helped = f"{100 * r['helper_ranges']:.0f} %" if r.get("helper_ranges") is not None else ""
+        wait = f"{r['wait_us_per_call']:.1f}" if r.get("helper_ranges") is not None else ""
         print(f"| {r['case']} | {r['k']} | {r['stock_ms']:.3f} | {r['gobn_ms']:.3f} | {r['ratio']:.2f} | "
-              f"{r['noise']:.3f} | {bound} |")
+              f"{r['noise']:.3f} | {bound} | {helped} | {wait} |")
     s = d.get("summary") or {}
     if s:
         print(f"\ngeomean {s['geomean_ratio']:.2f}x over {s['cases']} cases (ResNet-50 at batch 32: "
@@ -529,8 +559,10 @@ def main(argv=None):
             if r["gobn_calls"] <= 0:
                 r["error"] = "gobn's kernel did not run"
             rows.append(r)
+            shared = (f"; helpers ran {100 * r['helper_ranges']:.0f} % of the ranges, the caller waited "
+                      f"{r['wait_us_per_call']:.1f} us" if r.get("helper_ranges") is not None else "")
             log(f"[{i + 1}/{len(cases)}] {r['case']}: stock {r['stock_ms']:.3f} ms, gobn {r['gobn_ms']:.3f} ms, "
-                f"{r['ratio']:.2f}x (noise {r['noise']:.3f}, K {r['k']})")
+                f"{r['ratio']:.2f}x (noise {r['noise']:.3f}, K {r['k']}{shared})")
         except Exception as e:
             rows.append(dict(case=case_name(*case[1:]), label=case[0], error=repr(e)))
             log(f"[{i + 1}/{len(cases)}] {case}: {e!r}")

@@ -103,10 +103,12 @@ func gobnXLAStatus() (s *C.char) {
 	})
 }
 
-// gobnSplitStats returns kernels.SplitStats as JSON, {"calls": n,
-// "max_ranges": n, "max_workers": n}: how the CPU kernels have split their
+// gobnSplitStats returns kernels.SplitStats and kernels.SplitShares as
+// JSON, {"calls": n, "max_ranges": n, "max_workers": n, "ranges": n,
+// "helper_ranges": n, "wait_us": x}: how the CPU kernels have split their
 // work since the library was loaded, for the tests that mean to exercise
-// the parallel split.
+// the parallel split, and for benchmarks to read how much of it helpers
+// did.
 //
 //export gobnSplitStats
 func gobnSplitStats() (s *C.char) {
@@ -116,7 +118,9 @@ func gobnSplitStats() (s *C.char) {
 		}
 	}()
 	calls, ranges, workers := kernels.SplitStats()
-	return jsonString(map[string]any{"calls": calls, "max_ranges": ranges, "max_workers": workers})
+	run, helped, wait := kernels.SplitShares()
+	return jsonString(map[string]any{"calls": calls, "max_ranges": ranges, "max_workers": workers,
+		"ranges": run, "helper_ranges": helped, "wait_us": float64(wait.Nanoseconds()) / 1e3})
 }
 
 // gobnStreamStats returns, as JSON, how GPU calls have run since the

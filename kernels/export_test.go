@@ -47,6 +47,9 @@ func ResetSplitStats() {
 	splits.affine.Store(0)
 	splits.folds.Store(0)
 	splits.planeLanes.Store(0)
+	splits.ranges.Store(0)
+	splits.helperRanges.Store(0)
+	splits.waitNanos.Store(0)
 }
 
 // AffineSplits reports how many calls since ResetSplitStats ran a pass

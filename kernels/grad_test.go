@@ -61,6 +61,13 @@ func requireSplit(t *testing.T, p kernels.Plan) {
 	}
 	require.Equal(t, want, ranges, "ranges of a call")
 	require.Equal(t, p.Workers, workers, "workers of a call")
+	// SplitShares counts every range of the passes of calls with helpers
+	// once, at least the plan's; a helper ran some of them or none.
+	if p.Workers > 1 {
+		run, helped, _ := kernels.SplitShares()
+		require.GreaterOrEqual(t, run, uint64(want), "ranges SplitShares counted")
+		require.LessOrEqual(t, helped, run, "ranges a helper ran")
+	}
 }
 
 // TestFusedGradWorkerSplits runs the parallel path on machines of procs

@@ -40,6 +40,10 @@ type splitCounter struct {
 	affine                atomic.Uint64 // the calls with an affine pass after the first
 	folds                 atomic.Uint64 // the calls that added up their chunks' sums in ranges (Plan.Folds)
 	planeLanes            atomic.Uint64 // the by-channel units whose planes were summed in lanes (simdPlaneLanes)
+	// ranges and helperRanges count the ranges that calls with helpers
+	// ran, and those of them that a helper ran; waitNanos the time their
+	// callers waited, out of ranges, for the helpers' last: SplitShares.
+	ranges, helperRanges, waitNanos atomic.Uint64
 }
 
 func (s *splitCounter) record(ranges, workers int) {
@@ -72,6 +76,16 @@ func atomicMax(v *atomic.Int64, n int64) {
 // split, so a change of threshold cannot quietly empty them.
 func SplitStats() (calls uint64, maxRanges, maxWorkers int) {
 	return splits.calls.Load(), int(splits.maxRanges.Load()), int(splits.maxWorkers.Load())
+}
+
+// SplitShares reports, since the process started, how the calls that had
+// helpers shared their work: the ranges they ran, those of them that a
+// helper ran, and how long their callers waited, out of ranges, for the
+// helpers' last. A helper woken too late for its call's work runs none, and
+// one that claims a range last makes its caller wait: benchmarks read it
+// beside their times (bench/manycore.py).
+func SplitShares() (ranges, helperRanges uint64, wait time.Duration) {
+	return splits.ranges.Load(), splits.helperRanges.Load(), time.Duration(splits.waitNanos.Load())
 }
 
 // crew is how a call's passes are shared: at most workers goroutines, the
@@ -248,6 +262,7 @@ func parallelPasses(c crew, passes ...pass) {
 		c.work(helpers)
 		c.wait()
 		c.raise()
+		c.tally()
 	}
 }
 
@@ -296,6 +311,8 @@ type claims struct {
 	// owner, where not nil, records which worker ran each range (worker+1;
 	// 0 for none), for an affine pass after this one.
 	owner []int32
+	// helped counts the ranges a helper ran (tally).
+	helped atomic.Int64
 	// after, on an affine pass, is the pass before, whose owner it follows;
 	// taken marks the ranges claimed.
 	after *claims
@@ -395,6 +412,16 @@ func (c *claims) run(w, r int) {
 	}
 	lo, hi := span(c.n, c.ranges, c.align, r)
 	c.fn(r, lo, hi)
+	if w < len(c.panics)-1 { // the caller is the last worker
+		c.helped.Add(1)
+	}
+}
+
+// tally adds a pass whose ranges are all done to SplitShares' counts, once,
+// on the caller: the ranges, and those a helper ran.
+func (c *claims) tally() {
+	splits.ranges.Add(uint64(c.ranges))
+	splits.helperRanges.Add(uint64(c.helped.Load()))
 }
 
 // finish marks a claim done, and wakes the waiting caller with the last one.
@@ -414,7 +441,12 @@ func (c *claims) finish() {
 // without the spin chose it. It waits for claims, not for the helpers to
 // exit, lest it wait on helpers that start after the last claim.
 func (c *claims) wait() {
-	for start := time.Now(); time.Since(start) < waitSpin; {
+	if c.pending.Load() == 0 {
+		return
+	}
+	start := time.Now()
+	defer func() { splits.waitNanos.Add(uint64(time.Since(start))) }()
+	for time.Since(start) < waitSpin {
 		if c.pending.Load() == 0 {
 			return
 		}

@@ -67,6 +67,38 @@ func testClaimsWaitsForClaimedRange(t *testing.T, affine bool) {
 	<-returned
 }
 
+// SplitShares counts the ranges a call with helpers ran, those a helper
+// ran, and the time its caller waited for a helper's last range: here the
+// helper's range holds on until the caller, out of ranges, has waited
+// through its spin.
+func TestSplitShares(t *testing.T) {
+	ranges, helped, waited := SplitShares()
+	release, started := make(chan struct{}), make(chan struct{})
+	c := &claims{n: 2, ranges: 2, align: 1, panics: make([]any, 2), done: make(chan struct{}, 1)}
+	c.fn = func(r, lo, hi int) {
+		if r == 0 { // the helper's
+			close(started)
+			<-release
+		}
+	}
+	go c.work(0)
+	<-started
+	go func() {
+		for !c.waiting.Load() { // the caller, past its spin, blocks
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(5 * time.Millisecond)
+		close(release)
+	}()
+	c.work(1)
+	c.wait()
+	c.tally()
+	r, h, w := SplitShares()
+	assert.Equal(t, uint64(2), r-ranges, "ranges run")
+	assert.Equal(t, uint64(1), h-helped, "ranges a helper ran")
+	assert.GreaterOrEqual(t, w-waited, waitSpin+5*time.Millisecond, "the caller's wait")
+}
+
 // parallelPasses runs every range of each pass once, each pass's before
 // after the last range of the pass before it and before its own first
 // range, whatever the number of workers (a crew of up to 4 on a machine of

@@ -34,7 +34,9 @@ cut short leaves what it measured:
    whose tensors exceed the last-level cache, the time memory needs at the
    measured bandwidth is recorded beside it: at 12 bytes an element (6 for
    bfloat16), and at what gobn's form moves (20 for a two-pass training
-   gradient, which reads dy and x twice).
+   gradient, which reads dy and x twice). With each case, from
+   gobnSplitStats: the share of its calls that split, the share of their
+   ranges that helpers ran, and the callers' wait for the helpers' last.
 5. Training steps: tf_keras MobileNetV2 and ResNet50 (64x64, batch 8) with
    gobn.enable() against stock, oneDNN on (bench/models.py: stock,
    stock again and gobn in processes of their own, in lockstep), gobn with

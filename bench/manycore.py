@@ -50,7 +50,8 @@ cut short leaves what it measured:
    read beside what a faster gradient can give it.
 
 --budget (seconds, default 210) scales the repetitions so the whole run
-takes about that long; --quick is a smoke test (a few cases, short steps),
+takes about that long (longer where the sweep takes more than its share:
+the per-call cases keep half the budget at least); --quick is a smoke test (a few cases, short steps),
 as run on a 2-core machine; --report JSON prints a record's tables. Nothing
 here asserts a time.
 """
@@ -94,6 +95,9 @@ STAGES = [("per_worker", ["per_worker=0", "per_worker=32768", "per_worker=65536"
           ("chunk_grain", ["chunk_grain=0", "chunk_grain=32768", "chunk_grain=16384"]),
           ("max_folds", ["max_folds=0", "max_folds=1"]),
           ("by_channel", ["by_channel=1", "by_channel=0"])]
+# The cases a stage is scored on, where not all: by_channel changes only
+# channels-first training gradients.
+STAGE_CASES = {"by_channel": lambda name: "training NCHW" in name}
 
 
 def parse_args(argv=None):
@@ -333,11 +337,14 @@ def sweep(tf, np, ops, base, cases, reps, seconds, record):
         except Exception as e:  # a case that fails leaves the others
             record.data.setdefault("errors", []).append(f"sweep {shape}: {e!r}")
     def timed(settings, kept, stage):
-        """ms a call of each chain with each setting on top of kept,
-        interleaved, and the settings' scores over the chains timed."""
+        """ms a call of each chain (of those the stage changes) with each
+        setting on top of kept, interleaved, and the settings' scores over
+        the chains timed."""
         specs = [",".join(s for s in (kept, setting) if s) for setting in settings]
         times = {s: {} for s in settings}
         for name, k, f in chains:
+            if not STAGE_CASES.get(stage, lambda _: True)(name):
+                continue
             try:
                 def at(spec):
                     def g():

@@ -108,7 +108,8 @@ func gobnXLAStatus() (s *C.char) {
 // "helper_ranges": n, "wait_us": x}: how the CPU kernels have split their
 // work since the library was loaded, for the tests that mean to exercise
 // the parallel split, and for benchmarks to read how much of it helpers
-// did.
+// did. calls counts every call cut into ranges; ranges, helper_ranges and
+// wait_us only those that had helpers (pinned threads or goroutines).
 //
 //export gobnSplitStats
 func gobnSplitStats() (s *C.char) {

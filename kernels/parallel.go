@@ -85,7 +85,8 @@ func SplitStats() (calls uint64, maxRanges, maxWorkers int) {
 // one that claims a range last makes its caller wait: benchmarks read it
 // beside their times (bench/manycore.py).
 func SplitShares() (ranges, helperRanges uint64, wait time.Duration) {
-	return splits.ranges.Load(), splits.helperRanges.Load(), time.Duration(splits.waitNanos.Load())
+	helped := splits.helperRanges.Load() // first: tally adds ranges first, so helped ≤ ranges here
+	return splits.ranges.Load(), helped, time.Duration(splits.waitNanos.Load())
 }
 
 // crew is how a call's passes are shared: at most workers goroutines, the

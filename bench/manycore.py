@@ -155,32 +155,29 @@ def log(*a):
 # The machine and its bandwidth.
 
 
-def cpu_plan(spec=None):
-    """gobnCPUPlan's JSON (see capi/cpuplan.go), setting spec first; None
-    where the library has no such export (one built before it)."""
+def export_json(name, *args):
+    """The JSON a library export returns (name, taking C strings args);
+    None where the library has no such export (one built before it)."""
     from gobn import _library
-    _take_string = _library._take_string
     lib = _library.handle()
-    if lib is None or not hasattr(lib, "gobnCPUPlan"):
+    if lib is None or not hasattr(lib, name):
         return None
-    f = lib.gobnCPUPlan
-    f.restype, f.argtypes = ctypes.c_void_p, [ctypes.c_char_p]
-    out = _take_string(f(spec.encode() if spec is not None else None))
+    f = getattr(lib, name)
+    f.restype, f.argtypes = ctypes.c_void_p, [ctypes.c_char_p] * len(args)
+    out = _library._take_string(f(*args))
     return json.loads(out) if out else None
+
+
+def cpu_plan(spec=None):
+    """gobnCPUPlan's JSON (see capi/cpuplan.go), setting spec first."""
+    return export_json("gobnCPUPlan", spec.encode() if spec is not None else None)
 
 
 def split_stats():
     """gobnSplitStats' JSON (see capi/exports.go): the calls split, and the
     ranges that calls with helpers ran, a helper's among them, and their
-    callers' wait for the helpers' last; None where the library lacks it."""
-    from gobn import _library
-    lib = _library.handle()
-    if lib is None or not hasattr(lib, "gobnSplitStats"):
-        return None
-    f = lib.gobnSplitStats
-    f.restype, f.argtypes = ctypes.c_void_p, []
-    out = _library._take_string(f())
-    return json.loads(out) if out else None
+    callers' wait for the helpers' last."""
+    return export_json("gobnSplitStats")
 
 
 def helper_share(before, after, calls):

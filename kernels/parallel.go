@@ -94,10 +94,13 @@ func SplitShares() (ranges, helperRanges uint64, wait time.Duration) {
 // cores-1 (helpersOut); helper threads woken wake at a time (Tuning.Wake).
 type crew struct {
 	workers, cores, wake int
+	burst                bool // the call came in a burst: the helpers poll after (Plan.Burst)
 }
 
 // crewOf returns p's crew.
-func crewOf(p Plan) crew { return crew{workers: p.Workers, cores: p.Cores, wake: p.Wake} }
+func crewOf(p Plan) crew {
+	return crew{workers: p.Workers, cores: p.Cores, wake: p.Wake, burst: p.Burst}
+}
 
 // helpersOut counts the helpers of every call in flight: a call takes only
 // what the cores leave, so two gradients that TensorFlow runs side by side
@@ -235,7 +238,7 @@ func parallelPasses(c crew, passes ...pass) {
 	}
 	// Pinned threads first where there are any (threads_linux.go), then
 	// goroutines.
-	h := onHelperThreads(helpers, c.wake, helper)
+	h := onHelperThreads(helpers, c.wake, c.burst, helper)
 	for i := h; i < helpers; i++ {
 		go helper(i)
 	}

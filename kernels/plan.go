@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // A call is planned before it touches its tensors: planFor decides its form,
@@ -122,18 +123,36 @@ const maxSpin = 10_000
 
 // DefaultTuning returns the tuning a process starts with.
 func DefaultTuning() Tuning {
-	return Tuning{ByChannel: true, Affine: true}
+	return Tuning{ByChannel: true, Affine: true, Spin: defaultSpin}
 }
 
+// defaultSpin is Tuning.Spin's default, in microseconds: longer than
+// TensorFlow takes between two ops of a graph (a few microseconds) or to
+// call a tf.function again from Python (tens), far shorter than a
+// convolution's gradient between two batch norms of a training step.
+// Chosen by make bench-torch's chains and make bench-models' steps.
+const defaultSpin = 100
+
 // perWorkerFor returns the least float32 elements a worker takes on a
-// machine of the given cores: 2^19/cores, from 2^16 to 2^18. A helper must
-// be woken, and TensorFlow's idle threads spin for a while after each op,
-// so a helper pays only on a share of a few hundred microseconds on few
-// cores; on many, the finer shares pay. Both ends were measured on chains
-// of FusedBatchNormGradV3 in one tf.function: 2 cores by make bench's oneDNN
-// table, 16 by bench/manycore.py's sweep (bench/manycore.json;
-// docs/performance.md, "The plan").
-func perWorkerFor(cores int) int { return max(1<<16, min(1<<18, (1<<19)/max(1, cores))) }
+// machine of the given cores, with polling helper threads polling for a
+// task. The cost model: a call of T on one worker takes about T/w + d on w,
+// d the time its helpers take to start (the calling thread works from the
+// start, and claims what late helpers leave), so helpers pay where T > w·d.
+// A helper asleep must be woken: d is some tens of microseconds on a
+// virtual machine's idle CPU (more on a busy one), and the caller pays the
+// system call that wakes it; so on few cores a worker takes 2^19/cores
+// elements, from 2^16 to 2^18, shares of a hundred microseconds or more. A
+// helper that polls starts within a microsecond, and a share of 2^16
+// elements (a chunk, chunkGrain) pays. Both ends were measured on chains of
+// FusedBatchNormGradV3 in one tf.function: 2 cores by make bench-torch, 16
+// by bench/manycore.py's sweep (bench/manycore.json; docs/performance.md,
+// "The plan").
+func perWorkerFor(cores, polling int) int {
+	if polling > 0 {
+		return 1 << 16
+	}
+	return max(1<<16, min(1<<18, (1<<19)/max(1, cores)))
+}
 
 var tuning atomic.Pointer[Tuning]
 
@@ -310,6 +329,13 @@ type call struct {
 	// ownAligned: x_backprop is float32 with a buffer of its own, 32-byte
 	// aligned, and the vector loops that stream are there (streams).
 	ownAligned bool
+	// polling is how many helper threads poll for a task as the call
+	// starts (helpersPolling): they start at once, where a sleeping one
+	// starts tens of microseconds after its wake (perWorkerFor). burst: the
+	// call starts within Tuning.Spin of the last call's end (inBurst), so
+	// that its helpers, woken now if they sleep, will poll for the next.
+	polling int
+	burst   bool
 }
 
 // Plan is how one call runs.
@@ -341,9 +367,10 @@ type Plan struct {
 	Workers, Cores int
 	// Stream: x_backprop written with non-temporal stores. Affine: each
 	// chunk of FormPasses' second pass on the worker that summed it. Wake:
-	// Tuning.Wake.
-	Stream, Affine bool
-	Wake           int
+	// Tuning.Wake. Burst: the call came in a burst (call.burst), and its
+	// helpers poll for the next call's tasks after theirs.
+	Stream, Affine, Burst bool
+	Wake                  int
 }
 
 // Chunk returns chunk r's elements, [lo, hi).
@@ -405,10 +432,14 @@ func planFor(c call, m Machine, t Tuning) Plan {
 	if t.Workers > 0 {
 		cores = min(cores, t.Workers)
 	}
-	p := Plan{Period: pd, L: L, Elements: n, Workers: 1, Folds: 1, Cores: cores, Wake: t.Wake}
+	p := Plan{Period: pd, L: L, Elements: n, Workers: 1, Folds: 1, Cores: cores, Wake: t.Wake, Burst: c.burst}
 	per := t.PerWorker
 	if per <= 0 {
-		per = perWorkerFor(cores)
+		polling := c.polling
+		if c.burst {
+			polling = max(polling, 1) // what it wakes now polls for the next call
+		}
+		per = perWorkerFor(cores, polling)
 	}
 	grain, unit := chunkGrain, unitElems
 	if c.half {
@@ -553,7 +584,7 @@ func streamFrom(m Machine, t Tuning) int {
 // the call writes none), on the current machine with the current tuning.
 func plan[T Element](d Dims, j job, dy, x, dx []T) Plan {
 	var zero T
-	c := call{dims: d, job: j}
+	c := call{dims: d, job: j, polling: helpersPolling(), burst: inBurst(CurrentTuning().Spin)}
 	switch any(zero).(type) {
 	case float32:
 		c.size = 4
@@ -565,4 +596,23 @@ func plan[T Element](d Dims, j job, dy, x, dx []T) Plan {
 		c.size, c.half = 2, true
 	}
 	return planFor(c, CurrentMachine(), CurrentTuning())
+}
+
+// lastCallEnd is when the last kernel call returned, in nanoseconds since
+// callEpoch (0: none has yet): every call releases its scratch last, and
+// scratch.release stamps it (callEnded).
+var (
+	callEpoch   = time.Now()
+	lastCallEnd atomic.Int64
+)
+
+// callEnded stamps the end of a kernel call.
+func callEnded() { lastCallEnd.Store(max(1, int64(time.Since(callEpoch)))) }
+
+// inBurst reports whether a call starting now comes within spinMicros of
+// the last call's end: a chain of gradient calls (a benchmark's, or the
+// batch norms of a network one after another with nothing long between).
+func inBurst(spinMicros int) bool {
+	last := lastCallEnd.Load()
+	return spinMicros > 0 && last != 0 && int64(time.Since(callEpoch))-last < int64(spinMicros)*1000
 }

@@ -19,7 +19,10 @@ var scratchPool = sync.Pool{New: func() any { return new(scratch) }}
 func getScratch() *scratch { return scratchPool.Get().(*scratch) }
 
 // release returns s to the pool: nothing carved from it may be used after.
+// A call releases its scratch last, so release also stamps the call's end
+// (callEnded).
 func (s *scratch) release() {
+	callEnded()
 	s.f64, s.f32, s.a32 = s.f64[:0], s.f32[:0], affine32{}
 	scratchPool.Put(s)
 }

@@ -21,8 +21,8 @@ import (
 // CPUs"). So on Linux a
 // call's helpers run on threads of gobn's own, one pinned to each CPU the
 // process may use (the first maxHelperThreads of them), each asleep on a
-// futex between calls (after polling for Tuning.Spin microseconds, 0 by
-// default): a call wakes threads pinned to CPUs other than the one it runs
+// futex between calls (after polling for Tuning.Spin microseconds while
+// calls come in a burst, serve): a call wakes threads pinned to CPUs other than the one it runs
 // on, which start some tens of microseconds later and never on the
 // caller's CPU. A call that finds no such thread free (other calls hold them), or a
 // process whose GOMAXPROCS leaves no room for them (below), starts
@@ -33,9 +33,16 @@ type helperThread struct {
 	wake   atomic.Uint32 // the futex word, bumped for each task
 	asleep atomic.Bool   // in or about to enter futexWait: a task must wake it
 	busy   atomic.Bool   // from a call's claim until the task returns
-	fn     func(int)     // the task: fn(arg)
-	arg    int
-	cpu    int // the CPU it is pinned to, or -1 where pinning failed
+	// nap, set by a call that runs on the thread's CPU, has it stop
+	// polling and sleep: it cannot help that call, and would take turns
+	// with it on the CPU.
+	nap atomic.Bool
+	fn  func(int) // the task: fn(arg)
+	arg int
+	// poll has the thread poll for its next task after this one: the call
+	// came in a burst of calls (burst).
+	poll bool
+	cpu  int // the CPU it is pinned to, or -1 where pinning failed
 }
 
 var helperThreads struct {
@@ -53,6 +60,16 @@ const maxHelperThreads = 256
 // (Tuning.Spin).
 var helperThreadTasks, helperThreadWakes, helperThreadSpins atomic.Uint64
 
+// helperThreadsPolling counts the pinned threads polling for a task now: a
+// call that hands them its shares starts them within a microsecond, where
+// a thread asleep starts some tens of microseconds after it is woken, and
+// its caller pays the system call that wakes it (the plan counts on which:
+// helpersPolling).
+var helperThreadsPolling atomic.Int32
+
+// helpersPolling returns how many helper threads poll for a task now.
+func helpersPolling() int { return int(helperThreadsPolling.Load()) }
+
 // onHelperThreads hands fn(0), fn(1), ... to up to n free pinned threads on
 // CPUs other than the caller's, and returns how many it handed: fn(i) for i
 // from that count on is the caller's to run. With wake positive the caller
@@ -63,7 +80,7 @@ var helperThreadTasks, helperThreadWakes, helperThreadSpins atomic.Uint64
 // until Go's monitor thread takes it back, which can take 10 ms, so the
 // threads are used only while GOMAXPROCS leaves a P for the caller and one
 // more besides one per thread (capi sets 2·cores+4).
-func onHelperThreads(n, wake int, fn func(int)) int {
+func onHelperThreads(n, wake int, poll bool, fn func(int)) int {
 	// NumCPU counts the CPUs the process may use, as startHelperThreads
 	// does: a process without room for the threads never starts them.
 	if n == 0 || runtime.GOMAXPROCS(0) < min(runtime.NumCPU(), maxHelperThreads)+2 {
@@ -76,14 +93,23 @@ func onHelperThreads(n, wake int, fn func(int)) int {
 	}
 	cpu := currentCPU()
 	crew := make([]*helperThread, 0, min(n, len(all)))
-	for _, t := range all {
-		if len(crew) == n {
-			break
+	// Threads that poll first, which start at once, then those asleep.
+	for _, polling := range []bool{true, false} {
+		for _, t := range all {
+			if len(crew) == n {
+				break
+			}
+			if t.cpu == cpu && cpu >= 0 {
+				if polling && !t.asleep.Load() {
+					t.nap.Store(true)
+				}
+				continue
+			}
+			if t.asleep.Load() == polling || !t.busy.CompareAndSwap(false, true) {
+				continue
+			}
+			crew = append(crew, t)
 		}
-		if (t.cpu == cpu && cpu >= 0) || !t.busy.CompareAndSwap(false, true) {
-			continue
-		}
-		crew = append(crew, t)
 	}
 	task := fn
 	if wake > 0 && wake < len(crew) {
@@ -96,8 +122,8 @@ func onHelperThreads(n, wake int, fn func(int)) int {
 		}
 	}
 	for i, t := range crew {
-		t.fn, t.arg = task, i
-		t.wake.Add(1) // publishes fn and arg to the thread, which loads wake
+		t.fn, t.arg, t.poll = task, i, poll
+		t.wake.Add(1) // publishes the task to the thread, which loads wake
 	}
 	lo, hi := wakes(len(crew), wake, -1)
 	for _, t := range crew[lo:hi] {
@@ -142,9 +168,13 @@ func startHelperThreads() {
 }
 
 // serve pins the thread and runs the tasks handed to it, asleep on wake in
-// between: after each task it first polls wake for Tuning.Spin
-// microseconds, where a task handed to it starts without a system call on
-// either side, then sleeps.
+// between. After a task of a call that came in a burst of calls (burst: a
+// chain of gradients, or a network's batch norms one after the other) it
+// first polls wake for Tuning.Spin microseconds, so that the next call's
+// task starts without a system call on either side; after one that came
+// alone (a training step's convolutions between two batch norms) it sleeps
+// at once, rather than take turns with TensorFlow's own threads on its CPU
+// for polls that find nothing.
 func (t *helperThread) serve(started *sync.WaitGroup) {
 	runtime.LockOSThread() // for good: the pinned thread runs this goroutine alone
 	if !pinThread(t.cpu) {
@@ -154,8 +184,12 @@ func (t *helperThread) serve(started *sync.WaitGroup) {
 	started.Done()
 	spin := time.Duration(0)
 	for {
-		for start := time.Now(); spin > 0 && t.wake.Load() == seen && time.Since(start) < spin; {
-			yieldCPU()
+		if spin > 0 {
+			helperThreadsPolling.Add(1)
+			for start := time.Now(); t.wake.Load() == seen && !t.nap.Load() && time.Since(start) < spin; {
+				yieldCPU()
+			}
+			helperThreadsPolling.Add(-1)
 		}
 		for t.wake.Load() == seen {
 			t.asleep.Store(true)
@@ -163,10 +197,14 @@ func (t *helperThread) serve(started *sync.WaitGroup) {
 			t.asleep.Store(false)
 		}
 		seen = t.wake.Load()
-		fn, arg := t.fn, t.arg
+		t.nap.Store(false)
+		fn, arg, poll := t.fn, t.arg, t.poll
 		t.fn = nil
 		fn(arg)
-		spin = time.Duration(CurrentTuning().Spin) * time.Microsecond
+		spin = 0
+		if poll {
+			spin = time.Duration(CurrentTuning().Spin) * time.Microsecond
+		}
 		if spin > 0 {
 			helperThreadSpins.Add(1) // before busy: a test that sees the thread free sees the count
 		}

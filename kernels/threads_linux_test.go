@@ -41,7 +41,7 @@ func TestHelperThreadsPinned(t *testing.T) {
 	got := make([]seen, len(all))
 	var wg sync.WaitGroup
 	wg.Add(len(all))
-	handed := onHelperThreads(len(all), 0, func(i int) {
+	handed := onHelperThreads(len(all), 0, false, func(i int) {
 		defer wg.Done()
 		got[i] = seen{currentCPU(), allowedCPUs()}
 	})
@@ -133,9 +133,10 @@ func TestWakeTree(t *testing.T) {
 	}
 }
 
-// With Tuning.Spin a thread polls for its next task after each task: one
-// handed to it while it polls needs no futex wake, and once the spin is 0
-// again the thread sleeps after its task and the next one wakes it. The
+// With Tuning.Spin a thread polls for its next task after each task of a
+// call in a burst: one handed to it while it polls needs no futex wake;
+// after a task of a call that came alone, or once the spin is 0 again, the
+// thread sleeps after its task and the next one wakes it. The
 // thread is one of the test's own, pinned to the first CPU the process may
 // use, so no call of another test hands it a task.
 func TestHelperThreadSpin(t *testing.T) {
@@ -157,10 +158,11 @@ func TestHelperThreadSpin(t *testing.T) {
 	}
 	defer spinFor(spinFor(1_000_000))
 	var ran atomic.Int32
+	poll := true
 	hand := func() (woken uint64) {
 		before := helperThreadWakes.Load()
 		require.True(t, th.busy.CompareAndSwap(false, true), "the thread is still busy")
-		th.fn, th.arg = func(int) { ran.Add(1) }, 0
+		th.fn, th.arg, th.poll = func(int) { ran.Add(1) }, 0, poll
 		th.wake.Add(1)
 		th.rouse()
 		woken = helperThreadWakes.Load() - before
@@ -186,11 +188,17 @@ func TestHelperThreadSpin(t *testing.T) {
 		require.Zero(t, hand(), "task %d handed to a polling thread woke it", i)
 	}
 	require.Equal(t, uint64(11), helperThreadSpins.Load()-spins, "tasks followed by a poll")
+	poll = false
+	require.Zero(t, hand(), "a task of a call that came alone, to the polling thread")
+	untilAsleep()
+	require.Equal(t, uint64(11), helperThreadSpins.Load()-spins, "a task of a call that came alone is followed by no poll")
+	poll = true
+	require.Equal(t, uint64(1), hand(), "a task handed to the thread asleep after a call that came alone")
 	spinFor(0)
 	require.Zero(t, hand(), "the last task of the polling thread")
 	untilAsleep()
 	require.Equal(t, uint64(1), hand(), "a task handed to the thread asleep after spin 0")
-	require.Equal(t, int32(13), ran.Load())
+	require.Equal(t, int32(15), ran.Load())
 	// The last task ends the thread's goroutine, and with it the thread.
 	th.fn, th.arg = func(int) { runtime.Goexit() }, 0
 	th.wake.Add(1)
@@ -202,4 +210,55 @@ func TestHelperThreadSpin(t *testing.T) {
 func waitHelperThreadsFree(t *testing.T) {
 	t.Helper()
 	idle(t, helperThreads.all)
+}
+
+// A call that comes alone leaves its helpers asleep, and on 2 cores splits
+// no tensor of 2^17 elements; the next call, in a burst after it, splits
+// that tensor (its plan counts on its helper polling after it) and its
+// helper polls when its task is done; the call after that finds it polling
+// and hands it its share without a wake.
+func TestBurstLeavesHelpersPolling(t *testing.T) {
+	all := helperThreadsOrSkip(t)
+	prevMachine := setMachine(Machine{Cores: 2, L2: 2 << 20, L3: 32 << 20, L3Cores: 2})
+	defer setMachine(prevMachine)
+	prevTuning := CurrentTuning()
+	defer SetTuning(prevTuning)
+	tu := prevTuning
+	tu.PerWorker, tu.Spin = 0, 0 // from the cores and the helpers
+	SetTuning(tu)
+	asleep := func() bool { // every thread, so that none polls as the first call starts
+		for _, th := range all {
+			if !th.asleep.Load() {
+				return false
+			}
+		}
+		return true
+	}
+	require.Eventually(t, asleep, 5*time.Second, time.Millisecond)
+	tu.Spin = 1_000_000 // a second, past maxSpin (stored as it is): a poll a loaded test machine cannot miss
+	tuning.Store(&tu)
+	d := Dims{N: 1, C: 64, S: 1 << 11, Layout: ChannelsLast} // 2^17 elements
+	n, C := d.Len(), int(d.C)
+	g := FusedGradArgs[float32]{Dims: d, YBackprop: make([]float32, n), X: make([]float32, n), XBackprop: make([]float32, n),
+		Scale: make([]float32, C), ReserveSpace1: make([]float32, C), ReserveSpace2: make([]float32, C),
+		ScaleBackprop: make([]float32, C), OffsetBackprop: make([]float32, C), Epsilon: 1e-3}
+	lastCallEnd.Store(0) // no call before: the first comes alone
+	tasks, spins := helperThreadTasks.Load(), helperThreadSpins.Load()
+	TrainingGrad(g)
+	require.Equal(t, tasks, helperThreadTasks.Load(), "a call alone of 2^17 elements on 2 cores used a helper")
+	TrainingGrad(g)
+	require.Equal(t, tasks+1, helperThreadTasks.Load(), "the call in a burst handed its helper a task")
+	idle(t, all)
+	require.Equal(t, spins+1, helperThreadSpins.Load(), "the helper of a call in a burst polled after its task")
+	require.Eventually(t, func() bool { return helpersPolling() == 1 }, time.Second, time.Millisecond)
+	wakes := helperThreadWakes.Load()
+	TrainingGrad(g)
+	require.Equal(t, tasks+2, helperThreadTasks.Load(), "the call after the burst's handed its helper a task")
+	require.Equal(t, wakes, helperThreadWakes.Load(), "the polling helper was woken")
+	idle(t, all)
+	tu.Spin = 0 // the threads sleep after their next task
+	SetTuning(tu)
+	TrainingGrad(g)
+	idle(t, all)
+	require.Eventually(t, asleep, 5*time.Second, time.Millisecond)
 }

@@ -8,4 +8,7 @@ import "sync/atomic"
 
 var helperThreadTasks, helperThreadWakes, helperThreadSpins atomic.Uint64
 
-func onHelperThreads(n, wake int, fn func(int)) int { return 0 }
+func onHelperThreads(n, wake int, poll bool, fn func(int)) int { return 0 }
+
+// helpersPolling returns 0: goroutines do not poll.
+func helpersPolling() int { return 0 }

@@ -78,7 +78,10 @@ type affine struct {
 	f32 *affine32
 }
 
-// affine32 is affine in float32.
+// affine32 is affine in float32. Its four arrays lie one after the other in
+// one buffer, with meanPad float32s more after Mean (layAffine32), so that
+// the vector loops may broadcast any channel's coefficient from a vector
+// load of four (broadcastAt8) without a scalar instruction.
 type affine32 struct {
 	A, B, MeanDy, Mean []float32
 	ScaleOnly          bool
@@ -133,12 +136,30 @@ func (t affine) withFloat32(s *scratch) affine {
 		return t
 	}
 	L := len(t.A)
-	buf := s.float32s(4*L + meanPad) // Mean has meanPad more in its capacity (simdPlaneLanes)
 	f := &s.a32
-	*f = affine32{A: buf[:L:L], B: buf[L : 2*L : 2*L], MeanDy: buf[2*L : 3*L : 3*L], Mean: buf[3*L : 4*L], ScaleOnly: t.ScaleOnly}
+	*f = layAffine32(s.float32s(4*L+meanPad), L)
+	f.ScaleOnly = t.ScaleOnly
 	t.f32 = f
 	t.round32(0, L)
 	return t
+}
+
+// layAffine32 returns an affine32 of L channels whose arrays are buf's, laid
+// out as affine32 says; buf holds 4·L+meanPad float32s.
+func layAffine32(buf []float32, L int) affine32 {
+	buf = buf[: 4*L+meanPad : 4*L+meanPad]
+	return affine32{A: buf[:L:L], B: buf[L : 2*L : 2*L], MeanDy: buf[2*L : 3*L : 3*L], Mean: buf[3*L : 4*L]}
+}
+
+// needPadded panics unless t's arrays are laid out as affine32 says.
+func (t *affine32) needPadded() {
+	L := len(t.A)
+	next := func(a, b []float32) bool {
+		return len(b) == L && unsafe.Pointer(unsafe.SliceData(b)) == unsafe.Add(unsafe.Pointer(unsafe.SliceData(a)), 4*L)
+	}
+	if L == 0 || !next(t.A, t.B) || !next(t.B, t.MeanDy) || !next(t.MeanDy, t.Mean) || cap(t.Mean) < L+meanPad {
+		panic("kernels: affine32 not laid out by layAffine32")
+	}
 }
 
 // round32 refreshes channels [c0, c1) of t's float32 copy, if it has one.

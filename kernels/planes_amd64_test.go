@@ -59,23 +59,29 @@ func runSumsLanes(L int, dy, x []float32, mu float64) (sumDy, sumDyXc float64) {
 	return sumDy, sumDyXc
 }
 
-// applyRunLanes writes a run's dx as the vector loops do at either width:
-// the whole vectors of eight with one FMA, (dy−mdy)·a + (x−mu)·b rounded
-// once (fma32), the rest in scalar float32.
+// applyRunLanes writes a run's dx as the vector loops do at either width,
+// whole vectors and the masked tail alike: (dy−mdy)·a + (x−mu)·b rounded
+// once (fma32), or dy·a where scaleOnly.
 func applyRunLanes(scaleOnly bool, a, b, mdy, mu float32, dy, x, dx []float32) {
-	v := len(dy) &^ 7
 	for j := range dy {
-		switch {
-		case scaleOnly && j < v:
+		if scaleOnly {
 			dx[j] = dy[j] * a
-		case scaleOnly:
-			dx[j] = a * dy[j]
-		case j < v:
+		} else {
 			dx[j] = fma32(dy[j]-mdy, a, (x[j]-mu)*b)
-		default:
-			dx[j] = a*(dy[j]-mdy) + b*(x[j]-mu)
 		}
 	}
+}
+
+// paddedAffine32 returns an affine32 of a, b, mdy and mu (of one length)
+// laid out as the vector loops need it (layAffine32).
+func paddedAffine32(a, b, mdy, mu []float32) *affine32 {
+	L := len(a)
+	t := layAffine32(make([]float32, 4*L+meanPad), L)
+	copy(t.A, a)
+	copy(t.B, b)
+	copy(t.MeanDy, mdy)
+	copy(t.Mean, mu)
+	return &t
 }
 
 // fma32 returns p·q+r rounded once to float32, from the exact value (in
@@ -157,7 +163,7 @@ func TestChannelsFirstLoopsMatchTheirLanes(t *testing.T) {
 				require.Equal(t, math.Float64bits(wantB[k]), math.Float64bits(gotB[k]), "wide=%v C=%d S=%d c=%d pos=%d n=%d: Σdy·(x−mean) of channel %d", wide, C, S, c, pos, n, k)
 			}
 
-			aff := &affine32{A: randomF32(rng, C), B: randomF32(rng, C), MeanDy: randomF32(rng, C), Mean: randomF32(rng, C)}
+			aff := paddedAffine32(randomF32(rng, C), randomF32(rng, C), randomF32(rng, C), randomF32(rng, C))
 			for _, scaleOnly := range []bool{false, true} {
 				aff.ScaleOnly = scaleOnly
 				want, got := make([]float32, n+8), make([]float32, n+8)

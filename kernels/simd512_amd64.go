@@ -29,8 +29,8 @@ func widen8(p unsafe.Pointer, i int) archsimd.Float64x8 {
 // laneNumbers512 is laneNumbers at this width.
 var laneNumbers512 = [f32Lanes512]int32{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}
 
-// broadcastMean16 is broadcastMean8 on AVX-512 vectors.
-func broadcastMean16(p unsafe.Pointer, c int) archsimd.Float32x16 {
+// broadcastAt16 is broadcastAt8 on AVX-512 vectors.
+func broadcastAt16(p unsafe.Pointer, c int) archsimd.Float32x16 {
 	return archsimd.LoadFloat32x4((*[4]float32)(unsafe.Add(p, 4*c))).Broadcast1To16()
 }
 
@@ -44,6 +44,13 @@ func broadcastMean16(p unsafe.Pointer, c int) archsimd.Float32x16 {
 //go:nocheckptr
 func loadMasked16(p unsafe.Pointer, i int, m archsimd.Mask32x16) archsimd.Float32x16 {
 	return archsimd.LoadMaskedFloat32x16((*[f32Lanes512]float32)(unsafe.Add(p, 4*i)), m)
+}
+
+// storeMasked16 is storeMasked8 on AVX-512 vectors.
+//
+//go:nocheckptr
+func storeMasked16(v archsimd.Float32x16, p unsafe.Pointer, i int, m archsimd.Mask32x16) {
+	v.StoreMasked((*[f32Lanes512]float32)(unsafe.Add(p, 4*i)), m)
 }
 
 // quad512 returns v's two halves added, as four lanes to add up.
@@ -74,27 +81,6 @@ func runSumsTail512(dy, x []float32, mu, sumDy, sumDyXc float64) (float64, float
 	}
 	s, sx = runSumsTail(dy[j:], x[j:], mu, s, sx)
 	return sumDy + s, sumDyXc + sx
-}
-
-// applyRunTail512 writes a run's tail, under sixteen elements, as the AVX2
-// loop writes a run: a vector of eight where the tail has one, then the
-// scalar tail. Written out as runSumsTail512.
-func applyRunTail512(scaleOnly bool, a, b, mdy, mu float32, dy, x, dx []float32) {
-	j := 0
-	if len(dy) >= f32Lanes {
-		_, _ = x[f32Lanes-1], dx[f32Lanes-1]
-		pdy, px, pdx := ptr32(dy), ptr32(x), ptr32(dx)
-		av := archsimd.BroadcastFloat32x8(a)
-		if scaleOnly {
-			store8(load8(pdy, 0).Mul(av), pdx, 0)
-		} else {
-			bv, mdyv, muv := archsimd.BroadcastFloat32x8(b), archsimd.BroadcastFloat32x8(mdy), archsimd.BroadcastFloat32x8(mu)
-			store8(load8(pdy, 0).Sub(mdyv).MulAdd(av, load8(px, 0).Sub(muv).Mul(bv)), pdx, 0)
-		}
-		archsimd.ClearAVXUpperBits()
-		j = f32Lanes
-	}
-	applyRunTail(scaleOnly, a, b, mdy, mu, dy[j:], x[j:], dx[j:])
 }
 
 // sumsTile512 is sumsTile32 for 64 channels, in four vectors of sixteen:

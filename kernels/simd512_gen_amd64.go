@@ -156,7 +156,7 @@ func sumsPlaneLanes512(C, S, off int, dy, x, mean []float32, lanes []float64) {
 	c, pos := off/S%C, off%S
 	for i := 0; i < n; {
 		e := i + min(S-pos, n-i) // the run is [i, e)
-		muv := broadcastMean16(pm, c)
+		muv := broadcastAt16(pm, c)
 		la, lb := load8d(pl, planeLanes*c), load8d(pl, planeLanes*c+planeLanes/2)
 		for j := i; j < e; {
 			sa, sb := zero, zero
@@ -230,30 +230,40 @@ func applyPlanes512(C, S, c, pos int, t *affine32, dy, x, dx []float32) {
 	n := len(x)
 	needLen(n, dy, dx)
 	needLen(C, t.A, t.B, t.MeanDy, t.Mean)
+	t.needPadded()
 	pdy, px, pdx := ptr32(dy), ptr32(x), ptr32(dx)
+	pa, pb, pmdy, pmu := ptr32(t.A), ptr32(t.B), ptr32(t.MeanDy), ptr32(t.Mean)
+	lane := archsimd.LoadInt32x16(&laneNumbers512)
 	for i := 0; i < n; {
 		e := i + min(S-pos, n-i) // the run is [i, e)
-		a, b, mdy, mu := t.A[c], t.B[c], t.MeanDy[c], t.Mean[c]
 		j := i
-		av := archsimd.BroadcastFloat32x16(a)
+		av := broadcastAt16(pa, c)
 		if t.ScaleOnly {
 			for ; j+f32Lanes512 <= e; j += f32Lanes512 {
 				store16(load16(pdy, j).Mul(av), pdx, j)
 			}
+			if j < e {
+				m := lane.Less(archsimd.BroadcastInt32x16(int32(e - j)))
+				storeMasked16(loadMasked16(pdy, j, m).Mul(av), pdx, j, m)
+			}
 		} else {
-			bv, mdyv, muv := archsimd.BroadcastFloat32x16(b), archsimd.BroadcastFloat32x16(mdy), archsimd.BroadcastFloat32x16(mu)
+			bv, mdyv, muv := broadcastAt16(pb, c), broadcastAt16(pmdy, c), broadcastAt16(pmu, c)
 			for ; j+f32Lanes512 <= e; j += f32Lanes512 {
 				store16(load16(pdy, j).Sub(mdyv).MulAdd(av, load16(px, j).Sub(muv).Mul(bv)), pdx, j)
 			}
+			if j < e {
+				m := lane.Less(archsimd.BroadcastInt32x16(int32(e - j)))
+				g := loadMasked16(pdy, j, m)
+				storeMasked16(g.Sub(mdyv).MulAdd(av, loadMasked16(px, j, m).Sub(muv).Mul(bv)), pdx, j, m)
+			}
 		}
-		archsimd.ClearAVXUpperBits()
-		applyRunTail512(t.ScaleOnly, a, b, mdy, mu, dy[j:e], x[j:e], dx[j:e])
 		i = e
 		pos = 0
 		if c++; c == C {
 			c = 0
 		}
 	}
+	archsimd.ClearAVXUpperBits()
 }
 
 // widenBFloat16x16 is widenBFloat16 on AVX-512 vectors.

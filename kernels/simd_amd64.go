@@ -477,7 +477,7 @@ func sumsPlaneLanes32(C, S, off int, dy, x, mean []float32, lanes []float64) {
 	c, pos := off/S%C, off%S
 	for i := 0; i < n; {
 		e := i + min(S-pos, n-i) // the run is [i, e)
-		muv := broadcastMean8(pm, c)
+		muv := broadcastAt8(pm, c)
 		la, lb := load4d(pl, planeLanes*c), load4d(pl, planeLanes*c+planeLanes/2)
 		for j := i; j < e; {
 			sa, sb := zero, zero
@@ -521,9 +521,10 @@ func sumsPlaneLanes32(C, S, off int, dy, x, mean []float32, lanes []float64) {
 // laneNumbers are the lane numbers of a vector of float32.
 var laneNumbers = [f32Lanes]int32{0, 1, 2, 3, 4, 5, 6, 7}
 
-// broadcastMean8 returns the float32 at p[c] in every lane, from a vector
-// load of the four there (no scalar instruction).
-func broadcastMean8(p unsafe.Pointer, c int) archsimd.Float32x8 {
+// broadcastAt8 returns the float32 at p[c] in every lane, from a vector
+// load of the four there (no scalar instruction): p[c+1:c+4] must be
+// readable too (meanPad).
+func broadcastAt8(p unsafe.Pointer, c int) archsimd.Float32x8 {
 	return archsimd.LoadFloat32x4((*[4]float32)(unsafe.Add(p, 4*c))).Broadcast1To8()
 }
 
@@ -533,6 +534,15 @@ func broadcastMean8(p unsafe.Pointer, c int) archsimd.Float32x8 {
 //go:nocheckptr
 func loadMasked8(p unsafe.Pointer, i int, m archsimd.Mask32x8) archsimd.Float32x8 {
 	return archsimd.LoadMaskedFloat32x8((*[f32Lanes]float32)(unsafe.Add(p, 4*i)), m)
+}
+
+// storeMasked8 stores the lanes of v that mask m selects at p[i:], and
+// leaves the others' memory alone, untouched (as loadMasked8, it may reach
+// past the allocation).
+//
+//go:nocheckptr
+func storeMasked8(v archsimd.Float32x8, p unsafe.Pointer, i int, m archsimd.Mask32x8) {
+	v.StoreMasked((*[f32Lanes]float32)(unsafe.Add(p, 4*i)), m)
 }
 
 // runSumsTail adds a run's scalar tail into its sums so far; the AVX-512
@@ -677,61 +687,79 @@ func applyChannelsFirst32(C, S, off int, t *affine32, dy, x, dx []float32) {
 // applyPlanes32 is applyChannelsFirst for float32 over the planes of S
 // elements of C channels, the block's first element pos into channel c's:
 // each run of one channel with its coefficients broadcast, eight elements
-// at a time, then its scalar tail (applyRunTail), in one loop over the runs
-// as sumsPlanes32.
+// at a time, then its last few in a masked vector, in one loop over the
+// runs as sumsPlanes32. Every element is computed alike, in a whole vector
+// or a run's tail, at either width, streamed or not (streamRun):
+// (dy−MeanDy)·A + (x−Mean)·B rounded once by the FMA, or dy·A where
+// t.ScaleOnly (x is not read). No scalar float instruction runs in the
+// loop, whose coefficients are broadcast from vector loads (broadcastAt8,
+// t's layout): a scalar tail a run, and the ClearAVXUpperBits before it,
+// cost a 7x7 plane as much as its vectors.
 func applyPlanes32(C, S, c, pos int, t *affine32, dy, x, dx []float32) {
 	n := len(x)
 	needLen(n, dy, dx)
 	needLen(C, t.A, t.B, t.MeanDy, t.Mean)
+	t.needPadded()
 	pdy, px, pdx := ptr32(dy), ptr32(x), ptr32(dx)
+	pa, pb, pmdy, pmu := ptr32(t.A), ptr32(t.B), ptr32(t.MeanDy), ptr32(t.Mean)
+	lane := archsimd.LoadInt32x8(&laneNumbers)
 	for i := 0; i < n; {
 		e := i + min(S-pos, n-i) // the run is [i, e)
-		a, b, mdy, mu := t.A[c], t.B[c], t.MeanDy[c], t.Mean[c]
 		j := i
-		av := archsimd.BroadcastFloat32x8(a)
+		av := broadcastAt8(pa, c)
 		if t.ScaleOnly {
 			for ; j+f32Lanes <= e; j += f32Lanes {
 				store8(load8(pdy, j).Mul(av), pdx, j)
 			}
+			if j < e {
+				m := lane.Less(archsimd.BroadcastInt32x8(int32(e - j)))
+				storeMasked8(loadMasked8(pdy, j, m).Mul(av), pdx, j, m)
+			}
 		} else {
-			bv, mdyv, muv := archsimd.BroadcastFloat32x8(b), archsimd.BroadcastFloat32x8(mdy), archsimd.BroadcastFloat32x8(mu)
+			bv, mdyv, muv := broadcastAt8(pb, c), broadcastAt8(pmdy, c), broadcastAt8(pmu, c)
 			for ; j+f32Lanes <= e; j += f32Lanes {
 				store8(load8(pdy, j).Sub(mdyv).MulAdd(av, load8(px, j).Sub(muv).Mul(bv)), pdx, j)
 			}
+			if j < e {
+				m := lane.Less(archsimd.BroadcastInt32x8(int32(e - j)))
+				g := loadMasked8(pdy, j, m)
+				storeMasked8(g.Sub(mdyv).MulAdd(av, loadMasked8(px, j, m).Sub(muv).Mul(bv)), pdx, j, m)
+			}
 		}
-		archsimd.ClearAVXUpperBits()
-		applyRunTail(t.ScaleOnly, a, b, mdy, mu, dy[j:e], x[j:e], dx[j:e])
 		i = e
 		pos = 0
 		if c++; c == C {
 			c = 0
 		}
 	}
+	archsimd.ClearAVXUpperBits()
 }
 
-// applyRunTail writes a run's scalar tail; the AVX-512 form's tail is
-// applyRunTail512, which takes a vector of eight first, so that each element
-// is computed as at AVX2 and as a streamed run computes it (streamRun: whole
-// vectors of eight, then this tail).
-func applyRunTail(scaleOnly bool, a, b, mdy, mu float32, dy, x, dx []float32) {
-	for j := range dy {
-		if scaleOnly {
-			dx[j] = a * dy[j]
-		} else {
-			dx[j] = a*(dy[j]-mdy) + b*(x[j]-mu)
-		}
+// applyRunTail writes the tail of a streamed run (streamRun), under eight
+// elements, in a masked vector, computed as applyPlanes32 computes it.
+func applyRunTail(a, b, mdy, mu float32, dy, x, dx []float32) {
+	r := len(dy)
+	if r == 0 {
+		return
 	}
+	needLen(r, x, dx)
+	m := archsimd.LoadInt32x8(&laneNumbers).Less(archsimd.BroadcastInt32x8(int32(r)))
+	av, bv := archsimd.BroadcastFloat32x8(a), archsimd.BroadcastFloat32x8(b)
+	mdyv, muv := archsimd.BroadcastFloat32x8(mdy), archsimd.BroadcastFloat32x8(mu)
+	g, xv := loadMasked8(ptr32(dy), 0, m), loadMasked8(ptr32(x), 0, m)
+	storeMasked8(g.Sub(mdyv).MulAdd(av, xv.Sub(muv).Mul(bv)), ptr32(dx), 0, m)
+	archsimd.ClearAVXUpperBits()
 }
 
 // streamRun is a run of applyPlanes32's training form with non-temporal
-// stores (stream_amd64.s) up to the last whole vector, and the same scalar
+// stores (stream_amd64.s) up to the last whole vector, and the same masked
 // tail; dx must start 32-byte aligned.
 func streamRun(a, b, mdy, mu float32, dy, x, dx []float32) {
 	m := len(dy)
 	needLen(m, x, dx)
 	v := m &^ 7
 	streamApplyRun(v, ptr32(dy), ptr32(x), ptr32(dx), a, b, mdy, mu)
-	applyRunTail(false, a, b, mdy, mu, dy[v:], x[v:], dx[v:])
+	applyRunTail(a, b, mdy, mu, dy[v:], x[v:], dx[v:])
 }
 
 // The non-temporal loops and the fence (stream_amd64.s).

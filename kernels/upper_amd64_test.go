@@ -99,11 +99,11 @@ func TestVectorLoopsClearUpperHalves(t *testing.T) {
 			simdPlaneLanes(3, S, 0, dy, x, mean32, lanes)
 			requireUpperClear(t, name+" simdPlaneLanes")
 		}
-		// Runs with and without a scalar tail, at either width.
+		// Runs with and without a masked tail, at either width.
 		for _, S := range []int{n / 4, n/4 - 1, 49, 7} {
 			sumsPlanes(3, S, 0, 0, dy, x, mean[:3], sa[:3], sb[:3])
 			requireUpperClear(t, name+" sumsPlanes")
-			t32 := &affine32{A: a[:3], B: b[:3], MeanDy: mdy[:3], Mean: mu[:3]}
+			t32 := paddedAffine32(a[:3], b[:3], mdy[:3], mu[:3])
 			for _, scaleOnly := range []bool{false, true} {
 				t32.ScaleOnly = scaleOnly
 				applyPlanes(3, S, 0, 0, t32, dy, x, dx)

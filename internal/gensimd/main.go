@@ -67,12 +67,12 @@ var vocabulary = map[string]string{
 	// the stores of bfloat16 (AVX-512 has a narrowing one)
 	"storeBF16x8": "storeBF16x16",
 	// the tails: at this width, the AVX2 loops
-	"runSumsTail":  "runSumsTail512",
-	"applyRunTail": "applyRunTail512",
-	// the by-channel lanes' vocabulary
-	"laneNumbers":    "laneNumbers512",
-	"broadcastMean8": "broadcastMean16",
-	"loadMasked8":    "loadMasked16",
+	"runSumsTail": "runSumsTail512",
+	// the masked vectors' and the broadcasts' vocabulary
+	"laneNumbers":  "laneNumbers512",
+	"broadcastAt8": "broadcastAt16",
+	"loadMasked8":  "loadMasked16",
+	"storeMasked8": "storeMasked16",
 }
 
 // vectorType matches a name that holds an archsimd vector or mask type and

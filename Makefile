@@ -20,6 +20,7 @@
 #   make bench-multiworker  gobn's synchronized batch norm against Keras' on 2 worker processes (docs/multiworker.md)
 #   make multiworker the example examples/multiworker: train on WORKERS (default 2) local worker processes
 #   make bench-models  ResNet50 and MobileNetV2 training steps, stock against gobn: Keras 3 with convert, tf_keras with enable() (docs/models.md)
+#   make bench-torch  gobn beside PyTorch's CPU batch-norm backward at 1 thread and every core (bench/torch.json; PyTorch in .venv-torch, ~5.4 GB)
 #   make gpu-bundle  build/gpu: the CUDA path's check, for a GPU machine without Go or TensorFlow
 #   make gpu-tf-check  the device tests with TensorFlow's GPU build on GPU:0, a call's time, model steps (bench/gpu_tf.json)
 #   make clean       remove build outputs
@@ -38,7 +39,7 @@ LIB := build/libgobn.so
 TFLIBDIR := build/tflib
 TFLIB := $(TFLIBDIR)/libtensorflow.so
 
-.PHONY: all wheel compat bench bench-multiworker bench-models multiworker demo test lint gotest pytest vet race fuzz fuzz-short generate env golden clean gpu-bundle gpu-tf-check help FORCE
+.PHONY: all wheel compat bench bench-multiworker bench-models bench-torch multiworker demo test lint gotest pytest vet race fuzz fuzz-short generate env golden clean gpu-bundle gpu-tf-check help FORCE
 all: $(LIB)
 
 # The virtual environment with the pinned TensorFlow (see requirements.txt).
@@ -298,3 +299,22 @@ bench-multiworker: $(LIB)
 BENCH_MODELS_ARGS ?=
 bench-models: $(LIB)
 	$(VPY) -m bench.models $(BENCH_MODELS_ARGS)
+
+# ---------------------------------------------------------------------------
+# gobn beside PyTorch's CPU batch-norm backward, the library a user would
+# pick instead (bench/torch.py; docs/performance.md, "Against PyTorch"):
+# PyTorch from PyPI in an environment of its own, TORCH_VENV, made here from
+# bench/requirements-torch.txt. It takes about 5.4 GB: PyPI's wheel brings
+# its CUDA libraries, without which it does not import, even on a CPU.
+# Results in bench/torch.json; BENCH_TORCH_ARGS passes options, e.g.
+# make bench-torch BENCH_TORCH_ARGS="--only NCHW --threads 2".
+TORCH_VENV ?= .venv-torch
+BENCH_TORCH_ARGS ?=
+$(TORCH_VENV)/.installed: bench/requirements-torch.txt
+	$(PYTHON) -m venv $(TORCH_VENV)
+	$(TORCH_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(TORCH_VENV)/bin/python -m pip install --quiet -r bench/requirements-torch.txt
+	touch $@
+
+bench-torch: $(LIB) $(TORCH_VENV)/.installed
+	$(VPY) -m bench.torch --torch-python $(TORCH_VENV)/bin/python --record bench/torch.json $(BENCH_TORCH_ARGS)

@@ -253,7 +253,7 @@ def level_bandwidth(cases, threads):
     case's tensors live in between its calls."""
     sizes = sorted({3 * math.prod(c["shape"]) * (4 if c["dtype"] == "float32" else 2) for c in cases})
     out = subprocess.run(["go", "run", "./internal/cmd/triad", "-workers", str(threads), "-sizes", ",".join(map(str, sizes))],
-                         cwd=root(), capture_output=True, text=True, env=dict(os.environ, GOFLAGS="-mod=mod"))
+                         cwd=root(), capture_output=True, text=True, env=dict(os.environ, GOEXPERIMENT="simd"))
     if out.returncode != 0:
         raise SystemExit(f"bench.torch: internal/cmd/triad failed:\n{out.stderr[-2000:]}")
     return {int(k): v for k, v in json.loads(out.stdout)["gbs_by_bytes"].items()}

@@ -117,7 +117,21 @@ func (j *byChannelJob[T]) run(u int) {
 		mean32 := j.t.f32.Mean[:len(j.t.f32.Mean)+meanPad]
 		sums32 = func(off int, dy, x, _ []float32) { simdPlaneLanes(int(d.C), int(d.S), off, dy, x, mean32, lanes) }
 	}
+	bdy, fused := any(dy).([]BFloat16) // bfloat16 planes converted in the vector loops
+	fused = fused && lanes != nil && simdPlaneLanesBFloat16 != nil
+	var bx, bdx []BFloat16
+	if fused {
+		bx, bdx = any(x).([]BFloat16), any(dx).([]BFloat16)
+	}
 	j.planes(c0, c1, func(lo, hi, blk int) {
+		if fused { // in the blocks forBlocks would convert
+			mean32 := j.t.f32.Mean[:len(j.t.f32.Mean)+meanPad]
+			for b := lo; b < hi; b += blk {
+				e := min(b+blk, hi)
+				simdPlaneLanesBFloat16(int(d.C), int(d.S), b, bdy[b:e], bx[b:e], mean32, lanes)
+			}
+			return
+		}
 		forBlocks(lo, hi, blk, dy, x, nil, sums32,
 			func(off int, dy, x, _ []float64) { channelSums(d, off, dy, x, mean, a, b) })
 	})
@@ -128,6 +142,14 @@ func (j *byChannelJob[T]) run(u int) {
 	j.t.round32(c0, c1)
 	t := j.t
 	j.planes(c0, c1, func(lo, hi, blk int) {
+		if fused {
+			C, S := int(d.C), int(d.S)
+			for b := lo; b < hi; b += blk {
+				e := min(b+blk, hi)
+				simdApplyPlanesBFloat16(C, S, b/S%C, b%S, t.f32, bdy[b:e], bx[b:e], bdx[b:e])
+			}
+			return
+		}
 		forBlocks(lo, hi, blk, dy, x, dx,
 			func(off int, dy, x, dx []float32) { applyAffine(d, off, t, dy, x, dx) },
 			func(off int, dy, x, dx []float64) { applyAffine(d, off, t, dy, x, dx) })

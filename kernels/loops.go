@@ -108,6 +108,12 @@ var (
 	// channel's planeLanes float64 lanes, added up by reducePlaneLanes once
 	// the channel's planes are summed.
 	simdPlaneLanes func(C, S, off int, dy, x, mean []float32, lanes []float64)
+	// simdPlaneLanesBFloat16 and simdApplyPlanesBFloat16 are simdPlaneLanes
+	// and the float32 planes' applyAffine over bfloat16 planes, converting
+	// in the vector loops: the same sums and dx, bit for bit, as through
+	// float32 blocks (forBlocks).
+	simdPlaneLanesBFloat16  func(C, S, off int, dy, x []BFloat16, mean []float32, lanes []float64)
+	simdApplyPlanesBFloat16 func(C, S, c, pos int, t *affine32, dy, x, dx []BFloat16)
 	// simdFence orders the calling thread's non-temporal stores (Stream)
 	// before its later stores.
 	simdFence func()

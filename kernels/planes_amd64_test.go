@@ -336,3 +336,53 @@ func seq(lo, hi int) []int {
 	}
 	return s
 }
+
+// The bfloat16 plane loops (simdPlaneLanesBFloat16 and
+// simdApplyPlanesBFloat16, at either width) against the float32 loops on
+// the widened planes, and narrowBFloat16 on their dx, bit for bit: runs of
+// every length up to 81 started and ended mid-plane, both forms of dx,
+// dx written over dy, and elements that round up, tie, overflow to
+// infinity and are NaN.
+func TestBFloat16PlanesMatchFloat32Planes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 13))
+	forEachLoopSet(func(wide bool, _ *rowLoops) {
+		planeCases(func(C, S, c, pos, n int) {
+			dy, x := make([]BFloat16, n), make([]BFloat16, n)
+			for i := range n {
+				dy[i], x[i] = BFloat16FromFloat32(randomF32(rng, 1)[0]), BFloat16FromFloat32(randomF32(rng, 1)[0])
+			}
+			if n > 3 {
+				dy[1], x[2], dy[n-1] = BFloat16(0x7fc1), BFloat16(0x7f80), BFloat16(0xff7f) // NaN, +Inf, -max
+			}
+			dy32, x32 := make([]float32, n), make([]float32, n)
+			widen(dy32, dy)
+			widen(x32, x)
+			// The sums, from a plane's start (as units run them) whatever pos.
+			mean := make([]float32, C+meanPad)
+			for k := range C {
+				mean[k] = float32(rng.NormFloat64())
+			}
+			off := c*S + pos
+			want, got := make([]float64, planeLanes*C), make([]float64, planeLanes*C)
+			simdPlaneLanes(C, S, off, dy32, x32, mean, want)
+			simdPlaneLanesBFloat16(C, S, off, dy, x, mean, got)
+			for k := range want {
+				require.Equal(t, math.Float64bits(want[k]), math.Float64bits(got[k]), "wide=%v C=%d S=%d c=%d pos=%d n=%d: lane %d", wide, C, S, c, pos, n, k)
+			}
+			aff := paddedAffine32(randomF32(rng, C), randomF32(rng, C), randomF32(rng, C), randomF32(rng, C))
+			aff.A[0] = 3e38 // dx overflows to infinity
+			for _, scaleOnly := range []bool{false, true} {
+				aff.ScaleOnly = scaleOnly
+				dx32, wantDx := make([]float32, n), make([]BFloat16, n)
+				applyPlanes(C, S, c, pos, aff, dy32, x32, dx32)
+				simdNarrowBFloat16(wantDx, dx32)
+				gotDx := make([]BFloat16, n)
+				simdApplyPlanesBFloat16(C, S, c, pos, aff, dy, x, gotDx)
+				require.Equal(t, wantDx, gotDx, "wide=%v C=%d S=%d c=%d pos=%d n=%d scaleOnly=%v", wide, C, S, c, pos, n, scaleOnly)
+				inPlace := append(make([]BFloat16, 0, n), dy...)
+				simdApplyPlanesBFloat16(C, S, c, pos, aff, inPlace, x, inPlace)
+				require.Equal(t, wantDx, inPlace, "wide=%v C=%d S=%d c=%d pos=%d n=%d scaleOnly=%v, dx over dy", wide, C, S, c, pos, n, scaleOnly)
+			}
+		})
+	})
+}

@@ -234,3 +234,9 @@ func hasAVX512BF16() bool
 //
 //go:noescape
 func applyRowsBF16x32(rows, L int, dy, x, dx, a, b, mdy, mu unsafe.Pointer)
+
+// bf16Rounding16 is bf16Rounding8 on AVX-512 vectors.
+type bf16Rounding16 struct {
+	abs, bias, one, quiet, by16 archsimd.Uint32x16
+	inf                         archsimd.Int32x16
+}

@@ -266,6 +266,144 @@ func applyPlanes512(C, S, c, pos int, t *affine32, dy, x, dx []float32) {
 	archsimd.ClearAVXUpperBits()
 }
 
+// loadBF16x16 is loadBF16x8 on AVX-512 vectors.
+func loadBF16x16(p unsafe.Pointer, i int, by16 archsimd.Uint32x16) archsimd.Float32x16 {
+	return archsimd.LoadUint16x16((*[f32Lanes512]uint16)(unsafe.Add(p, 2*i))).ExtendToUint32().ShiftLeft(by16).AsFloat32x16()
+}
+
+// roundBF16x16 is roundBF16x8 on AVX-512 vectors.
+func roundBF16x16(v archsimd.Float32x16, k *bf16Rounding16) archsimd.Uint32x16 {
+	u := v.AsUint32x16()
+	isNaN := u.And(k.abs).AsInt32x16().Greater(k.inf)
+	hi := u.ShiftRight(k.by16)
+	rounded := u.Add(k.bias).Add(hi.And(k.one)).ShiftRight(k.by16)
+	return hi.Or(k.quiet).Merge(rounded, isNaN)
+}
+
+// newBF16Rounding16 is newBF16Rounding8 on AVX-512 vectors.
+func newBF16Rounding16() bf16Rounding16 {
+	return bf16Rounding16{abs: archsimd.BroadcastUint32x16(0x7fffffff), bias: archsimd.BroadcastUint32x16(0x7fff),
+		one: archsimd.BroadcastUint32x16(1), quiet: archsimd.BroadcastUint32x16(0x40), by16: archsimd.BroadcastUint32x16(16),
+		inf: archsimd.BroadcastInt32x16(0x7f800000)}
+}
+
+// sumsPlaneLanesBF16x16 is sumsPlaneLanesBF16 on AVX-512 vectors.
+func sumsPlaneLanesBF16x16(C, S, off int, dy, x []BFloat16, mean []float32, lanes []float64) {
+	n := len(x)
+	if len(dy) < n {
+		panic("kernels: slice shorter than the loop")
+	}
+	needLen(C+meanPad, mean)
+	needLen(planeLanes*C, lanes)
+	pdy, px := unsafe.Pointer(unsafe.SliceData(dy)), unsafe.Pointer(unsafe.SliceData(x))
+	pl, pm := ptr64(lanes), ptr32(mean)
+	zero := load16(unsafe.Pointer(&runZeros), 0)
+	lane := archsimd.LoadInt32x16(&laneNumbers512)
+	by16 := archsimd.BroadcastUint32x16(16)
+	var short [2 * f32Lanes512]uint32 // a run under a vector: its dy, then its x, widened
+	ps := unsafe.Pointer(&short)
+	c, pos := off/S%C, off%S
+	for i := 0; i < n; {
+		e := i + min(S-pos, n-i) // the run is [i, e)
+		muv := broadcastAt16(pm, c)
+		la, lb := load8d(pl, planeLanes*c), load8d(pl, planeLanes*c+planeLanes/2)
+		for j := i; j < e; {
+			sa, sb := zero, zero
+			k := 0
+			for ; k < foldRows && j+f32Lanes512 <= e; k++ {
+				g := loadBF16x16(pdy, j, by16)
+				sa = sa.Add(g)
+				sb = g.MulAdd(loadBF16x16(px, j, by16).Sub(muv), sb)
+				j += f32Lanes512
+			}
+			if k < foldRows && j < e {
+				r := int32(e - j) // the tail
+				var g, xv archsimd.Float32x16
+				var m archsimd.Mask32x16
+				if e-i >= f32Lanes512 {
+					m = lane.GreaterEqual(archsimd.BroadcastInt32x16(f32Lanes512 - r))
+					g, xv = loadBF16x16(pdy, e-f32Lanes512, by16), loadBF16x16(px, e-f32Lanes512, by16)
+				} else {
+					m = lane.Less(archsimd.BroadcastInt32x16(r))
+					for q := range int(r) {
+						short[q], short[f32Lanes512+q] = uint32(dy[j+q])<<16, uint32(x[j+q])<<16
+					}
+					g, xv = load16(ps, 0), load16(ps, f32Lanes512)
+				}
+				g = g.Masked(m)
+				sa = sa.Add(g)
+				sb = g.MulAdd(xv.Sub(muv).Masked(m), sb)
+				j = e
+			}
+			la = la.Add(sa.GetLo().ConvertToFloat64().Add(sa.GetHi().ConvertToFloat64()))
+			lb = lb.Add(sb.GetLo().ConvertToFloat64().Add(sb.GetHi().ConvertToFloat64()))
+		}
+		store8d(la, pl, planeLanes*c)
+		store8d(lb, pl, planeLanes*c+planeLanes/2)
+		i = e
+		pos = 0
+		if c++; c == C {
+			c = 0
+		}
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
+// applyPlanesBF16x16 is applyPlanesBF16 on AVX-512 vectors.
+func applyPlanesBF16x16(C, S, c, pos int, t *affine32, dy, x, dx []BFloat16) {
+	n := len(x)
+	if len(dy) < n || len(dx) < n {
+		panic("kernels: slice shorter than the loop")
+	}
+	needLen(C, t.A, t.B, t.MeanDy, t.Mean)
+	t.needPadded()
+	pdy, px, pdx := unsafe.Pointer(unsafe.SliceData(dy)), unsafe.Pointer(unsafe.SliceData(x)), unsafe.Pointer(unsafe.SliceData(dx))
+	pa, pb, pmdy, pmu := ptr32(t.A), ptr32(t.B), ptr32(t.MeanDy), ptr32(t.Mean)
+	k := newBF16Rounding16()
+	by16 := k.by16
+	var tail [3 * f32Lanes512]uint32 // a run's last few: dy and x widened, then dx rounded
+	pt := unsafe.Pointer(&tail)
+	for i := 0; i < n; {
+		e := i + min(S-pos, n-i) // the run is [i, e)
+		j := i
+		r := (e - i) % f32Lanes512
+		for q := range r {
+			tail[q] = uint32(dy[e-r+q]) << 16
+			if !t.ScaleOnly {
+				tail[f32Lanes512+q] = uint32(x[e-r+q]) << 16
+			}
+		}
+		av := broadcastAt16(pa, c)
+		if t.ScaleOnly {
+			for ; j+f32Lanes512 <= e; j += f32Lanes512 {
+				storeBF16x16(roundBF16x16(loadBF16x16(pdy, j, by16).Mul(av), &k), pdx, j)
+			}
+			if r > 0 {
+				roundBF16x16(load16(pt, 0).Mul(av), &k).Store((*[f32Lanes512]uint32)(unsafe.Add(pt, 8*f32Lanes512)))
+			}
+		} else {
+			bv, mdyv, muv := broadcastAt16(pb, c), broadcastAt16(pmdy, c), broadcastAt16(pmu, c)
+			for ; j+f32Lanes512 <= e; j += f32Lanes512 {
+				v := loadBF16x16(pdy, j, by16).Sub(mdyv).MulAdd(av, loadBF16x16(px, j, by16).Sub(muv).Mul(bv))
+				storeBF16x16(roundBF16x16(v, &k), pdx, j)
+			}
+			if r > 0 {
+				v := load16(pt, 0).Sub(mdyv).MulAdd(av, load16(pt, f32Lanes512).Sub(muv).Mul(bv))
+				roundBF16x16(v, &k).Store((*[f32Lanes512]uint32)(unsafe.Add(pt, 8*f32Lanes512)))
+			}
+		}
+		for q := range r {
+			dx[j+q] = BFloat16(tail[2*f32Lanes512+q])
+		}
+		i = e
+		pos = 0
+		if c++; c == C {
+			c = 0
+		}
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
 // widenBFloat16x16 is widenBFloat16 on AVX-512 vectors.
 func widenBFloat16x16(dst []float32, src []BFloat16) {
 	n := len(src)

@@ -58,12 +58,12 @@ func selectLoops(wide bool) {
 		rowLoopsInUse, sumsPlanes, applyPlanes = avx512Rows, sumsPlanes512, applyPlanes512
 		simdWidenBFloat16, simdNarrowBFloat16 = widenBFloat16x16, narrowBFloat16x16
 		simdSumsBFloat16, simdApplyBFloat16 = sumsRowsBF16, applyRowsBF16
-		simdPlaneLanes = sumsPlaneLanes512
+		simdPlaneLanes, simdPlaneLanesBFloat16, simdApplyPlanesBFloat16 = sumsPlaneLanes512, sumsPlaneLanesBF16x16, applyPlanesBF16x16
 	} else {
 		rowLoopsInUse, sumsPlanes, applyPlanes = avx2Rows, sumsPlanes32, applyPlanes32
 		simdWidenBFloat16, simdNarrowBFloat16 = widenBFloat16, narrowBFloat16
 		simdSumsBFloat16, simdApplyBFloat16 = nil, nil
-		simdPlaneLanes = sumsPlaneLanes32
+		simdPlaneLanes, simdPlaneLanesBFloat16, simdApplyPlanesBFloat16 = sumsPlaneLanes32, sumsPlaneLanesBF16, applyPlanesBF16
 	}
 }
 
@@ -516,6 +516,164 @@ func sumsPlaneLanes32(C, S, off int, dy, x, mean []float32, lanes []float64) {
 		}
 	}
 	archsimd.ClearAVXUpperBits()
+}
+
+// sumsPlaneLanesBF16 is sumsPlaneLanes32 over bfloat16 planes, each vector
+// widened in its register (loadBF16x8) instead of through a float32 block,
+// so that memory serves two bytes an element where the block moved
+// fourteen: it sums exactly what sumsPlaneLanes32 sums on the widened
+// planes, bit for bit. A run shorter than a vector is widened into a vector
+// by integer code, which leaves the vector registers alone.
+func sumsPlaneLanesBF16(C, S, off int, dy, x []BFloat16, mean []float32, lanes []float64) {
+	n := len(x)
+	if len(dy) < n {
+		panic("kernels: slice shorter than the loop")
+	}
+	needLen(C+meanPad, mean)
+	needLen(planeLanes*C, lanes)
+	pdy, px := unsafe.Pointer(unsafe.SliceData(dy)), unsafe.Pointer(unsafe.SliceData(x))
+	pl, pm := ptr64(lanes), ptr32(mean)
+	zero := load8(unsafe.Pointer(&runZeros), 0)
+	lane := archsimd.LoadInt32x8(&laneNumbers)
+	by16 := archsimd.BroadcastUint32x8(16)
+	var short [2 * f32Lanes]uint32 // a run under a vector: its dy, then its x, widened
+	ps := unsafe.Pointer(&short)
+	c, pos := off/S%C, off%S
+	for i := 0; i < n; {
+		e := i + min(S-pos, n-i) // the run is [i, e)
+		muv := broadcastAt8(pm, c)
+		la, lb := load4d(pl, planeLanes*c), load4d(pl, planeLanes*c+planeLanes/2)
+		for j := i; j < e; {
+			sa, sb := zero, zero
+			k := 0
+			for ; k < foldRows && j+f32Lanes <= e; k++ {
+				g := loadBF16x8(pdy, j, by16)
+				sa = sa.Add(g)
+				sb = g.MulAdd(loadBF16x8(px, j, by16).Sub(muv), sb)
+				j += f32Lanes
+			}
+			if k < foldRows && j < e {
+				r := int32(e - j) // the tail
+				var g, xv archsimd.Float32x8
+				var m archsimd.Mask32x8
+				if e-i >= f32Lanes {
+					m = lane.GreaterEqual(archsimd.BroadcastInt32x8(f32Lanes - r))
+					g, xv = loadBF16x8(pdy, e-f32Lanes, by16), loadBF16x8(px, e-f32Lanes, by16)
+				} else {
+					m = lane.Less(archsimd.BroadcastInt32x8(r))
+					for q := range int(r) {
+						short[q], short[f32Lanes+q] = uint32(dy[j+q])<<16, uint32(x[j+q])<<16
+					}
+					g, xv = load8(ps, 0), load8(ps, f32Lanes)
+				}
+				g = g.Masked(m)
+				sa = sa.Add(g)
+				sb = g.MulAdd(xv.Sub(muv).Masked(m), sb)
+				j = e
+			}
+			la = la.Add(sa.GetLo().ConvertToFloat64().Add(sa.GetHi().ConvertToFloat64()))
+			lb = lb.Add(sb.GetLo().ConvertToFloat64().Add(sb.GetHi().ConvertToFloat64()))
+		}
+		store4d(la, pl, planeLanes*c)
+		store4d(lb, pl, planeLanes*c+planeLanes/2)
+		i = e
+		pos = 0
+		if c++; c == C {
+			c = 0
+		}
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
+// applyPlanesBF16 is applyPlanes32 over bfloat16 planes, widened in its
+// registers, with dx rounded as narrowBFloat16 rounds it (roundBF16x8): it
+// writes exactly what applyPlanes32 and narrowBFloat16 write through a
+// float32 block. A run's last few elements go through vectors of
+// integer-widened elements, and their bfloat16s out by integer code.
+func applyPlanesBF16(C, S, c, pos int, t *affine32, dy, x, dx []BFloat16) {
+	n := len(x)
+	if len(dy) < n || len(dx) < n {
+		panic("kernels: slice shorter than the loop")
+	}
+	needLen(C, t.A, t.B, t.MeanDy, t.Mean)
+	t.needPadded()
+	pdy, px, pdx := unsafe.Pointer(unsafe.SliceData(dy)), unsafe.Pointer(unsafe.SliceData(x)), unsafe.Pointer(unsafe.SliceData(dx))
+	pa, pb, pmdy, pmu := ptr32(t.A), ptr32(t.B), ptr32(t.MeanDy), ptr32(t.Mean)
+	k := newBF16Rounding8()
+	by16 := k.by16
+	var tail [3 * f32Lanes]uint32 // a run's last few: dy and x widened, then dx rounded
+	pt := unsafe.Pointer(&tail)
+	for i := 0; i < n; {
+		e := i + min(S-pos, n-i) // the run is [i, e)
+		j := i
+		r := (e - i) % f32Lanes
+		for q := range r {
+			tail[q] = uint32(dy[e-r+q]) << 16
+			if !t.ScaleOnly {
+				tail[f32Lanes+q] = uint32(x[e-r+q]) << 16
+			}
+		}
+		av := broadcastAt8(pa, c)
+		if t.ScaleOnly {
+			for ; j+f32Lanes <= e; j += f32Lanes {
+				storeBF16x8(roundBF16x8(loadBF16x8(pdy, j, by16).Mul(av), &k), pdx, j)
+			}
+			if r > 0 {
+				roundBF16x8(load8(pt, 0).Mul(av), &k).Store((*[f32Lanes]uint32)(unsafe.Add(pt, 8*f32Lanes)))
+			}
+		} else {
+			bv, mdyv, muv := broadcastAt8(pb, c), broadcastAt8(pmdy, c), broadcastAt8(pmu, c)
+			for ; j+f32Lanes <= e; j += f32Lanes {
+				v := loadBF16x8(pdy, j, by16).Sub(mdyv).MulAdd(av, loadBF16x8(px, j, by16).Sub(muv).Mul(bv))
+				storeBF16x8(roundBF16x8(v, &k), pdx, j)
+			}
+			if r > 0 {
+				v := load8(pt, 0).Sub(mdyv).MulAdd(av, load8(pt, f32Lanes).Sub(muv).Mul(bv))
+				roundBF16x8(v, &k).Store((*[f32Lanes]uint32)(unsafe.Add(pt, 8*f32Lanes)))
+			}
+		}
+		for q := range r {
+			dx[j+q] = BFloat16(tail[2*f32Lanes+q])
+		}
+		i = e
+		pos = 0
+		if c++; c == C {
+			c = 0
+		}
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
+// loadBF16x8 returns the eight bfloat16s at p[i:] as float32s, each
+// widened exactly (a shift by by16, 16 in every lane: a shift by a vector
+// count, VPSLLVD, where a constant count is loaded by a legacy-SSE MOVQ).
+func loadBF16x8(p unsafe.Pointer, i int, by16 archsimd.Uint32x8) archsimd.Float32x8 {
+	return archsimd.LoadUint16x8((*[f32Lanes]uint16)(unsafe.Add(p, 2*i))).ExtendToUint32().ShiftLeft(by16).AsFloat32x8()
+}
+
+// roundBF16x8 returns v's lanes rounded to bfloat16 as narrowBFloat16
+// rounds them (to nearest even, NaN kept quiet), each in the low half of
+// its lane, with k's constants (newBF16Rounding8, made once a loop).
+func roundBF16x8(v archsimd.Float32x8, k *bf16Rounding8) archsimd.Uint32x8 {
+	u := v.AsUint32x8()
+	isNaN := u.And(k.abs).AsInt32x8().Greater(k.inf)
+	hi := u.ShiftRight(k.by16)
+	rounded := u.Add(k.bias).Add(hi.And(k.one)).ShiftRight(k.by16)
+	return hi.Or(k.quiet).Merge(rounded, isNaN)
+}
+
+// bf16Rounding8 holds roundBF16x8's constants, each in every lane; by16 is
+// 16, for the shifts by a vector count (see loadBF16x8).
+type bf16Rounding8 struct {
+	abs, bias, one, quiet, by16 archsimd.Uint32x8
+	inf                         archsimd.Int32x8
+}
+
+// newBF16Rounding8 returns roundBF16x8's constants.
+func newBF16Rounding8() bf16Rounding8 {
+	return bf16Rounding8{abs: archsimd.BroadcastUint32x8(0x7fffffff), bias: archsimd.BroadcastUint32x8(0x7fff),
+		one: archsimd.BroadcastUint32x8(1), quiet: archsimd.BroadcastUint32x8(0x40), by16: archsimd.BroadcastUint32x8(16),
+		inf: archsimd.BroadcastInt32x8(0x7f800000)}
 }
 
 // laneNumbers are the lane numbers of a vector of float32.

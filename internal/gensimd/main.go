@@ -53,6 +53,11 @@ var loops = []struct {
 	{"applyRow2x32", "applyRow2x512", "", ""},
 	{"scaleRow32", "scaleRow512", "", ""},
 	{"applyPlanes32", "applyPlanes512", "", ""},
+	{"loadBF16x8", "loadBF16x16", "", ""},
+	{"roundBF16x8", "roundBF16x16", "", ""},
+	{"newBF16Rounding8", "newBF16Rounding16", "", ""},
+	{"sumsPlaneLanesBF16", "sumsPlaneLanesBF16x16", "", ""},
+	{"applyPlanesBF16", "applyPlanesBF16x16", "", ""},
 	{"widenBFloat16", "widenBFloat16x16", "", ""},
 	{"narrowBFloat16", "narrowBFloat16x16", "", ""},
 }
@@ -73,6 +78,8 @@ var vocabulary = map[string]string{
 	"broadcastAt8": "broadcastAt16",
 	"loadMasked8":  "loadMasked16",
 	"storeMasked8": "storeMasked16",
+	// bfloat16's rounding constants
+	"bf16Rounding8": "bf16Rounding16",
 }
 
 // vectorType matches a name that holds an archsimd vector or mask type and

@@ -83,7 +83,7 @@ import statistics
 import subprocess
 import sys
 
-from bench.machine import core_count, cpu_model, onednn_takes_16_bit
+from bench.machine import core_count, cpu_model, onednn_takes
 from bench.timing import geomean, time_interleaved
 from tools.checkout import ROOT, module_command, tensorflow_env
 
@@ -293,7 +293,7 @@ def onednn_dtypes():
     IsDataTypeSupportedByOneDNNOnThisCPU asks; never float16, for which
     TensorFlow registers no oneDNN batch-norm gradient (see the module's
     doc)."""
-    return ("float32", "bfloat16") if onednn_takes_16_bit() else ("float32",)
+    return tuple(dtype for dtype in ("float32", "bfloat16") if onednn_takes(dtype))
 
 
 def chain_length(tf, ops, args):

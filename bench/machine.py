@@ -35,13 +35,23 @@ def cpu_flags():
         return set()
 
 
-def onednn_takes_16_bit():
-    """Whether TensorFlow hands bfloat16 and float16 ops it has oneDNN kernels
-    for to oneDNN on this CPU: only with AVX-512 or AVX-NE-CONVERT, as
+def onednn_takes(dtype):
+    """Whether TensorFlow hands ops of dtype (a name: "float32", "bfloat16",
+    "float16") that it has oneDNN kernels for to oneDNN on this CPU, as
     TensorFlow's IsDataTypeSupportedByOneDNNOnThisCPU asks ("oneDNN supports
     DT_HALF only on platforms with AVX-512. Falling back to the default
-    Eigen-based implementation")."""
-    return bool(cpu_flags() & {"avx512f", "avx_ne_convert"})
+    Eigen-based implementation"): float32 always; bfloat16 with AVX-512 or
+    AVX-NE-CONVERT; float16 with AVX-512 BW and FP16 arithmetic (AVX512_FP16
+    or AMX_FP16), or AVX-NE-CONVERT. A Xeon VM may pass on AVX-512 without
+    AVX512_FP16: bfloat16 goes to oneDNN there, float16 to Eigen."""
+    flags = cpu_flags()
+    if dtype == "float32":
+        return True
+    if dtype == "bfloat16":
+        return bool(flags & {"avx512f", "avx_ne_convert"})
+    if dtype == "float16":
+        return "avx_ne_convert" in flags or ("avx512bw" in flags and bool(flags & {"avx512_fp16", "amx_fp16"}))
+    return False
 
 
 def portable(arg):

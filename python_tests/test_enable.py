@@ -88,22 +88,21 @@ def onednn_rewrites(op, dtype):
     CPU where oneDNN takes them (bench/machine.py)."""
     from tensorflow.python.framework import kernels
 
-    from bench.machine import onednn_takes_16_bit
+    from bench.machine import onednn_takes
 
     want = tf.as_dtype(dtype).as_datatype_enum
     registered = any(c.name == "T" and want in c.allowed_values.list.type
                      for k in kernels.get_registered_kernels_for_op("_MklNative" + op).kernel
                      for c in k.constraint)
-    if dtype == "float32" or not registered:
-        return registered
-    return onednn_takes_16_bit()
+    return registered and onednn_takes(dtype)
 
 
 def test_direct_calls_of_stock_gradient_ops(child):
     """Each call of a stock gradient op runs gobn's kernel with oneDNN off.
     With oneDNN on, TensorFlow rewrites those it has a oneDNN kernel for on
     this CPU to its own ops first (they stay oneDNN's, as enable() documents;
-    on a CPU with AVX-512, all but FusedBatchNormGradV3 in float16), and the
+    on a CPU with AVX-512 and FP16 arithmetic, all but FusedBatchNormGradV3
+    in float16; without FP16, none in float16), and the
     others run on gobn. The results are stock's either way."""
     for case, calls in child["calls"].items():
         if not case.startswith("raw "):

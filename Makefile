@@ -117,8 +117,10 @@ $(TFLIB): build/tf.mk
 	ln -sfn $(TF_LIBDIR)/libtensorflow_cc.so.2 $@
 
 # The shell exports for building and running Go programs against the pinned
-# TensorFlow with tfgo: eval "$$(make -s env)", then go run ./examples/tfgo.
-# The rpath in CGO_LDFLAGS finds TensorFlow's libraries at run time.
+# TensorFlow with tfgo, in this checkout or in a module of their own:
+# eval "$$(make -s -C <checkout> env)" (docs/tfgo.md). The rpath in
+# CGO_LDFLAGS finds TensorFlow's libraries at run time; GOBN_LIBRARY is
+# what ops.Load("") loads.
 env: $(TFLIB)
 	@echo "export CGO_ENABLED=1"
 	@echo "export CGO_CFLAGS='$(CGO_CFLAGS)'"
@@ -187,7 +189,7 @@ race: $(LIB)
 # the library ships (GOEXPERIMENT=simd).
 FUZZ_TARGETS := opdef:FuzzCheckFusedGrad:80000 opdef:FuzzCheckGlobalNormalizationGrad:120000 \
 	opdef:FuzzCheckStaticShapes:120000 kernels:FuzzFusedGrad:1500 \
-	kernels:FuzzGlobalNormalizationGrad:1500 capi:FuzzCompute:250000
+	kernels:FuzzGlobalNormalizationGrad:1500 capi:FuzzCompute:250000 ops:FuzzRewrite:100000
 FUZZ_SCALE ?= 20
 define run-fuzz
 	@mkdir -p build/fuzz

@@ -3,7 +3,9 @@ package ops_test
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -40,6 +42,9 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "ops tests: running again with TF_ENABLE_ONEDNN_OPTS=0:", err)
 		os.Exit(1)
 	}
+	if os.Getenv(unloaded) != "" {
+		os.Exit(m.Run())
+	}
 	path := libraryPath()
 	if _, err := os.Stat(path); err != nil {
 		fmt.Fprintf(os.Stderr, "ops tests: gobn library not found at %s: run `make` (or set GOBN_LIBRARY)\n", path)
@@ -55,4 +60,32 @@ func TestMain(m *testing.M) {
 func TestLoadIsSafeToCallAgain(t *testing.T) {
 	require.NoError(t, ops.Load(libraryPath()))
 	require.NoError(t, ops.Load(libraryPath()))
+}
+
+// unloaded, set in the environment, has TestMain load no library, for
+// TestErrorsWithoutTheLibrary.
+const unloaded = "GOBN_OPS_TEST_UNLOADED"
+
+// TestErrorsWithoutTheLibrary runs itself again in a process that has not
+// loaded gobn, without GOBN_LIBRARY: there KernelCalls says to call Load,
+// and Load("") says that GOBN_LIBRARY is not set.
+func TestErrorsWithoutTheLibrary(t *testing.T) {
+	if os.Getenv(unloaded) == "" {
+		exe, err := os.Executable()
+		require.NoError(t, err)
+		cmd := exec.Command(exe, "-test.run=^TestErrorsWithoutTheLibrary$", "-test.v")
+		cmd.Env = []string{unloaded + "=1"}
+		for _, kv := range os.Environ() {
+			if !strings.HasPrefix(kv, ops.LibraryEnv+"=") {
+				cmd.Env = append(cmd.Env, kv)
+			}
+		}
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		require.Contains(t, string(out), "--- PASS: TestErrorsWithoutTheLibrary")
+		return
+	}
+	_, err := ops.KernelCalls()
+	require.ErrorContains(t, err, "no libgobn.so is loaded in this process (call Load first)")
+	require.ErrorContains(t, ops.Load(""), "GOBN_LIBRARY is not set")
 }

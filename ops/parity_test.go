@@ -112,38 +112,8 @@ func TestFusedBatchNormGradMatchesStock(t *testing.T) {
 
 func testFused(t *testing.T, o opdef.Op, b opdef.TypeBinding, format string, training bool, name string) {
 	dtype := tf.DataType(b["T"])
-	shape, g := shapeFor(format)
-	g.N = int(shape[0])
-	rng, xData, dyData, _ := activations(name, 1, g, 1)
-	scaleData := uniform(rng, g.C, 0.5, 1.5)
-	for c := range scaleData {
-		if rng.IntN(2) == 0 {
-			scaleData[c] = -scaleData[c]
-		}
-	}
-
 	root := tg.NewRoot()
-	in := map[string]tf.Output{
-		"x":          tg.Cast(root, constant(t, root, xData, shape), dtype),
-		"y_backprop": tg.Cast(root, constant(t, root, dyData, shape), dtype),
-		"scale":      tg.Cast(root, constant(t, root, scaleData, []int64{int64(g.C)}), tf.Float),
-	}
-	empty := tg.Const(root, []float32{})
-	if training {
-		offset := tg.Cast(root, constant(t, root, uniform(rng, g.C, -1, 1), []int64{int64(g.C)}), tf.Float)
-		_, _, _, in["reserve_space_1"], in["reserve_space_2"], in["reserve_space_3"] = op.FusedBatchNormV3(root.SubScope("forward"),
-			in["x"], in["scale"], offset, empty, empty,
-			op.FusedBatchNormV3Epsilon(epsilon), op.FusedBatchNormV3DataFormat(format), op.FusedBatchNormV3IsTraining(true))
-	} else {
-		in["reserve_space_1"] = tg.Cast(root, constant(t, root, uniform(rng, g.C, -0.5, 0.5), []int64{int64(g.C)}), tf.Float)
-		in["reserve_space_2"] = tg.Cast(root, constant(t, root, uniform(rng, g.C, 0.5, 2), []int64{int64(g.C)}), tf.Float)
-		in["reserve_space_3"] = empty
-	}
-	for _, arg := range o.Inputs { // FusedBatchNormGrad takes T everywhere
-		if want := argType(arg.Type, b); in[arg.Name].DataType() != want {
-			in[arg.Name] = tg.Cast(root, in[arg.Name], want)
-		}
-	}
+	in, shape, g := fusedInputs(t, root, o, b, format, training, name)
 
 	stockHasAnswer := training || g.ChannelsLast
 	attrs := map[string]any{"epsilon": float32(epsilon), "data_format": format, "is_training": training}
@@ -194,6 +164,48 @@ func testFused(t *testing.T, o opdef.Op, b opdef.TypeBinding, format string, tra
 	}
 }
 
+// fusedInputs adds to root the inputs of the fused op o for dtype binding
+// b, data format and mode, drawn from a generator seeded with name: by arg
+// name, in training the reserve spaces from stock FusedBatchNormV3 on x. It
+// returns them, x's shape, and that shape as the reference sees it.
+func fusedInputs(t *testing.T, root *op.Scope, o opdef.Op, b opdef.TypeBinding, format string, training bool,
+	name string) (map[string]tf.Output, []int64, reference.Shape) {
+	dtype := tf.DataType(b["T"])
+	shape, g := shapeFor(format)
+	g.N = int(shape[0])
+	rng, xData, dyData, _ := activations(name, 1, g, 1)
+	scaleData := uniform(rng, g.C, 0.5, 1.5)
+	for c := range scaleData {
+		if rng.IntN(2) == 0 {
+			scaleData[c] = -scaleData[c]
+		}
+	}
+
+	in := map[string]tf.Output{
+		"x":          tg.Cast(root, constant(t, root, xData, shape), dtype),
+		"y_backprop": tg.Cast(root, constant(t, root, dyData, shape), dtype),
+		"scale":      tg.Cast(root, constant(t, root, scaleData, []int64{int64(g.C)}), tf.Float),
+	}
+	empty := tg.Const(root, []float32{})
+	if training {
+		offset := tg.Cast(root, constant(t, root, uniform(rng, g.C, -1, 1), []int64{int64(g.C)}), tf.Float)
+		_, _, _, in["reserve_space_1"], in["reserve_space_2"], in["reserve_space_3"] = op.FusedBatchNormV3(root.SubScope("forward"),
+			in["x"], in["scale"], offset, empty, empty,
+			op.FusedBatchNormV3Epsilon(epsilon), op.FusedBatchNormV3DataFormat(format), op.FusedBatchNormV3IsTraining(true))
+	} else {
+		in["reserve_space_1"] = tg.Cast(root, constant(t, root, uniform(rng, g.C, -0.5, 0.5), []int64{int64(g.C)}), tf.Float)
+		in["reserve_space_2"] = tg.Cast(root, constant(t, root, uniform(rng, g.C, 0.5, 2), []int64{int64(g.C)}), tf.Float)
+		in["reserve_space_3"] = empty
+	}
+	for _, arg := range o.Inputs { // FusedBatchNormGrad takes T everywhere
+		if want := argType(arg.Type, b); in[arg.Name].DataType() != want {
+			in[arg.Name] = tg.Cast(root, in[arg.Name], want)
+		}
+	}
+
+	return in, shape, g
+}
+
 // TestBatchNormWithGlobalNormalizationGradMatchesStock compares gobn's op with
 // stock's in one tfgo graph for each dtype. Stock's op is deprecated at
 // GraphDef version 9 and refuses to run in a newer graph, so the graph is
@@ -207,11 +219,7 @@ func TestBatchNormWithGlobalNormalizationGradMatchesStock(t *testing.T) {
 		for _, scaleAfter := range []bool{true, false} {
 			name := fmt.Sprintf("%s/scale_after_normalization=%t", dtypeName[dtype], scaleAfter)
 			t.Run(name, func(t *testing.T) {
-				g := tf.NewGraph()
-				def, err := proto.Marshal(&graph_go_proto.GraphDef{Versions: &versions_go_proto.VersionDef{Producer: 8}})
-				require.NoError(t, err)
-				require.NoError(t, g.Import(def, ""))
-				root := op.NewScopeWithGraph(g)
+				root := producerScope(t, 8)
 				in, geo := globalNormalizationInputs(t, root, dtype, name)
 				gobn := addOp(t, root.SubScope("gobn"), globalNormalizationGrad(t, false, in, scaleAfter))
 				stock := addOp(t, root.SubScope("stock"), globalNormalizationGrad(t, true, in, scaleAfter))
@@ -258,6 +266,17 @@ func TestGlobalNormalizationGradRunsInTodaysGraphs(t *testing.T) {
 	stock.AddOperation(globalNormalizationGrad(t, true, in, true))
 	require.ErrorContains(t, stock.Err(), "GraphDef version",
 		"stock BatchNormWithGlobalNormalizationGrad was accepted at the current GraphDef version")
+}
+
+// producerScope is the root scope of a new graph of GraphDef producer
+// version: a GraphDef that declares it, imported (the import keeps the lower
+// of the two versions).
+func producerScope(t *testing.T, version int32) *op.Scope {
+	g := tf.NewGraph()
+	def, err := proto.Marshal(&graph_go_proto.GraphDef{Versions: &versions_go_proto.VersionDef{Producer: version}})
+	require.NoError(t, err)
+	require.NoError(t, g.Import(def, ""))
+	return op.NewScopeWithGraph(g)
 }
 
 func globalNormalizationInputs(t *testing.T, root *op.Scope, dtype tf.DataType, name string) ([5]tf.Output, reference.Shape) {
@@ -369,16 +388,27 @@ type fetchedTensor struct {
 	data  []float64
 }
 
-// run casts each output to double (exact for every dtype here), runs the
-// graph with tfgo and returns the values.
+// run casts each output to double, runs the graph with tfgo and returns the
+// values.
 func run(t *testing.T, root *op.Scope, outputs []tf.Output) []fetchedTensor {
-	s := root.SubScope("fetch")
-	fetches := make([]tf.Output, len(outputs))
-	for i, o := range outputs {
-		fetches[i] = tg.Cast(s, o, tf.Double)
-	}
+	fetches := doubles(root, outputs)
 	var results []*tf.Tensor
 	require.NotPanics(t, func() { results = tg.Exec(root, fetches, nil, nil) }, "running the graph")
+	return fetchedTensors(t, results)
+}
+
+// doubles adds a cast of each output to double (exact for every dtype here).
+func doubles(root *op.Scope, outputs []tf.Output) []tf.Output {
+	s := root.SubScope("fetch")
+	casts := make([]tf.Output, len(outputs))
+	for i, o := range outputs {
+		casts[i] = tg.Cast(s, o, tf.Double)
+	}
+	return casts
+}
+
+// fetchedTensors returns the values of tensors of dtype double.
+func fetchedTensors(t *testing.T, results []*tf.Tensor) []fetchedTensor {
 	out := make([]fetchedTensor, len(results))
 	for i, r := range results {
 		shape := append([]int64{}, r.Shape()...)

@@ -27,7 +27,7 @@ import (
 const rtol, atol = 1e-4, 1e-5
 
 func main() {
-	library := flag.String("library", defaultLibrary(), "path of libgobn.so")
+	library := flag.String("library", "", "path of libgobn.so (default $GOBN_LIBRARY, which `make -s env` sets)")
 	flag.Parse()
 	if err := ops.Load(*library); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -37,14 +37,6 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-}
-
-// defaultLibrary is $GOBN_LIBRARY (set by `make -s env`), else build/libgobn.so.
-func defaultLibrary() string {
-	if p := os.Getenv("GOBN_LIBRARY"); p != "" {
-		return p
-	}
-	return "build/libgobn.so"
 }
 
 func compare() error {

@@ -22,8 +22,8 @@ Then two fresh processes:
 - deploy_gobn_child.py, with gobn on the path and oneDNN on: ``import gobn``
   alone loads the .keras files of gobn's layers; ``convert`` of a stock
   .keras file's model gives gobn's layers back, which train on gobn; a
-  training step and a tf_keras model run after ``gobn.enable()`` and are
-  saved.
+  training step, a tf_keras model and a Keras 3 model of stock layers run
+  after ``gobn.enable()`` and are saved.
 - deploy_stock_child.py, under ``python -I`` with no gobn on sys.path: every
   SavedModel is loaded and its signatures served, converted to TFLite and
   run in ``tf.lite.Interpreter``, its functions differentiated; stock
@@ -313,7 +313,7 @@ def test_deploy_process_never_saw_gobn(deployed):
     assert report["gobn_importable"] is False, "gobn must not be importable in the deploy process"
     assert report["gobn_modules"] == [], report["gobn_modules"]
     assert report["libgobn_mapped"] == [], report["libgobn_mapped"]
-    assert report["entries"] == 15, "every route's artifacts reached the deploy process"
+    assert report["entries"] == 17, "every route's artifacts reached the deploy process"
 
 
 def test_readme_example_trains_and_deploys_both_ways(deployed):
@@ -381,6 +381,19 @@ def test_tf_keras_after_enable_deploys(deployed):
     assert report["enable_step_ops"] == [GRAD_OP] and report["enable_step_grad_calls"] == 1, report
     assert_close(results["enable_step/gobn"], results["enable_step/expected"], tf.float32, "step on gobn")
     assert_close(stock_results["enable_step/step"], results["enable_step/expected"], tf.float32, "step served")
+
+
+def test_keras3_after_enable_deploys(deployed):
+    """A Keras 3 model of stock layers trained after enable() (oneDNN on), on gobn: its .keras file and
+    model.export SavedModel load, serve and convert to TFLite where gobn is not installed."""
+    _, report, results, stock_report, stock_results = deployed
+    assert_loaded(stock_report, "keras3_enable")
+    assert report["keras3_grad_calls"] == 2, "2 steps of one layer on gobn's gradient"
+    assert report["keras3_types"] == ["keras.src.layers.normalization.batch_normalization.BatchNormalization"]
+    assert stock_report["layer_types"]["keras3_enable"] == ["BatchNormalization"]
+    for how in ("serving_default", "tflite/serving_default", "keras"):
+        assert_close(stock_results[f"keras3_enable/{how}"], results["keras3_enable/expected"], tf.float32,
+                     f"keras3_enable {how}")
 
 
 def test_errors_without_gobn_name_the_fix(deployed):

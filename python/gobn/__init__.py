@@ -14,6 +14,7 @@
   ``import gobn``, so ``.keras`` files holding them load), ``gobn.keras.convert``
   and ``gobn.keras.to_stock``;
 - ``gobn.enable()``: gobn's kernels for stock TensorFlow's own gradient ops,
+  and gobn's layer's call for Keras 3's ``keras.layers.BatchNormalization``,
   so that unmodified models run them; ``gobn.kernel_calls()`` counts what ran.
 
 All of them work inside XLA-compiled functions (``jit_compile``, Keras'

@@ -50,6 +50,7 @@ from gobn import _supported
 _supported.check_tensorflow(tf.__version__)
 
 from gobn import _gradients  # noqa: E402,F401  (registers the Gobn> gradients and pfor converters)
+from gobn import _library  # noqa: E402
 from gobn._enable import enable  # noqa: E402
 from gobn._functional import FusedBatchNormOutput, SyncBatchNormOutput, fused_batch_norm, sync_batch_norm  # noqa: E402
 from gobn._library import kernel_calls, library_path  # noqa: E402
@@ -64,6 +65,10 @@ from gobn._library import ENV_VAR  # noqa: E402,F401
 from gobn._library import set_tf_stream as _set_tf_stream  # noqa: E402,F401
 from gobn._library import stream_stats as _stream_stats  # noqa: E402,F401
 from gobn._opdefs_gen import OP_NAMES  # noqa: E402,F401
+
+# A second copy of the library, loaded through tf.load_op_library, is refused
+# with gobn's sentence rather than TensorFlow's parse error around it.
+tf.load_op_library = tf.compat.v1.load_op_library = _library.unwrap_second_copy_refusal(tf.load_op_library)
 
 __all__ = ["FusedBatchNormOutput", "SyncBatchNormOutput", "enable", "fused_batch_norm", "kernel_calls", "keras",
            "library_path", "load_library", "ops", "sync_batch_norm", "xla_status"]

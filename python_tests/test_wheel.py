@@ -51,10 +51,14 @@ def readelf(*args):
 def test_name_and_tags(wheel):
     m = NAME.fullmatch(os.path.basename(wheel))
     assert m, f"{os.path.basename(wheel)} is not gobn-<version>-py3-none-manylinux_<x>_<y>_<arch>.whl"
+    import gobn
+
+    assert m["version"] == gobn.__version__, "the wheel's version is gobn.__version__"
     with open(os.path.join(PYTHON_DIR, "pyproject.toml"), "rb") as f:
-        assert m["version"] == tomllib.load(f)["project"]["version"]
+        assert tomllib.load(f)["project"]["dynamic"] == ["version"], "pyproject.toml must not state a version"
     with zipfile.ZipFile(wheel) as z:
         info = z.read(f"gobn-{m['version']}.dist-info/WHEEL").decode()
+        assert f"\nVersion: {m['version']}\n" in z.read(f"gobn-{m['version']}.dist-info/METADATA").decode()
     assert "Root-Is-Purelib: false" in info
     assert f"Tag: py3-none-manylinux_{m['major']}_{m['minor']}_{m['arch']}" in info.splitlines()
 

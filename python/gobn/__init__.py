@@ -70,6 +70,9 @@ from gobn._opdefs_gen import OP_NAMES  # noqa: E402,F401
 # with gobn's sentence rather than TensorFlow's parse error around it.
 tf.load_op_library = tf.compat.v1.load_op_library = _library.unwrap_second_copy_refusal(tf.load_op_library)
 
+# The one statement of gobn's version: tools/wheel.py reads it for the wheel.
+__version__ = "0.1.0"
+
 __all__ = ["FusedBatchNormOutput", "SyncBatchNormOutput", "enable", "fused_batch_norm", "kernel_calls", "keras",
            "library_path", "load_library", "ops", "sync_batch_norm", "xla_status"]
 

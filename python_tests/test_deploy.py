@@ -49,7 +49,7 @@ import tensorflow as tf
 
 import gobn
 from deploy_stock_child import tape_results
-from support import assert_close, child_env
+from support import REPO_ROOT, assert_close, child_env
 from test_keras import readme_example
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -402,5 +402,14 @@ def test_errors_without_gobn_name_the_fix(deployed):
         # Keras: "Could not locate class 'BatchNormalization'. ... make sure they are all imported ...
         # Full object config: {'module': 'gobn.keras', ..., 'registered_name': 'gobn>BatchNormalization'}"
         assert "gobn.keras" in errors[name] and "imported" in errors[name], errors[name]
+    # The README's Deploy section names that symptom as a user reads it, and its two fixes.
+    with open(os.path.join(REPO_ROOT, "README.md"), encoding="utf-8") as f:
+        deploy = " ".join(f.read().split("\n## Deploy\n", 1)[1].split("\n## ", 1)[0].split())
+    symptom = "could not be deserialized properly"
+    assert all(errors[name].startswith("TypeError: ") and symptom in errors[name]
+               for name in ("readme", "converted", "direct")), errors
+    assert f"TypeError: <class '...Sequential'> {symptom}" in deploy
+    assert "'registered_name': 'gobn>BatchNormalization'" in errors["readme"]
+    assert "`import gobn`" in deploy and "`gobn.keras.to_stock(model)`" in deploy
     # A function that calls a Gobn> op itself: TensorFlow names the op.
     assert f"Op type not registered '{GRAD_OP}'" in errors["raw"], errors["raw"]

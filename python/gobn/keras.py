@@ -259,6 +259,9 @@ def convert(model, in_place=False):
     custom layers holding BatchNormalization layers in attributes, lists or
     dicts, layers shared between several places.
 
+    It is the explicit choice, for one model; ``gobn.enable()`` instead gives
+    every stock layer of the process this computation, leaving its class.
+
     Whether the model is copied or changed is the caller's to say, by
     ``in_place``:
 

@@ -57,6 +57,9 @@ def _fused_view(x, axis):
     return view, data_format, lambda y: tf.reshape(y, shape)
 
 
+# Keras 3, or Keras 2 (the keras package of TensorFlow 2.14 and 2.15).
+_KERAS3 = keras.__version__.startswith("3.")
+
 # The stock layer's own call, kept before gobn.enable() replaces it: where
 # gobn's code does not run (_runs_on_gobn), the stock code does.
 _STOCK_CALL = keras.layers.BatchNormalization.call
@@ -188,18 +191,13 @@ def _enable_stock_layers():
     after are covered; subclasses other than gobn's keep their own code.
     Keras 2 (the ``keras`` of TensorFlow 2.14 and 2.15) needs nothing: its
     layer runs stock's fused op, whose gradient enable() covers.
-
-    Returns:
-      Whether the layers are covered (False for Keras 2).
     """
-    if not keras.__version__.startswith("3."):
-        return False
-    keras.layers.BatchNormalization.call = _enabled_call
-    return True
+    if _KERAS3:
+        keras.layers.BatchNormalization.call = _enabled_call
 
 
 def _is_keras3(obj):
-    return keras.__version__.startswith("3.") and isinstance(obj, keras.layers.Layer)
+    return _KERAS3 and isinstance(obj, keras.layers.Layer)
 
 
 def _gobn_class(layer):

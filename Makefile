@@ -12,7 +12,7 @@
 #   make fuzz        each Go fuzz target, FUZZ_SCALE (default 20) times make test's budget
 #   make pytest      the Python tests (python_tests) against build/libgobn.so and the wheel
 #   make wheel       dist/gobn-<version>-py3-none-manylinux_<glibc>_<arch>.whl: the package with libgobn.so
-#   make compat      the wheel's smoke and XLA tests in a fresh environment of each supported TensorFlow (bench/compat.json)
+#   make compat      the wheel's smoke and XLA tests in a fresh environment of each supported TensorFlow (bench/compat.json); slow: it installs a venv per release from PyPI into build/compat, about 3 min and 1.6 GB of disk each
 #   make generate    regenerate capi/registry_gen.c and families_gen.go, ops/ops_gen.go and python/gobn/_opdefs_gen.py from opdef, and kernels/cuda's C headers from internal/cudaspec
 #   make env         print the exports a Go (tfgo) program needs: eval "$(make -s env)"
 #   make golden      stock TensorFlow golden files into build/golden, then check gobn on them

@@ -14,6 +14,13 @@
 // so that tf.load_op_library (and tf.LoadLibrary in Go) raises an error that
 // names both files, and the first copy's ops and kernels keep working. The
 // Python package looks for the loaded copy the same way before it loads one.
+//
+// TensorFlow reports every failed op definition inside a sentence of its own
+// ("Trouble parsing ... from Attr(...) for Op ...", "Invalid name: ...",
+// "Op with name ..."): the C API has no way to fail a registration with a
+// library's message alone. So the refusal is one attr spec, which TensorFlow
+// quotes whole, and the Python package, once imported, raises that sentence
+// alone from tf.load_op_library (gobn._library.unwrap_second_copy_refusal).
 
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -61,7 +68,8 @@ void gobn_refuse_second_copy(const char* first) {
            "use the first (gobn.ops, or the module tf.load_op_library returned for it)",
            first[0] != '\0' ? first : "another file", this_file[0] != '\0' ? this_file : "another file");
   TF_OpDefinitionBuilder* builder = TF_NewOpDefinitionBuilder("Gobn>SecondCopy");
-  // Not an attr spec: the op fails to register, with spec in its message.
+  // Not an attr spec: the op fails to register, with spec quoted in its
+  // message (the Python package finds it there by this op's name).
   TF_OpDefinitionBuilderAddAttr(builder, spec);
   TF_Status* status = TF_NewStatus();
   TF_RegisterOpDefinition(builder, status);  // takes the builder

@@ -9,6 +9,10 @@ tolerance, and the median time of each side (both run inside tf.function, or
 both through Session.run for the deprecated global-normalization op,
 interleaved, after warm-up). Exits non-zero if any row is out of tolerance.
 
+Stock is TensorFlow's Eigen kernel: the demo turns oneDNN off unless
+TF_ENABLE_ONEDNN_OPTS is set (TF_ENABLE_ONEDNN_OPTS=1 make demo compares with
+oneDNN's kernels, TensorFlow's default on CPUs with AVX512_VNNI or AMX).
+
 Usage, from the repository root: .venv/bin/python -m examples.demo [--reps N]
 """
 
@@ -219,13 +223,20 @@ def main():
     onednn = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
     print("# gobn demo: every op beside stock TensorFlow\n")
     print(f"- CPU: {cpu_model()}, {core_count()} cores")
-    print(f"- TensorFlow {tf.__version__}, oneDNN {'off' if onednn == '0' else 'on'} (TF_ENABLE_ONEDNN_OPTS={onednn})")
+    if onednn == "0":
+        print(f"- stock: TensorFlow {tf.__version__}'s Eigen kernels, oneDNN off (TF_ENABLE_ONEDNN_OPTS=0, the "
+              "demo's default); `TF_ENABLE_ONEDNN_OPTS=1 make demo` compares with oneDNN's kernels instead")
+    else:
+        print(f"- stock: TensorFlow {tf.__version__}'s oneDNN kernels where it has one for the op and dtype on this "
+              f"CPU, Eigen's elsewhere (TF_ENABLE_ONEDNN_OPTS={onednn}); `make demo` alone compares with Eigen's")
     print(f"- library: {path}")
     print(f"- timing: both sides in tf.function (Session.run for {GLOBAL_NORM.stock}), interleaved, "
           f"median of at least {args.reps} rounds (more for cheap rows) after 2 warm-ups; epsilon {EPSILON}")
-    print("- ok: every output within tolerance of stock (|err| <= atol*max|want| + rtol*|want|) and no less "
-          "accurate than stock against a float64 reference; where stock has no result, within tolerance of "
-          "the reference\n")
+    print("- ok: every output within tolerance of stock (|err| <= atol*max|want| + rtol*|want|, the dtype's "
+          "(rtol, atol) of docs/design.md) and no less accurate than stock against a float64 reference; where "
+          "stock has no result, within tolerance of the reference")
+    print("- tolerance used: the largest |err| / (atol*max|want| + rtol*|want|) over every output's elements: "
+          "the share of the tolerance the row used, 1.00 at the limit\n")
 
     header = ["op", "dtype", "format", "mode", "shape", "max abs err vs stock", "max abs err vs f64 ref",
               "tolerance used", "ok", "stock ms", "gobn ms", "stock/gobn"]

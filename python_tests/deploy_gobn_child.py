@@ -11,7 +11,9 @@ imports gobn alone (never gobn.keras), then
 - calls gobn.enable(), runs a training step of tf.compat.v1.nn.fused_batch_norm
   (a tf.Module's function) and saves it with tf.saved_model.save, trains a
   tf_keras model and saves it with tf_keras (a SavedModel folder and a
-  .keras file), and adds them to the manifest for deploy_stock_child.py.
+  .keras file), trains a Keras 3 model of stock layers, made before
+  enable(), and saves it with model.export and model.save (.keras), and
+  adds them to the manifest for deploy_stock_child.py.
 
 It writes FOLDER/gobn_results.npz and prints one JSON report; the checks are
 test_deploy.py's.
@@ -90,6 +92,11 @@ before = grad_calls("Gobn>FusedBatchNormGradV3")
 model.fit(np.concatenate([x, x]), np.arange(8) % 2, batch_size=4, epochs=1, verbose=0, shuffle=False)
 report["reconverted_grad_calls"] = grad_calls("Gobn>FusedBatchNormGradV3") - before
 
+# A Keras 3 model of stock layers, made before enable() and trained after it.
+keras.utils.set_random_seed(3)
+keras3 = keras.Sequential([keras.Input((6, 6, 3)), keras.layers.Conv2D(4, 3), keras.layers.BatchNormalization(),
+                           keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(2)])
+
 # enable(): a training step of stock's op saved, and tf_keras. With oneDNN on, enable() gives
 # the forward op a gradient of Gobn> ops; off, gobn's kernel runs under the stock op's name.
 x = inputs("module_train")
@@ -120,7 +127,18 @@ results["tf_keras/expected"] = model.predict(x[:4], verbose=0)
 saved = os.path.join(folder, "tf_keras_saved_model")
 model.save(saved)
 model.save(os.path.join(folder, "tf_keras.keras"))
+keras3.compile(keras.optimizers.SGD(0.1), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+before = grad_calls("Gobn>FusedBatchNormGradV3")
+keras3.fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False)
+report["keras3_grad_calls"] = grad_calls("Gobn>FusedBatchNormGradV3") - before
+report["keras3_types"] = bn_types(keras3)
+results["keras3_enable/expected"] = keras3.predict(x[:4], verbose=0)
+keras3.export(os.path.join(folder, "keras3_enable_export"), verbose=False)
+keras3.save(os.path.join(folder, "keras3_enable.keras"))
 manifest += [
+    dict(name="keras3_enable", kind="saved_model", path=os.path.join(folder, "keras3_enable_export"),
+         serve={"serving_default": "tf_keras"}, tflite=["serving_default"]),
+    dict(name="keras3_enable", kind="keras", path=os.path.join(folder, "keras3_enable.keras"), input="tf_keras"),
     dict(name="enable_step", kind="saved_model", path=os.path.join(folder, "enable_step_saved_model"),
          serve={"step": "module_train"}, tflite=[]),
     dict(name="tf_keras", kind="saved_model", path=saved, serve={"serving_default": "tf_keras"},

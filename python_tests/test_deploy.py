@@ -22,8 +22,8 @@ Then two fresh processes:
 - deploy_gobn_child.py, with gobn on the path and oneDNN on: ``import gobn``
   alone loads the .keras files of gobn's layers; ``convert`` of a stock
   .keras file's model gives gobn's layers back, which train on gobn; a
-  training step and a tf_keras model run after ``gobn.enable()`` and are
-  saved.
+  training step, a tf_keras model and a Keras 3 model of stock layers run
+  after ``gobn.enable()`` and are saved.
 - deploy_stock_child.py, under ``python -I`` with no gobn on sys.path: every
   SavedModel is loaded and its signatures served, converted to TFLite and
   run in ``tf.lite.Interpreter``, its functions differentiated; stock
@@ -49,7 +49,7 @@ import tensorflow as tf
 
 import gobn
 from deploy_stock_child import tape_results
-from support import assert_close, child_env
+from support import REPO_ROOT, assert_close, child_env
 from test_keras import readme_example
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -313,7 +313,7 @@ def test_deploy_process_never_saw_gobn(deployed):
     assert report["gobn_importable"] is False, "gobn must not be importable in the deploy process"
     assert report["gobn_modules"] == [], report["gobn_modules"]
     assert report["libgobn_mapped"] == [], report["libgobn_mapped"]
-    assert report["entries"] == 15, "every route's artifacts reached the deploy process"
+    assert report["entries"] == 17, "every route's artifacts reached the deploy process"
 
 
 def test_readme_example_trains_and_deploys_both_ways(deployed):
@@ -383,11 +383,33 @@ def test_tf_keras_after_enable_deploys(deployed):
     assert_close(stock_results["enable_step/step"], results["enable_step/expected"], tf.float32, "step served")
 
 
+def test_keras3_after_enable_deploys(deployed):
+    """A Keras 3 model of stock layers trained after enable() (oneDNN on), on gobn: its .keras file and
+    model.export SavedModel load, serve and convert to TFLite where gobn is not installed."""
+    _, report, results, stock_report, stock_results = deployed
+    assert_loaded(stock_report, "keras3_enable")
+    assert report["keras3_grad_calls"] == 2, "2 steps of one layer on gobn's gradient"
+    assert report["keras3_types"] == ["keras.src.layers.normalization.batch_normalization.BatchNormalization"]
+    assert stock_report["layer_types"]["keras3_enable"] == ["BatchNormalization"]
+    for how in ("serving_default", "tflite/serving_default", "keras"):
+        assert_close(stock_results[f"keras3_enable/{how}"], results["keras3_enable/expected"], tf.float32,
+                     f"keras3_enable {how}")
+
+
 def test_errors_without_gobn_name_the_fix(deployed):
     errors = deployed[3]["errors"]
     for name in ("readme", "converted", "direct"):
         # Keras: "Could not locate class 'BatchNormalization'. ... make sure they are all imported ...
         # Full object config: {'module': 'gobn.keras', ..., 'registered_name': 'gobn>BatchNormalization'}"
         assert "gobn.keras" in errors[name] and "imported" in errors[name], errors[name]
+    # The README's Deploy section names that symptom as a user reads it, and its two fixes.
+    with open(os.path.join(REPO_ROOT, "README.md"), encoding="utf-8") as f:
+        deploy = " ".join(f.read().split("\n## Deploy\n", 1)[1].split("\n## ", 1)[0].split())
+    symptom = "could not be deserialized properly"
+    assert all(errors[name].startswith("TypeError: ") and symptom in errors[name]
+               for name in ("readme", "converted", "direct")), errors
+    assert f"TypeError: <class '...Sequential'> {symptom}" in deploy
+    assert "'registered_name': 'gobn>BatchNormalization'" in errors["readme"]
+    assert "`import gobn`" in deploy and "`gobn.keras.to_stock(model)`" in deploy
     # A function that calls a Gobn> op itself: TensorFlow names the op.
     assert f"Op type not registered '{GRAD_OP}'" in errors["raw"], errors["raw"]

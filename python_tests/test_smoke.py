@@ -14,7 +14,8 @@ processes, with oneDNN off and on.
 - ``tf.vectorized_map`` over gobn's ops without the while-loop fallback;
 - SavedModels of gobn.fused_batch_norm and the Keras layer: stock ops only;
 - ``gobn.enable()``: stock's gradient ops on gobn's kernels;
-- a tf_keras model trained after ``enable()``, where tf_keras is installed.
+- a ``keras`` model (Keras 3, or Keras 2 before TensorFlow 2.16) and a
+  tf_keras model, where tf_keras is installed, trained after ``enable()``.
 """
 
 import json
@@ -318,6 +319,29 @@ TF_KERAS_CHILD = textwrap.dedent("""
 """)
 
 
+KERAS_CHILD = textwrap.dedent("""
+    import json
+    import numpy as np
+    import keras
+    import gobn
+
+    rng = np.random.default_rng(6)
+    x, y = rng.normal(size=(64, 8, 8, 3)).astype("float32"), rng.integers(0, 2, 64)
+
+    def fit():
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Conv2D(4, 3),
+                                  keras.layers.BatchNormalization(), keras.layers.GlobalAveragePooling2D(),
+                                  keras.layers.Dense(2)])
+        model.compile(keras.optimizers.SGD(0.1), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        return model.fit(x, y, batch_size=16, epochs=2, verbose=0, shuffle=False).history["loss"]
+
+    stock = fit()
+    gobn.enable()
+    print(json.dumps({"stock": stock, "gobn": fit(), "calls": gobn.kernel_calls()}))
+""")
+
+
 def run_child(script, *args):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [os.path.dirname(os.path.dirname(os.path.abspath(gobn.__file__)))] +
@@ -350,3 +374,11 @@ def test_tf_keras_model_after_enable(onednn):
     got = run_child(TF_KERAS_CHILD, "gobn", f"TF_ENABLE_ONEDNN_OPTS={onednn}")
     assert gradient_calls(got["calls"]) == 8, f"2 epochs of 4 steps: 8 batch-norm gradients on gobn, got {got['calls']}"
     assert_close(np.array(got["losses"]), np.array(stock["losses"]), tf.float32, "losses")
+
+
+def test_keras_model_after_enable():
+    """An unmodified model of the keras package trains on gobn after enable(): Keras 3's layer through
+    the call enable() gives it, Keras 2's (TensorFlow 2.14, 2.15) through its fused op."""
+    report = run_child(KERAS_CHILD)
+    assert gradient_calls(report["calls"]) == 8, f"2 epochs of 4 steps: 8 batch-norm gradients on gobn, got {report['calls']}"
+    assert_close(np.array(report["gobn"]), np.array(report["stock"]), tf.float32, "losses")

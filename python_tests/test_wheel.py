@@ -51,10 +51,14 @@ def readelf(*args):
 def test_name_and_tags(wheel):
     m = NAME.fullmatch(os.path.basename(wheel))
     assert m, f"{os.path.basename(wheel)} is not gobn-<version>-py3-none-manylinux_<x>_<y>_<arch>.whl"
+    import gobn
+
+    assert m["version"] == gobn.__version__, "the wheel's version is gobn.__version__"
     with open(os.path.join(PYTHON_DIR, "pyproject.toml"), "rb") as f:
-        assert m["version"] == tomllib.load(f)["project"]["version"]
+        assert tomllib.load(f)["project"]["dynamic"] == ["version"], "pyproject.toml must not state a version"
     with zipfile.ZipFile(wheel) as z:
         info = z.read(f"gobn-{m['version']}.dist-info/WHEEL").decode()
+        assert f"\nVersion: {m['version']}\n" in z.read(f"gobn-{m['version']}.dist-info/METADATA").decode()
     assert "Root-Is-Purelib: false" in info
     assert f"Tag: py3-none-manylinux_{m['major']}_{m['minor']}_{m['arch']}" in info.splitlines()
 
@@ -148,7 +152,8 @@ def test_readme_states_the_supported_releases_and_the_wheels_tag(wheel):
 
 
 def test_readme_python_example_runs_from_the_installed_wheel(installed_wheel, tmp_path):
-    """The README's Python section, as a user of the wheel runs it, against stock's gradient."""
+    """The README's Python section, as a user of the wheel runs it, against stock's gradient; it prints
+    gobn's result beside stock's."""
     example = re.search(r"```python\n(.*?)```", readme_section("Python"), re.S).group(1)
     check = textwrap.dedent("""
         want = tf.raw_ops.FusedBatchNormGradV3(
@@ -165,3 +170,6 @@ def test_readme_python_example_runs_from_the_installed_wheel(installed_wheel, tm
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.split()[-1].startswith(str(installed_wheel))
+    # What the example prints: gobn's results beside stock's.
+    assert "dscale[:3]  gobn:" in done.stdout and " stock:" in done.stdout, done.stdout
+    assert "max |dx - stock's dx|:" in done.stdout, done.stdout

@@ -4,8 +4,10 @@
 
 The wheel is a platform wheel, py3-none-manylinux_2_<N>_<arch>: libgobn.so
 calls no CPython API, so one wheel serves every Python, and N is the newest
-glibc symbol version the library needs (readelf). Its name, version and
-description come from python/pyproject.toml, its modules from python/gobn.
+glibc symbol version the library needs (readelf). Its name and description
+come from python/pyproject.toml, its version from gobn.__version__ (read from
+python/gobn/__init__.py, not imported: importing gobn imports TensorFlow),
+its modules from python/gobn.
 The archive is reproducible: fixed timestamps and file order.
 
 libgobn.so links TensorFlow's framework library by name only (no rpath):
@@ -29,6 +31,7 @@ from tools.checkout import PYTHON
 
 PACKAGE = os.path.join(PYTHON, "gobn")
 PYPROJECT = os.path.join(PYTHON, "pyproject.toml")
+VERSION_LINE = re.compile(r'^__version__ = "([^"]+)"$', re.M)
 # ZIP's earliest date: the wheel's bytes depend on its contents only.
 EPOCH = (1980, 1, 1, 0, 0, 0)
 
@@ -58,13 +61,22 @@ def platform_tag(library):
     return f"manylinux_{major}_{minor}_{machine(library)}"
 
 
-def metadata(project):
+def package_version():
+    """gobn.__version__, as python/gobn/__init__.py states it."""
+    with open(os.path.join(PACKAGE, "__init__.py"), encoding="utf-8") as f:
+        found = VERSION_LINE.findall(f.read())
+    if len(found) != 1:
+        raise SystemExit(f"wheel: {PACKAGE}/__init__.py must state __version__ once, as a string")
+    return found[0]
+
+
+def metadata(project, version):
     with open(os.path.join(PYTHON, project["readme"]), encoding="utf-8") as f:
         readme = f.read()
     lines = [
         "Metadata-Version: 2.1",
         f"Name: {project['name']}",
-        f"Version: {project['version']}",
+        f"Version: {version}",
         f"Summary: {project['description']}",
         f"Requires-Python: {project['requires-python']}",
         f"License: {project['license']}",
@@ -81,7 +93,7 @@ def record_row(name, data):
 def build(library, out_dir):
     with open(PYPROJECT, "rb") as f:
         project = tomllib.load(f)["project"]
-    name, version = project["name"], project["version"]
+    name, version = project["name"], package_version()
     tag = f"py3-none-{platform_tag(library)}"
     dist_info = f"{name}-{version}.dist-info"
 
@@ -92,7 +104,7 @@ def build(library, out_dir):
                 files.append((f"gobn/{module}", f.read(), False))
     with open(library, "rb") as f:
         files.append(("gobn/libgobn.so", f.read(), True))
-    files.append((f"{dist_info}/METADATA", metadata(project).encode(), False))
+    files.append((f"{dist_info}/METADATA", metadata(project, version).encode(), False))
     wheel = f"Wheel-Version: 1.0\nGenerator: gobn tools/wheel.py\nRoot-Is-Purelib: false\nTag: {tag}\n"
     files.append((f"{dist_info}/WHEEL", wheel.encode(), False))
     files.append((f"{dist_info}/top_level.txt", b"gobn\n", False))

@@ -14,6 +14,7 @@
   ``import gobn``, so ``.keras`` files holding them load), ``gobn.keras.convert``
   and ``gobn.keras.to_stock``;
 - ``gobn.enable()``: gobn's kernels for stock TensorFlow's own gradient ops,
+  and gobn's layer's call for Keras 3's ``keras.layers.BatchNormalization``,
   so that unmodified models run them; ``gobn.kernel_calls()`` counts what ran.
 
 All of them work inside XLA-compiled functions (``jit_compile``, Keras'
@@ -49,6 +50,7 @@ from gobn import _supported
 _supported.check_tensorflow(tf.__version__)
 
 from gobn import _gradients  # noqa: E402,F401  (registers the Gobn> gradients and pfor converters)
+from gobn import _library  # noqa: E402
 from gobn._enable import enable  # noqa: E402
 from gobn._functional import FusedBatchNormOutput, SyncBatchNormOutput, fused_batch_norm, sync_batch_norm  # noqa: E402
 from gobn._library import kernel_calls, library_path  # noqa: E402
@@ -63,6 +65,13 @@ from gobn._library import ENV_VAR  # noqa: E402,F401
 from gobn._library import set_tf_stream as _set_tf_stream  # noqa: E402,F401
 from gobn._library import stream_stats as _stream_stats  # noqa: E402,F401
 from gobn._opdefs_gen import OP_NAMES  # noqa: E402,F401
+
+# A second copy of the library, loaded through tf.load_op_library, is refused
+# with gobn's sentence rather than TensorFlow's parse error around it.
+tf.load_op_library = tf.compat.v1.load_op_library = _library.unwrap_second_copy_refusal(tf.load_op_library)
+
+# The one statement of gobn's version: tools/wheel.py reads it for the wheel.
+__version__ = "0.1.0"
 
 __all__ = ["FusedBatchNormOutput", "SyncBatchNormOutput", "enable", "fused_batch_norm", "kernel_calls", "keras",
            "library_path", "load_library", "ops", "sync_batch_norm", "xla_status"]

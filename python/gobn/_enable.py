@@ -2,10 +2,13 @@
 
 The library registers them (capi's gobnEnable) under the stock ops' names;
 with oneDNN on, gobn._stock_gradients also points the forward ops' gradient
-functions at Gobn> ops, which oneDNN's rewrite leaves alone.
+functions at Gobn> ops, which oneDNN's rewrite leaves alone. Keras 3's
+BatchNormalization runs none of those ops: gobn.keras gives its class gobn's
+layer's call.
 """
 
 import ctypes
+import importlib.util
 
 import tensorflow as tf
 
@@ -22,7 +25,7 @@ def enable():
     """Runs stock TensorFlow's batch-norm gradients on gobn's kernels.
 
     Add ``gobn.enable()`` at the top of a training script, before the model
-    is built or traced: unmodified models (tf_keras, ``tf.compat.v1``
+    is traced: unmodified models (Keras 3, tf_keras, ``tf.compat.v1``
     layers, ``tf.compat.v1.nn.fused_batch_norm``) then compute their
     batch-norm gradients on gobn, on every configuration.
 
@@ -45,11 +48,24 @@ def enable():
       which XLA runs as calls of gobn's handlers (gobn._xla), with oneDNN on
       or off; a stock gradient op called directly is XLA's own. Before
       TensorFlow 2.17, XLA compiles stock's gradient, as it did before.
+    - Keras 3's ``keras.layers.BatchNormalization`` computes batch norm from
+      moments and elementwise ops, which no kernel reaches, so enable()
+      replaces the class's ``call`` with ``gobn.keras.BatchNormalization``'s
+      for the process (gobn.keras): every layer of the stock class, made
+      before or after, computes what ``gobn.keras.convert`` would make it
+      compute (stock's FusedBatchNormV3 forward, ``Gobn>FusedBatchNormGradV3``
+      backward), falls back to the stock code where gobn's layer does (a
+      mask, renorm, float64), and keeps its class and config, so its
+      ``.keras`` files and SavedModels stay stock's. Under XLA it is a call
+      of gobn's handler where gobn runs inside XLA, stock's code elsewhere.
+      Subclasses other than gobn's keep their own code.
     - It is opt-in (loading the library changes nothing) and idempotent.
-      TensorFlow cannot unregister a kernel, so it lasts for the process.
+      TensorFlow cannot unregister a kernel, so it lasts for the process,
+      as does Keras' layer's call.
     - It clears the eager kernel cache, so eager ops already run pick gobn's
       kernels at their next run; a tf.function already traced keeps what it
-      was traced with until it is traced again.
+      was traced with until it is traced again (a Keras model that has run
+      ``fit`` already: until ``model.compile`` again).
     - Kernel priority also orders devices: gobn registers the same priority
       on every device type it has kernels for, so placement is stock's. A
       library built without the CUDA path (GOBN_CUDA=0) would move the ops
@@ -91,6 +107,10 @@ def enable():
     from gobn import _stock_gradients
 
     _stock_gradients.install(onednn=_pywrap_util_port.IsMklEnabled())
+    if importlib.util.find_spec("keras") is not None:
+        from gobn import keras as gobn_keras
+
+        gobn_keras._enable_stock_layers()
     report = {}
     for op in STOCK_OPS:
         for k in kernel_registry.get_registered_kernels_for_op(op).kernel:

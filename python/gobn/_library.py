@@ -14,10 +14,17 @@ then at ``build/libgobn.so`` of the checkout this package sits in
 
 The library's own reports (kernel_calls, stream_stats) and switches
 (set_tf_stream) are C exports read through the loaded copy's ctypes handle.
+
+A second copy loaded through ``tf.load_op_library`` refuses to register its
+ops (capi/library.c), and TensorFlow reports the refusal inside a parse
+error of its own; ``import gobn`` wraps ``tf.load_op_library`` so that the
+error reads as gobn's sentence alone (unwrap_second_copy_refusal).
 """
 
 import ctypes
+import functools
 import os
+import re
 import threading
 
 import tensorflow as tf
@@ -247,3 +254,31 @@ def set_tf_stream(on):
     fn = loaded().gobnSetTFStream
     fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_int]
     return bool(fn(1 if on else 0))
+
+
+# What TensorFlow makes of a second copy's refusal: capi/library.c registers
+# the op Gobn>SecondCopy with gobn's sentence as its one attr spec, which
+# fails to parse (TensorFlow's C API passes no message of a library's own).
+_REFUSAL = re.compile(r'Attr\("(\[gobn\] .*)"\) for Op Gobn>SecondCopy', re.S)
+
+
+def unwrap_second_copy_refusal(load_op_library):
+    """load_op_library (TensorFlow's) raising a second copy's refusal as gobn's sentence alone.
+
+    Every other result and error of it is its own.
+    """
+    if getattr(load_op_library, "_gobn_unwraps", False):
+        return load_op_library
+
+    @functools.wraps(load_op_library)
+    def wrapper(library_filename):
+        try:
+            return load_op_library(library_filename)
+        except tf.errors.InvalidArgumentError as e:
+            refusal = _REFUSAL.search(e.message)
+            if refusal is None:
+                raise
+            raise tf.errors.InvalidArgumentError(None, None, refusal.group(1)) from None
+
+    wrapper._gobn_unwraps = True
+    return wrapper

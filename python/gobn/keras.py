@@ -22,7 +22,10 @@ cover: a ``mask``, ``renorm=True``, or float64 inputs.
 ``convert(model)`` gives an existing Keras 3 model gobn's layers in place of
 every ``keras.layers.BatchNormalization``, weights, moving statistics and
 config kept; ``to_stock(model)`` gives the stock layers back, for ``.keras``
-files that Keras loads without gobn. ``import gobn`` imports this module, so
+files that Keras loads without gobn. ``gobn.enable()`` instead gives the
+stock class itself this layer's call, for the process
+(``_enable_stock_layers``): every stock layer then computes what ``convert``
+would make it compute, and stays stock in every file it is saved to. ``import gobn`` imports this module, so
 the layers are registered with Keras (as ``gobn>BatchNormalization`` and
 ``gobn>SyncBatchNormalization``) wherever gobn is imported. SavedModels of
 the layers hold stock ops only (gobn._saving).
@@ -54,6 +57,76 @@ def _fused_view(x, axis):
     return view, data_format, lambda y: tf.reshape(y, shape)
 
 
+# Keras 3, or Keras 2 (the keras package of TensorFlow 2.14 and 2.15).
+_KERAS3 = keras.__version__.startswith("3.")
+
+# The stock layer's own call, kept before gobn.enable() replaces it: where
+# gobn's code does not run (_runs_on_gobn), the stock code does.
+_STOCK_CALL = keras.layers.BatchNormalization.call
+
+
+def _channel_axis(layer):
+    """The layer's one channel axis, or None (Keras 2 keeps axis as a list, and may hold several)."""
+    axis = layer.axis
+    if isinstance(axis, (list, tuple)):
+        axis = axis[0] if len(axis) == 1 else None
+    return axis
+
+
+def _runs_on_gobn(layer, inputs, mask):
+    """Whether gobn's code computes the layer's call on inputs: not for a mask,
+    renorm, float64 or several axes, which the stock code keeps."""
+    return (mask is None and not layer.renorm and inputs.shape.rank is not None
+            and _channel_axis(layer) is not None and inputs.dtype != tf.float64
+            and (inputs.dtype.is_floating or inputs.dtype.is_integer))
+
+
+def _call(layer, inputs, training, mask):
+    """keras.layers.BatchNormalization's call for layer, its backward pass on gobn.
+
+    gobn's layers run it, and so do the stock layers after gobn.enable():
+    the same code, so the same results either way.
+    """
+    inputs = tf.convert_to_tensor(inputs)
+    if not _runs_on_gobn(layer, inputs, mask):
+        return _STOCK_CALL(layer, inputs, training=training, mask=mask)
+    x, data_format, restore = _fused_view(tf.cast(inputs, tf.float32), _channel_axis(layer))
+    channels = layer.moving_mean.shape[0]
+    gamma = tf.cast(layer.gamma, tf.float32) if layer.scale else tf.ones([channels])
+    beta = tf.cast(layer.beta, tf.float32) if layer.center else tf.zeros([channels])
+    moving_mean = tf.cast(layer.moving_mean, tf.float32)
+    moving_variance = tf.cast(layer.moving_variance, tf.float32)
+    if training and layer.trainable:
+        y, mean, variance = _batch_statistics(layer, x, gamma, beta, data_format)
+        layer.moving_mean.assign(moving_mean * layer.momentum + mean * (1.0 - layer.momentum))
+        layer.moving_variance.assign(moving_variance * layer.momentum + variance * (1.0 - layer.momentum))
+    else:
+        y, _, _ = gobn.fused_batch_norm(x, gamma, beta, mean=moving_mean, variance=moving_variance,
+                                        epsilon=layer.epsilon, data_format=data_format, is_training=False)
+    return tf.cast(restore(y), layer.compute_dtype)
+
+
+def _batch_statistics(layer, x, gamma, beta, data_format):
+    """(y, mean, variance) of the batch, the global batch when synchronized:
+    the variance the stock layer averages into its moving variance."""
+    ctx = tf.distribute.get_replica_context()
+    if layer.synchronized and ctx is not None and ctx.num_replicas_in_sync > 1:
+        return gobn.sync_batch_norm(x, gamma, beta, epsilon=layer.epsilon, data_format=data_format,
+                                    replica_context=ctx)
+    y, mean, variance = gobn.fused_batch_norm(x, gamma, beta, epsilon=layer.epsilon,
+                                              data_format=data_format, is_training=True)
+    if getattr(layer, "fused", False):
+        # Keras 2's layer on its fused path averages FusedBatchNormV3's
+        # batch_variance, which is Bessel-corrected (R/(R−1)).
+        return y, mean, variance
+    # Keras 3's layer (and Keras 2's unfused path) averages the biased
+    # variance.
+    channels = max(layer.moving_mean.shape[0], 1)
+    per_channel = tf.cast(tf.size(x, out_type=tf.int64) // channels, tf.float32)
+    variance = variance * tf.maximum(per_channel - 1.0, 0.0) / tf.maximum(per_channel, 1.0)
+    return y, mean, variance
+
+
 @keras.saving.register_keras_serializable(package="gobn")
 class BatchNormalization(keras.layers.BatchNormalization):
     """keras.layers.BatchNormalization whose backward pass runs on gobn.
@@ -73,56 +146,8 @@ class BatchNormalization(keras.layers.BatchNormalization):
         """What gobn's layer sets beyond the stock layer's state (convert() calls it too)."""
         self.supports_jit = gobn._xla.available_or_false()
 
-    def _channel_axis(self):
-        """The one channel axis, or None (Keras 2 keeps axis as a list, and may hold several)."""
-        axis = self.axis
-        if isinstance(axis, (list, tuple)):
-            axis = axis[0] if len(axis) == 1 else None
-        return axis
-
-    def _runs_on_gobn(self, inputs, mask):
-        return (mask is None and not self.renorm and inputs.shape.rank is not None
-                and self._channel_axis() is not None and inputs.dtype != tf.float64
-                and (inputs.dtype.is_floating or inputs.dtype.is_integer))
-
     def call(self, inputs, training=None, mask=None):
-        inputs = tf.convert_to_tensor(inputs)
-        if not self._runs_on_gobn(inputs, mask):
-            return super().call(inputs, training=training, mask=mask)
-        x, data_format, restore = _fused_view(tf.cast(inputs, tf.float32), self._channel_axis())
-        channels = self.moving_mean.shape[0]
-        gamma = tf.cast(self.gamma, tf.float32) if self.scale else tf.ones([channels])
-        beta = tf.cast(self.beta, tf.float32) if self.center else tf.zeros([channels])
-        moving_mean = tf.cast(self.moving_mean, tf.float32)
-        moving_variance = tf.cast(self.moving_variance, tf.float32)
-        if training and self.trainable:
-            y, mean, variance = self._batch_statistics(x, gamma, beta, data_format)
-            self.moving_mean.assign(moving_mean * self.momentum + mean * (1.0 - self.momentum))
-            self.moving_variance.assign(moving_variance * self.momentum + variance * (1.0 - self.momentum))
-        else:
-            y, _, _ = gobn.fused_batch_norm(x, gamma, beta, mean=moving_mean, variance=moving_variance,
-                                            epsilon=self.epsilon, data_format=data_format, is_training=False)
-        return tf.cast(restore(y), self.compute_dtype)
-
-    def _batch_statistics(self, x, gamma, beta, data_format):
-        """(y, mean, variance) of the batch, the global batch when synchronized:
-        the variance the stock layer averages into its moving variance."""
-        ctx = tf.distribute.get_replica_context()
-        if self.synchronized and ctx is not None and ctx.num_replicas_in_sync > 1:
-            return gobn.sync_batch_norm(x, gamma, beta, epsilon=self.epsilon, data_format=data_format,
-                                        replica_context=ctx)
-        y, mean, variance = gobn.fused_batch_norm(x, gamma, beta, epsilon=self.epsilon,
-                                                  data_format=data_format, is_training=True)
-        if getattr(self, "fused", False):
-            # Keras 2's layer on its fused path averages FusedBatchNormV3's
-            # batch_variance, which is Bessel-corrected (R/(R−1)).
-            return y, mean, variance
-        # Keras 3's layer (and Keras 2's unfused path) averages the biased
-        # variance.
-        channels = max(self.moving_mean.shape[0], 1)
-        per_channel = tf.cast(tf.size(x, out_type=tf.int64) // channels, tf.float32)
-        variance = variance * tf.maximum(per_channel - 1.0, 0.0) / tf.maximum(per_channel, 1.0)
-        return y, mean, variance
+        return _call(self, inputs, training, mask)
 
 
 @keras.saving.register_keras_serializable(package="gobn")
@@ -141,8 +166,38 @@ class SyncBatchNormalization(BatchNormalization):
         super().__init__(*args, synchronized=synchronized, **kwargs)
 
 
+def _enabled_call(self, inputs, training=None, mask=None):
+    """keras.layers.BatchNormalization.call once gobn.enable() has run (_enable_stock_layers)."""
+    if type(self) is not keras.layers.BatchNormalization:
+        # A subclass's code is its own (convert refuses them for that reason).
+        return _STOCK_CALL(self, inputs, training=training, mask=mask)
+    if gobn._xla.in_xla_context() and not gobn._xla.available():
+        # As enable()'s other gradients: XLA compiles stock's where gobn's
+        # kernels cannot run inside it.
+        gobn._xla.fall_back("keras.layers.BatchNormalization")
+        return _STOCK_CALL(self, inputs, training=training, mask=mask)
+    return _call(self, inputs, training, mask)
+
+
+def _enable_stock_layers():
+    """Runs every keras.layers.BatchNormalization of the process on gobn's code (gobn.enable()).
+
+    Keras 3's layer computes batch norm from moments and elementwise ops, so
+    no kernel enable() registers reaches it; instead this replaces the
+    class's ``call`` with gobn's layer's, for the process: the layers keep
+    their class, config and variables (``.keras`` files and SavedModels stay
+    stock's), and compute what ``convert`` would make them compute, falling
+    back to the stock code where gobn's layer does. Layers made before and
+    after are covered; subclasses other than gobn's keep their own code.
+    Keras 2 (the ``keras`` of TensorFlow 2.14 and 2.15) needs nothing: its
+    layer runs stock's fused op, whose gradient enable() covers.
+    """
+    if _KERAS3:
+        keras.layers.BatchNormalization.call = _enabled_call
+
+
 def _is_keras3(obj):
-    return keras.__version__.startswith("3.") and isinstance(obj, keras.layers.Layer)
+    return _KERAS3 and isinstance(obj, keras.layers.Layer)
 
 
 def _gobn_class(layer):
@@ -201,6 +256,9 @@ def convert(model, in_place=False):
     depth are converted: nested Sequential, functional and subclassed models,
     custom layers holding BatchNormalization layers in attributes, lists or
     dicts, layers shared between several places.
+
+    It is the explicit choice, for one model; ``gobn.enable()`` instead gives
+    every stock layer of the process this computation, leaving its class.
 
     Whether the model is copied or changed is the caller's to say, by
     ``in_place``:

@@ -115,6 +115,12 @@ type Tuning struct {
 	// measuring what the fold's ranges save a call of many chunks of wide
 	// rows.
 	MaxFolds int
+	// UnitElems, where positive, replaces unitElems (float32 elements;
+	// half as many Half or BFloat16): the most elements of a by-channel
+	// unit. It leaves the bits alone (each channel's sums run whole planes
+	// in one order whatever the unit); it is for measuring the size on
+	// another machine's caches.
+	UnitElems int
 }
 
 // maxSpin caps Tuning.Spin: 10 ms, a TensorFlow op's time many times over,
@@ -170,6 +176,7 @@ func SetTuning(t Tuning) Tuning {
 	t.PerWorker = max(0, t.PerWorker)
 	t.Workers, t.Wake, t.L3, t.StreamBytes = max(0, t.Workers), max(0, t.Wake), max(0, t.L3), max(0, t.StreamBytes)
 	t.MaxChunks, t.MaxFolds, t.ChunkGrain = max(0, t.MaxChunks), max(0, t.MaxFolds), max(0, t.ChunkGrain)
+	t.UnitElems = max(0, t.UnitElems)
 	t.Spin = min(max(0, t.Spin), maxSpin)
 	return *tuning.Swap(&t)
 }
@@ -196,11 +203,12 @@ var tuningFields = map[string]func(t *Tuning) any{
 	"chunk_grain":  func(t *Tuning) any { return &t.ChunkGrain },
 	"max_folds":    func(t *Tuning) any { return &t.MaxFolds },
 	"spin":         func(t *Tuning) any { return &t.Spin },
+	"unit_elems":   func(t *Tuning) any { return &t.UnitElems },
 }
 
 // ParseTuning returns base with the fields that spec sets: comma-separated
 // name=value pairs, names as String writes them (per_worker, workers, wake,
-// l3, stream_bytes, max_chunks, chunk_grain, max_folds, spin: non-negative
+// l3, stream_bytes, max_chunks, chunk_grain, max_folds, spin, unit_elems: non-negative
 // integers, 0 the default, which per_worker takes from the cores;
 // by_channel, affine: 0 or 1). An empty spec returns base.
 func ParseTuning(spec string, base Tuning) (Tuning, error) {
@@ -442,6 +450,9 @@ func planFor(c call, m Machine, t Tuning) Plan {
 		per = perWorkerFor(cores, polling)
 	}
 	grain, unit := chunkGrain, unitElems
+	if t.UnitElems > 0 {
+		unit = t.UnitElems
+	}
 	if c.half {
 		grain, per, unit = grain/2, max(1, per/2), unit/2
 	}

@@ -163,11 +163,11 @@ func arithmetic(p Plan) string {
 
 // TestPlanArithmeticIndependentOfMachine checks that where a plan's partial
 // sums start and end depends on the shape alone: the same on every machine,
-// of 1 to 128 cores and any caches, and with any worker, wake, cache and
-// streaming settings, so that a result's bits do too.
+// of 1 to 128 cores and any caches, and with any worker, wake, cache,
+// streaming and by-channel unit settings, so that a result's bits do too.
 func TestPlanArithmeticIndependentOfMachine(t *testing.T) {
 	tunings := []Tuning{DefaultTuning()}
-	for _, spec := range []string{"per_worker=1", "per_worker=65536,workers=3", "wake=2,l3=1048576,spin=100", "stream_bytes=4,affine=0,max_folds=1"} {
+	for _, spec := range []string{"per_worker=1", "per_worker=65536,workers=3", "wake=2,l3=1048576,spin=100", "stream_bytes=4,affine=0,max_folds=1", "unit_elems=4096", "unit_elems=1048576"} {
 		tu, err := ParseTuning(spec, DefaultTuning())
 		require.NoError(t, err)
 		tunings = append(tunings, tu)
@@ -413,11 +413,11 @@ func TestParseTuning(t *testing.T) {
 	got, err := ParseTuning(" per_worker=131072, workers=12,wake=2,l3=0,stream_bytes=4096,by_channel=0,affine=1 ", base)
 	require.NoError(t, err)
 	require.Equal(t, Tuning{PerWorker: 131072, Workers: 12, Wake: 2, StreamBytes: 4096, Affine: true, Spin: defaultSpin}, got)
-	got.MaxChunks, got.MaxFolds, got.Spin, got.ChunkGrain = 64, 1, 50, 16384
+	got.MaxChunks, got.MaxFolds, got.Spin, got.ChunkGrain, got.UnitElems = 64, 1, 50, 16384, 1<<15
 	back, err := ParseTuning(got.String(), Tuning{})
 	require.NoError(t, err)
 	require.Equal(t, got, back, "String and ParseTuning round trip")
-	require.Equal(t, "affine=1,by_channel=0,chunk_grain=16384,l3=0,max_chunks=64,max_folds=1,per_worker=131072,spin=50,stream_bytes=4096,wake=2,workers=12", got.String())
+	require.Equal(t, "affine=1,by_channel=0,chunk_grain=16384,l3=0,max_chunks=64,max_folds=1,per_worker=131072,spin=50,stream_bytes=4096,unit_elems=32768,wake=2,workers=12", got.String())
 	same, err := ParseTuning("", base)
 	require.NoError(t, err)
 	require.Equal(t, base, same)
@@ -430,7 +430,7 @@ func TestParseTuning(t *testing.T) {
 }
 
 func TestSetTuningClamps(t *testing.T) {
-	prev := SetTuning(Tuning{PerWorker: -5, Workers: -3, Wake: -1, L3: -1, StreamBytes: -1, MaxChunks: -1, MaxFolds: -1, Spin: -1, ChunkGrain: -1})
+	prev := SetTuning(Tuning{PerWorker: -5, Workers: -3, Wake: -1, L3: -1, StreamBytes: -1, MaxChunks: -1, MaxFolds: -1, Spin: -1, ChunkGrain: -1, UnitElems: -1})
 	defer SetTuning(prev)
 	require.Equal(t, Tuning{}, CurrentTuning())
 	SetTuning(Tuning{Spin: 1_000_000_000}) // a mistyped spin: the helpers would poll for 16 minutes

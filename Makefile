@@ -6,7 +6,8 @@
 #   make test        everything: lint, vet, gotest, race, fuzz-short, pytest
 #   make lint        fail on unformatted Go (gofmt) and on Python lint errors (ruff, ruff.toml)
 #   make vet         go vet, also with the library's build tags (-tags cuda when GOBN_CUDA=1)
-#   make gotest      the Go tests, also with GOEXPERIMENT=simd and the library's build tags
+#   make gotest      the Go tests with the portable loops, then gotest-shipped
+#   make gotest-shipped  the Go tests of what the library ships: GOEXPERIMENT=simd and its build tags
 #   make race        the Go tests of kernels and capi under the race detector, -short
 #   make fuzz-short  each Go fuzz target briefly (make test's budget)
 #   make fuzz        each Go fuzz target, FUZZ_SCALE (default 20) times make test's budget
@@ -38,7 +39,7 @@ LIB := build/libgobn.so
 TFLIBDIR := build/tflib
 TFLIB := $(TFLIBDIR)/libtensorflow.so
 
-.PHONY: all wheel compat bench bench-multiworker bench-models multiworker demo test lint gotest pytest vet race fuzz fuzz-short generate env golden clean gpu-bundle gpu-tf-check help FORCE
+.PHONY: all wheel compat bench bench-multiworker bench-models multiworker demo test lint gotest gotest-shipped pytest vet race fuzz fuzz-short generate env golden clean gpu-bundle gpu-tf-check help FORCE
 all: $(LIB)
 
 # The virtual environment with the pinned TensorFlow (see requirements.txt).
@@ -125,7 +126,7 @@ env: $(TFLIB)
 	@echo "export GOBN_LIBRARY='$(CURDIR)/$(LIB)'"
 
 generate:
-	go generate ./capi ./ops ./internal/genpy ./kernels ./kernels/cuda
+	go generate ./capi ./ops ./cmd/genpy ./kernels ./kernels/cuda
 
 demo: $(LIB)
 	$(VPY) -m examples.demo
@@ -134,15 +135,16 @@ vet: build/tf.mk $(CUDA_DEPS)
 	go vet ./...
 	$(if $(GO_TAGS),go vet $(GO_TAGFLAGS) ./kernels/cuda/... ./capi)
 
+# The portable loops first (go test alone), then what the library ships.
 gotest: $(LIB) $(TFLIB)
 	go test ./...
-	# the vector loops of kernels (GOEXPERIMENT=simd: AVX-512, then AVX2)
-	# beside the portable ones above
-	GOEXPERIMENT=simd go test ./kernels
-	# the capi layer with the vector loops the library ships
-	GOEXPERIMENT=simd go test ./capi
-	# the CUDA path the library ships (GOBN_CUDA=1)
-	$(if $(GO_TAGS),GOEXPERIMENT=simd go test $(GO_TAGFLAGS) ./kernels/cuda/... ./capi)
+	$(MAKE) --no-print-directory gotest-shipped
+
+# Every Go test with the vector loops (GOEXPERIMENT=simd: AVX-512, then AVX2)
+# and the build tags of the library (the CUDA path with GOBN_CUDA=1): one go
+# test, which CONTRIBUTING.md gives for running without make.
+gotest-shipped: $(LIB) $(TFLIB)
+	GOEXPERIMENT=simd go test $(GO_TAGFLAGS) ./...
 
 pytest: $(LIB) wheel
 	$(VPY) -m pytest -q python_tests
@@ -224,7 +226,7 @@ help:
 # The GPU check bundle: make gpu-bundle fills build/gpu with what a machine
 # with an NVIDIA GPU and PyTorch (no Go, no TensorFlow) needs to check gobn's
 # CUDA path: cuda.test (the Go tests of kernels/cuda as a binary: every CUDA
-# kernel against gobn's CPU kernels and a float64 reference), libgobncheck.so (internal/cmd/gpucheck:
+# kernel against gobn's CPU kernels and a float64 reference), libgobncheck.so (cmd/gpucheck:
 # the CUDA kernels behind a ctypes ABI, linking no TensorFlow, for timing)
 # and the files of tools/gpucheck. There: bash build/gpu/run.sh
 # (correctness, compute-sanitizer, speed beside PyTorch's and cuDNN's
@@ -235,10 +237,10 @@ GPU_BUNDLE := build/gpu
 GPUCHECK_LDFLAGS ?=
 GPUCHECK_SCRIPTS := $(wildcard tools/gpucheck/*.py) tools/gpucheck/run.sh
 
-$(GPU_BUNDLE)/libgobncheck.so: kernels/cuda/gobn.fatbin $(GO_SOURCES) $(wildcard internal/cmd/gpucheck/*.go)
+$(GPU_BUNDLE)/libgobncheck.so: kernels/cuda/gobn.fatbin $(GO_SOURCES) $(wildcard cmd/gpucheck/*.go)
 	@mkdir -p $(GPU_BUNDLE)
 	CGO_LDFLAGS="$(GPUCHECK_LDFLAGS)" GOEXPERIMENT=simd go build -tags cuda -buildmode=c-shared \
-		-o $@ ./internal/cmd/gpucheck
+		-o $@ ./cmd/gpucheck
 	rm -f $(GPU_BUNDLE)/libgobncheck.h
 
 $(GPU_BUNDLE)/cuda.test: kernels/cuda/gobn.fatbin $(GO_SOURCES) $(wildcard internal/tolerance/*.go)

@@ -31,6 +31,6 @@
 // (CGO_CFLAGS, CGO_LDFLAGS) as the Makefile sets them from tf.sysconfig.
 package main
 
-//go:generate go run ../internal/gencapi
+//go:generate go run ../cmd/gencapi
 
 func main() {}

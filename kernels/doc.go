@@ -62,10 +62,10 @@
 //     AVX512_BF16 where the CPU has it); simd_other.go where they are
 //     absent. The AVX-512 forms of the loops that simd_amd64.go writes in
 //     its lane constants are generated from them (simd512_gen_amd64.go:
-//     go generate ./kernels, which runs internal/gensimd).
+//     go generate ./kernels, which runs cmd/gensimd).
 //   - xinuse_amd64.go, xinuse_amd64.s: the tests' probe that the vector
 //     loops leave the upper register halves clear.
 //   - float16.go: Half and BFloat16; scratch.go: pooled per-call memory.
 package kernels
 
-//go:generate go run ../internal/gensimd
+//go:generate go run ../cmd/gensimd

@@ -21,7 +21,7 @@
 // `eval "$(make -s env)"` in the gobn repository prints them.
 package ops
 
-//go:generate go run ../internal/genops
+//go:generate go run ../cmd/genops
 
 import (
 	"fmt"

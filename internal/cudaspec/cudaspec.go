@@ -1,14 +1,14 @@
 // Package cudaspec is the contract between gobn's CUDA launch layer
 // (kernels/cuda, Go) and its kernels (kernels/cuda/batchnorm.cu, CUDA C++):
 // the kernels the fatbin holds, the one struct every kernel takes, and the
-// constants both sides use. Package cuda reads it; internal/gencuda writes
+// constants both sides use. Package cuda reads it; cmd/gencuda writes
 // the C side from it (kernels/cuda/params_gen.h and kernels_gen.cuh, by
 // go generate ./kernels/cuda), so that nothing on the boundary is kept in
 // step by hand.
 //
 // A kernel is a row of Kernels: adding one is adding its row (and, for a
 // new job, its device function in batchnorm.cu and its call in
-// internal/gencuda), then go generate ./kernels/cuda.
+// cmd/gencuda), then go generate ./kernels/cuda.
 package cudaspec
 
 import "fmt"

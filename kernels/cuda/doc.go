@@ -7,7 +7,7 @@
 // tag every call returns an error saying so. Which kernels there are, the
 // struct they take and the launch constants are internal/cudaspec's table:
 // this package reads it, and go generate writes the C side from it
-// (params_gen.h, kernels_gen.cuh; internal/gencuda).
+// (params_gen.h, kernels_gen.cuh; cmd/gencuda).
 //
 // Conventions:
 //
@@ -31,4 +31,4 @@
 //     caller's, on which a call only enqueues.
 package cuda
 
-//go:generate go run ../../internal/gencuda
+//go:generate go run ../../cmd/gencuda

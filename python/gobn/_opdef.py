@@ -1,6 +1,6 @@
 """The record of one op libgobn.so registers, as opdef (Go) describes it.
 
-_opdefs_gen.py (generated from opdef by internal/genpy) lists them, in
+_opdefs_gen.py (generated from opdef by cmd/genpy) lists them, in
 registration order, as OPS, with indices by name, stock twin and kind. An
 Op holds: the registered name; its Python wrapper; its stock twin (or
 None); the stock forward op whose gradient the twin is (or None); its kernel

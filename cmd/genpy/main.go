@@ -5,7 +5,7 @@
 //
 // Usage (through go generate, make generate):
 //
-//	go run ./internal/genpy -dir python/gobn
+//	go run ./cmd/genpy -dir python/gobn
 package main
 
 //go:generate go run . -dir ../../python/gobn

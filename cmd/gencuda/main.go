@@ -10,7 +10,7 @@
 //
 // Usage (from kernels/cuda, through go generate):
 //
-//	go run ../../internal/gencuda
+//	go run ../../cmd/gencuda
 package main
 
 import (

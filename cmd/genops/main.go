@@ -12,7 +12,7 @@
 //
 // Usage (from ops/, through go generate):
 //
-//	go run ../internal/genops
+//	go run ../cmd/genops
 package main
 
 import (

@@ -11,7 +11,7 @@
 //
 // Usage (from kernels/, through go generate):
 //
-//	go run ../internal/gensimd
+//	go run ../cmd/gensimd
 package main
 
 import (

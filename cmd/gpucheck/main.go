@@ -3,7 +3,7 @@
 // PyTorch's tensors and stream, built as a shared library that links no
 // TensorFlow:
 //
-//	go build -buildmode=c-shared -tags cuda -o build/gpu/libgobncheck.so ./internal/cmd/gpucheck
+//	go build -buildmode=c-shared -tags cuda -o build/gpu/libgobncheck.so ./cmd/gpucheck
 //
 // (make gpu-bundle). The bundle checks correctness with the kernels' own Go
 // tests, built into a test binary (kernels/cuda's gpu_test.go); this

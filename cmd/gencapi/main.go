@@ -6,7 +6,7 @@
 //
 // Usage (from capi/, through go generate):
 //
-//	go run ../internal/gencapi
+//	go run ../cmd/gencapi
 package main
 
 import (

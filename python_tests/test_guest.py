@@ -31,10 +31,17 @@ GO_SIGNALS = {"SIGBUS", "SIGFPE", "SIGSEGV", "SIGPIPE", "SIGURG"}
 GO_RUNTIME_ENV = {"GOGC", "GOMEMLIMIT", "GODEBUG", "GOMAXPROCS", "GOTRACEBACK"}
 
 
+def child_command(check, *args):
+    """The command of a child that runs check: started with SIGINT ignored,
+    as `nohup make test` or a background job starts this suite, so that the
+    checks hold however the suite was started (the child resets it; see
+    the end of this file)."""
+    return ["sh", "-c", 'trap "" INT; exec "$@"', "sh", sys.executable, os.path.abspath(__file__), check, *args]
+
+
 def run_child(check, *args, **kwargs):
-    env = child_env()
-    return subprocess.run([sys.executable, os.path.abspath(__file__), check, *args], capture_output=True,
-                          text=True, env=env, timeout=120, **kwargs)
+    return subprocess.run(child_command(check, *args), capture_output=True, text=True, env=child_env(), timeout=120,
+                          **kwargs)
 
 
 def reliability_section():
@@ -115,9 +122,8 @@ def test_sigint_raises_keyboard_interrupt():
 
 def test_ctrl_c_from_outside_stops_a_loop_of_ops():
     """As a terminal's Ctrl-C: SIGINT to the process while it runs ops in a loop."""
-    env = child_env()
-    proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "loop"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(child_command("loop"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=child_env())
     try:
         assert proc.stdout.readline().strip() == "ready", proc.stderr.read()[-3000:]
         time.sleep(0.5)  # let it run ops for a while
@@ -301,6 +307,11 @@ def child_loop():
 
 
 if __name__ == "__main__":
+    # A process started with SIGINT ignored (by nohup, or as a background job
+    # of a shell without job control) hands SIG_IGN on to its children, and
+    # Python then installs no handler of its own: each check is of a Python
+    # process as a terminal starts it, with Python's handler in place.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     check = sys.argv[1]
     {"quiet": lambda: child_quiet(sys.argv[2]), "signals": child_signals, "sigint": child_sigint,
      "loop": child_loop}[check]()

@@ -429,6 +429,16 @@ var All = []Op{
 	},
 }
 
+// Named returns the op of All registered as name, and whether there is one.
+func Named(name string) (Op, bool) {
+	for _, op := range All {
+		if op.Name == name {
+			return op, true
+		}
+	}
+	return Op{}, false
+}
+
 // HasKernel reports whether the op has a kernel, on the GPU or the CPU, that
 // binds T to dtype.
 func (op Op) HasKernel(dtype DType, onGPU bool) bool {

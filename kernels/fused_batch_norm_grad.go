@@ -1,10 +1,5 @@
 package kernels
 
-import (
-	"fmt"
-	"math"
-)
-
 // FusedGradArgs are the arguments of the FusedBatchNormGrad family (V1, V2,
 // V3). Inputs are read only; outputs are fully overwritten. XBackprop may be
 // YBackprop or X itself (see the package doc).
@@ -19,6 +14,9 @@ type FusedGradArgs[T Element] struct {
 	// population variance in inference.
 	Scale, ReserveSpace1, ReserveSpace2 []float32
 	Epsilon                             float32
+	// IsTraining says which gradient FusedBatchNormGrad computes:
+	// TrainingGrad's or InferenceGrad's.
+	IsTraining bool
 	// XBackprop has Dims.Len() elements; ScaleBackprop and OffsetBackprop Dims.C.
 	XBackprop                     []T
 	ScaleBackprop, OffsetBackprop []float32
@@ -27,22 +25,6 @@ type FusedGradArgs[T Element] struct {
 func (g FusedGradArgs[T]) check() {
 	checkLengths(g.Dims, [][]T{g.YBackprop, g.X, g.XBackprop},
 		[][]float32{g.Scale, g.ReserveSpace1, g.ReserveSpace2, g.ScaleBackprop, g.OffsetBackprop})
-}
-
-// checkLengths panics unless every activation slice has d.Len() elements and
-// every per-channel slice d.C.
-func checkLengths[A, P any](d Dims, activations [][]A, perChannel [][]P) {
-	n, C := d.Len(), int(d.C)
-	for _, a := range activations {
-		if len(a) != n {
-			panic(fmt.Sprintf("kernels: activation length %d, want %d", len(a), n))
-		}
-	}
-	for _, p := range perChannel {
-		if len(p) != C {
-			panic(fmt.Sprintf("kernels: per-channel length %d, want %d", len(p), C))
-		}
-	}
 }
 
 // empty checks g and reports whether its tensors have no elements, having
@@ -55,6 +37,17 @@ func (g FusedGradArgs[T]) empty() bool {
 	clear(g.ScaleBackprop)
 	clear(g.OffsetBackprop)
 	return true
+}
+
+// FusedBatchNormGrad computes the gradient of batch normalization the
+// FusedBatchNormGrad family's ops compute: TrainingGrad's where
+// g.IsTraining, InferenceGrad's otherwise.
+func FusedBatchNormGrad[T Element](g FusedGradArgs[T]) {
+	if g.IsTraining {
+		TrainingGrad(g)
+	} else {
+		InferenceGrad(g)
+	}
 }
 
 // TrainingGrad computes the gradient of training-mode batch normalization.
@@ -187,92 +180,4 @@ func InferenceGrad[T Element](g FusedGradArgs[T]) {
 		g.OffsetBackprop[c] = float32(sumDy[c])
 		g.ScaleBackprop[c] = float32(sumDyXc[c] * inv[c])
 	}
-}
-
-// GlobalNormalizationArgs are the arguments of
-// BatchNormWithGlobalNormalizationGrad. Dims.Layout must be ChannelsLast.
-type GlobalNormalizationArgs[T Element] struct {
-	Dims Dims
-	// T (the op's input t) and Backprop have Dims.Len() elements.
-	T, Backprop []T
-	// M, V and Gamma (mean, variance, γ) have Dims.C elements.
-	M, V, Gamma             []T
-	VarianceEpsilon         float32
-	ScaleAfterNormalization bool
-	// DX has Dims.Len() elements, and may be T or Backprop itself (see the
-	// package doc); DM, DV, DB and DG have Dims.C.
-	DX, DM, DV, DB, DG []T
-}
-
-// GlobalNormalizationGrad computes the gradient of
-// BatchNormWithGlobalNormalization. With s = 1/sqrt(v+ε), γ' = γ when
-// scale_after_normalization and 1 otherwise, and sums over a channel:
-//
-//	db = Σ dy
-//	dx = dy · s · γ'
-//	dm = −db · s · γ'
-//	dg = s · Σ dy·(t−m)            (0 without scale_after_normalization)
-//	dv = −½ · s³ · γ' · Σ dy·(t−m)
-//
-// Sums and per-channel terms are formed in float64, whatever T is (stock
-// TensorFlow sums in T, even half). It panics if slice lengths disagree with
-// Dims or the layout is not ChannelsLast.
-func GlobalNormalizationGrad[T Element](g GlobalNormalizationArgs[T]) {
-	C := int(g.Dims.C)
-	if g.Dims.Layout != ChannelsLast {
-		panic("kernels: BatchNormWithGlobalNormalizationGrad is channels-last only")
-	}
-	checkLengths(g.Dims, [][]T{g.T, g.Backprop, g.DX}, [][]T{g.M, g.V, g.Gamma, g.DM, g.DV, g.DB, g.DG})
-	sc := getScratch()
-	defer sc.release()
-	mean, variance, gamma := toFloat64(sc, g.M), toFloat64(sc, g.V), toFloat64(sc, g.Gamma)
-	t := newAffine(sc, mean)
-	t.ScaleOnly = true // dx does not involve t
-	s := sc.float64s(C)
-	eps := float64(g.VarianceEpsilon)
-	for c := range C {
-		s[c] = 1 / math.Sqrt(variance[c]+eps)
-		t.A[c] = s[c]
-		if g.ScaleAfterNormalization {
-			t.A[c] *= gamma[c]
-		}
-	}
-	// dx does not depend on the sums: one pass can do both (sweep).
-	p := plan(g.Dims, jobSweep, g.Backprop, g.T, g.DX)
-	sumDy, sumDyXc := sweep(sc, p, g.Backprop, g.T, g.DX, mean, &t)
-	dm, dv, dg := sc.float64s(C), sc.float64s(C), sc.float64s(C)
-	for c := range C {
-		k := t.A[c]
-		if g.ScaleAfterNormalization {
-			dg[c] = s[c] * sumDyXc[c]
-		}
-		dm[c] = -sumDy[c] * k
-		dv[c] = -0.5 * s[c] * s[c] * k * sumDyXc[c]
-	}
-	fromFloat64(sc, g.DB, sumDy)
-	fromFloat64(sc, g.DM, dm)
-	fromFloat64(sc, g.DV, dv)
-	fromFloat64(sc, g.DG, dg)
-}
-
-// invStd returns 1/sqrt(variance+epsilon) in float64.
-func invStd(variance, epsilon float32) float64 {
-	return 1 / math.Sqrt(float64(variance)+float64(epsilon))
-}
-
-// invStds writes invStd(variance[i], epsilon) into dst[i]: with the vector
-// loops four at a time (invStdsVector), which rounds alike, square root and
-// division being exact to the last bit either way. Scalar square roots and
-// divisions are most of a small gradient's time (BenchmarkTrainingGrad's
-// smallest cases show it).
-func invStds(dst []float64, variance []float32, epsilon float32) {
-	for i := invStdsVector(dst, variance, epsilon); i < len(dst); i++ {
-		dst[i] = invStd(variance[i], epsilon)
-	}
-}
-
-func newAffine(s *scratch, mean []float64) affine {
-	C := len(mean)
-	buf := s.float64s(3 * C)
-	return affine{A: buf[:C:C], B: buf[C : 2*C : 2*C], MeanDy: buf[2*C:], Mean: mean}
 }

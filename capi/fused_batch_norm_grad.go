@@ -23,6 +23,6 @@ func fusedBatchNormGradCPU[T kernels.Element](k *kernel, a kernels.FusedGradArgs
 
 // fusedBatchNormGradGPU runs the CUDA kernel.
 func fusedBatchNormGradGPU(k *kernel, a cuda.FusedGradArgs, dev gpuCall) error {
-	a.Training, a.Epsilon = k.isTraining, k.epsilon
-	return launch(a, cuda.FusedGrad, dev)
+	a.IsTraining, a.Epsilon = k.isTraining, k.epsilon
+	return launch(a, cuda.FusedBatchNormGrad, dev)
 }

@@ -1,12 +1,14 @@
 // Command gencuda writes the C side of the contract between gobn's CUDA
-// launch layer and its kernels from internal/cudaspec:
+// launch layer and its kernels, from internal/cudaspec and the table of
+// kernels package cuda holds (cuda.Kernels: the shared passes' and each
+// kind's, beside its launch):
 //
 //   - kernels/cuda/params_gen.h: gobn_params, laid out as cudaspec.Params
 //     (with an assertion of each field's offset, which cgo's C compiler and
 //     NVRTC both check), for driver.h and batchnorm.cu;
-//   - kernels/cuda/kernels_gen.cuh: the launch constants and GOBN_KERNELS,
-//     the list batchnorm.cu defines its kernels from, one a row of
-//     cudaspec.Kernels.
+//   - kernels/cuda/kernels_gen.cuh: the launch constants, the slots of each
+//     finalize job's outputs by name, and GOBN_KERNELS, the list
+//     batchnorm.cu defines its kernels from, one a kernel of the table.
 //
 // Usage (from kernels/cuda, through go generate):
 //
@@ -16,12 +18,15 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"strings"
 	"unicode"
 
 	"github.com/gobn/gobn/internal/cudaspec"
 	"github.com/gobn/gobn/internal/genfile"
+	"github.com/gobn/gobn/kernels/cuda"
 )
 
 func main() {
@@ -34,14 +39,14 @@ func Generate() (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	kernels, err := kernelsHeader(cudaspec.Kernels)
+	kernels, err := kernelsHeader(cuda.Kernels())
 	if err != nil {
 		return nil, err
 	}
 	return map[string][]byte{"params_gen.h": params, "kernels_gen.cuh": kernels}, nil
 }
 
-var header = genfile.Header("//", "gencuda", "internal/cudaspec") + "\n"
+var header = genfile.Header("//", "gencuda", "internal/cudaspec and kernels/cuda's table") + "\n"
 
 // paramsHeader returns params_gen.h for the struct type t.
 func paramsHeader(t reflect.Type) ([]byte, error) {
@@ -131,9 +136,10 @@ func kernelsHeader(ks []cudaspec.Kernel) ([]byte, error) {
 	var b bytes.Buffer
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	b.WriteString(header)
-	p(`// What batchnorm.cu shares with gobn's Go launch layer: the launch shapes
-// and the kernels. batchnorm.cu includes this file before its code and
-// defines each kernel of GOBN_KERNELS after it.
+	p(`// What batchnorm.cu shares with gobn's Go launch layer: the launch shapes,
+// the slots of the finalize kernels' outputs and the kernels. batchnorm.cu
+// includes this file before its code and defines each kernel of
+// GOBN_KERNELS after it.
 #ifndef GOBN_KERNELS_CUDA_KERNELS_GEN_CUH_
 #define GOBN_KERNELS_CUDA_KERNELS_GEN_CUH_
 
@@ -141,45 +147,55 @@ constexpr int kThreads = %d;  // cudaspec.Threads
 constexpr int kLanes = %d;  // cudaspec.FinalizeLanes
 constexpr int kSplitLanes = %d;  // cudaspec.FinalizeSplitLanes
 
-// GOBN_KERNELS(K) is K(name, call) for every kernel of cudaspec.Kernels: its
-// name, and the call its body makes (V the vector width, U the rows a step:
+// The values the launch layer shares with the kernels (cuda.Constants).
+%s
+// Each finalize job's per-channel outputs, by name, in the slots of
+// gobn_params.out (cudaspec.Kernel.Outputs): p.out[out::<job>::<name>].
+namespace out {
+`, cudaspec.Threads, cudaspec.FinalizeLanes, cudaspec.FinalizeSplitLanes, constantLines(cuda.Constants()))
+	done := map[cudaspec.Job][]string{}
+	for _, k := range ks {
+		if len(k.Outputs) == 0 {
+			continue
+		}
+		if seen, ok := done[k.Job]; ok {
+			if !slices.Equal(seen, k.Outputs) {
+				return nil, fmt.Errorf("%s: the kernels of job %s name their outputs differently", k.Name(), k.Job)
+			}
+			continue
+		}
+		if len(k.Outputs) > len(cudaspec.Params{}.Out) {
+			return nil, fmt.Errorf("%s: %d outputs, gobn_params has %d slots", k.Name(), len(k.Outputs), len(cudaspec.Params{}.Out))
+		}
+		done[k.Job] = k.Outputs
+		p("namespace %s {\nenum { %s };\n}\n", k.Job, strings.Join(k.Outputs, ", "))
+	}
+	p(`}  // namespace out
+
+// GOBN_KERNELS(K) is K(name, call) for every kernel of the table: its name,
+// and the call its body makes (V the vector width, U the rows a step:
 // cudaspec.Rows).
 #define GOBN_KERNELS(K) \
-`, cudaspec.Threads, cudaspec.FinalizeLanes, cudaspec.FinalizeSplitLanes)
+`)
 	for i, k := range ks {
-		c, err := call(k)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", k.Name(), err)
+		if strings.Contains(k.Body(), "{") {
+			return nil, fmt.Errorf("%s: %q has a placeholder the kernel has no value for", k.Name(), k.Call)
 		}
 		end := " \\"
 		if i == len(ks)-1 {
 			end = ""
 		}
-		p("  K(%s, (%s))%s\n", k.Name(), c, end)
+		p("  K(%s, (%s))%s\n", k.Name(), k.Body(), end)
 	}
 	p("\n#endif  // GOBN_KERNELS_CUDA_KERNELS_GEN_CUH_\n")
 	return b.Bytes(), nil
 }
 
-// call returns what kernel k's body calls: batchnorm.cu's device function
-// for its job, with its element type, V and U.
-func call(k cudaspec.Kernel) (string, error) {
-	T := k.Elem.CType
-	switch k.Job {
-	case cudaspec.FinalizeTrain, cudaspec.FinalizeInfer, cudaspec.FinalizeReduce, cudaspec.FinalizeApply:
-		return string(k.Job) + "(p)", nil
-	case cudaspec.FinalizeGlobal:
-		return fmt.Sprintf("global_finalize<%s>(p)", T), nil
-	case cudaspec.Reduce, cudaspec.Sweep:
-		mode := map[cudaspec.Job]string{cudaspec.Reduce: "kSums", cudaspec.Sweep: "kSweep"}[k.Job]
-		return fmt.Sprintf("reduce_%s<%s, float, %d, %s, %d>(p)", k.Layout, T, k.V, mode, k.U), nil
-	case cudaspec.Global:
-		if k.Layout != cudaspec.ChannelsLast {
-			return "", fmt.Errorf("global is channels last only")
-		}
-		return fmt.Sprintf("reduce_cl<%s, %s, %d, kGlobal, %d>(p)", T, T, k.V, k.U), nil
-	case cudaspec.Apply:
-		return fmt.Sprintf("apply_%s<%s, %d, %d>(p)", k.Layout, T, k.V, k.U), nil
+// constantLines returns the C definitions of the constants, by name.
+func constantLines(constants map[string]int32) string {
+	var b strings.Builder
+	for _, name := range slices.Sorted(maps.Keys(constants)) {
+		fmt.Fprintf(&b, "constexpr int %s = %d;\n", name, constants[name])
 	}
-	return "", fmt.Errorf("no device function for job %q", k.Job)
+	return b.String()
 }

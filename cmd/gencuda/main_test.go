@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/gobn/gobn/internal/cudaspec"
 	"github.com/gobn/gobn/internal/genfile"
 )
 
@@ -22,7 +23,23 @@ func TestGeneratedFilesAreCurrent(t *testing.T) {
 
 func TestSnake(t *testing.T) {
 	for in, want := range map[string]string{"Dy": "dy", "DX": "dx", "X": "x", "SumDyXmu": "sum_dy_xmu",
-		"ScaleAfterNormalization": "scale_after_normalization", "Var": "var", "N": "n"} {
+		"Flags": "flags", "Var": "var", "N": "n"} {
 		require.Equal(t, want, snake(in), in)
 	}
+}
+
+// TestKernelsHeaderRefuses: a job's kernels that name their outputs
+// differently, more outputs than gobn_params has slots, or a call with a
+// placeholder the kernel has no value for.
+func TestKernelsHeaderRefuses(t *testing.T) {
+	a := cudaspec.FinalizeKernel("finalize_x", "finalize_x<{T}>(p)", []string{"da", "db"}, cudaspec.Float32, cudaspec.Float16)
+	_, err := kernelsHeader(a)
+	require.NoError(t, err)
+	a[1].Outputs = []string{"db", "da"}
+	_, err = kernelsHeader(a)
+	require.ErrorContains(t, err, "the kernels of job finalize_x name their outputs differently")
+	_, err = kernelsHeader(cudaspec.FinalizeKernel("finalize_y", "finalize_y(p)", []string{"a", "b", "c", "d", "e", "f"}))
+	require.ErrorContains(t, err, "6 outputs, gobn_params has 5 slots")
+	_, err = kernelsHeader(cudaspec.FinalizeKernel("finalize_z", "finalize_z<{T}, {W}>(p)", nil, cudaspec.Float32))
+	require.ErrorContains(t, err, "has a placeholder the kernel has no value for")
 }

@@ -53,10 +53,10 @@ func (c call) job() (job, error) {
 	switch c.family {
 	case familyFused:
 		return bind(cuda.FusedGradArgs{
-			Dims: d, DType: dtype, Training: c.flag, Epsilon: c.epsilon,
+			Dims: d, DType: dtype, IsTraining: c.flag, Epsilon: c.epsilon,
 			YBackprop: t[0], X: t[1], Scale: t[2], ReserveSpace1: t[3], ReserveSpace2: t[4],
 			XBackprop: t[5], ScaleBackprop: t[6], OffsetBackprop: t[7],
-		}, cuda.FusedGrad), nil
+		}, cuda.FusedBatchNormGrad), nil
 	case familyGlobal:
 		return bind(cuda.GlobalNormalizationArgs{
 			Dims: d, DType: dtype, ScaleAfterNormalization: c.flag, VarianceEpsilon: c.epsilon,

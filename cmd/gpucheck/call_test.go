@@ -23,7 +23,7 @@ func TestCallJobs(t *testing.T) {
 		family int
 		want   any
 	}{
-		{familyFused, cuda.FusedGradArgs{Dims: d, DType: cuda.Float16, Training: true, Epsilon: 0.25,
+		{familyFused, cuda.FusedGradArgs{Dims: d, DType: cuda.Float16, IsTraining: true, Epsilon: 0.25,
 			YBackprop: T(0), X: T(1), Scale: T(2), ReserveSpace1: T(3), ReserveSpace2: T(4),
 			XBackprop: T(5), ScaleBackprop: T(6), OffsetBackprop: T(7)}},
 		{familyGlobal, cuda.GlobalNormalizationArgs{Dims: d, DType: cuda.Float16, ScaleAfterNormalization: true,

@@ -40,7 +40,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gobn/gobn/internal/cudaspec"
 	"github.com/gobn/gobn/internal/reference"
 	"github.com/gobn/gobn/internal/tolerance"
 	"github.com/gobn/gobn/kernels"
@@ -375,7 +374,7 @@ func runOn(t *target, oc *opCase, g group, guardBytes int) (p *placed, kernelsRu
 
 // vectorWidth returns V of the kernel named kernel, 0 for a finalize kernel.
 func vectorWidth(kernel string) int {
-	for _, k := range cudaspec.Kernels {
+	for _, k := range cuda.Kernels() {
 		if k.Name() == kernel {
 			return k.V
 		}

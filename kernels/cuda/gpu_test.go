@@ -156,10 +156,10 @@ func gpuOpOf(c *call) gpuOp {
 	p := func(role string) cuda.Ptr { return cuda.Ptr(a[role]) }
 	switch c.family {
 	case "fused":
-		return bind(cuda.FusedGradArgs{Dims: c.dims, DType: c.dt, Training: c.mode == "train",
+		return bind(cuda.FusedGradArgs{Dims: c.dims, DType: c.dt, IsTraining: c.mode == "train",
 			YBackprop: p("dy"), X: p("x"), Scale: p("scale"), ReserveSpace1: p("mean"), ReserveSpace2: p("var"),
 			Epsilon: epsilon, XBackprop: p("dx"), ScaleBackprop: p("scale_backprop"), OffsetBackprop: p("offset_backprop")},
-			cuda.FusedGrad)
+			cuda.FusedBatchNormGrad)
 	case "global":
 		return bind(cuda.GlobalNormalizationArgs{Dims: c.dims, DType: c.dt, T: p("x"), M: p("m"), V: p("v"),
 			Gamma: p("gamma"), Backprop: p("dy"), VarianceEpsilon: epsilon, ScaleAfterNormalization: c.mode == "scale",

@@ -24,6 +24,14 @@ func (a constructionAttrs) float(name string) (float32, error) {
 	return float32(v), statusError(a.status)
 }
 
+func (a constructionAttrs) int(name string) (int64, error) {
+	cname := C.CString(name)
+	defer C.free(unsafe.Pointer(cname))
+	var v C.int64_t
+	C.TF_OpKernelConstruction_GetAttrInt64(a.ctx, cname, &v, a.status)
+	return int64(v), statusError(a.status)
+}
+
 func (a constructionAttrs) bool(name string) (bool, error) {
 	cname := C.CString(name)
 	defer C.free(unsafe.Pointer(cname))

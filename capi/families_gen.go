@@ -17,26 +17,16 @@ const maxInputs = 8
 // (nil).
 func (k *kernel) compute(in []tensor, allocate allocator, dev gpuCall) error {
 	switch k.op.Kind {
-	case opdef.FusedBatchNormGrad: // fused_batch_norm_grad.go
+	case opdef.FusedBatchNormGrad:
 		return k.fusedBatchNormGrad(in, allocate, dev)
-	case opdef.GlobalNormalizationGrad: // global_normalization_grad.go
+	case opdef.GlobalNormalizationGrad:
 		return k.globalNormalizationGrad(in, allocate, dev)
-	case opdef.GradReduce: // grad_reduce.go
+	case opdef.GradReduce:
 		return k.gradReduce(in, allocate, dev)
-	case opdef.GradApply: // grad_apply.go
+	case opdef.GradApply:
 		return k.gradApply(in, allocate, dev)
 	}
 	return internalError("capi: no family for " + k.op.Name)
-}
-
-// familyFiles are the families' files, by kind: each defines its family's
-// CPU and GPU functions, which its run method calls
-// (TestEveryKindIsComplete).
-var familyFiles = map[opdef.Kind]string{
-	opdef.FusedBatchNormGrad:      "fused_batch_norm_grad.go",
-	opdef.GlobalNormalizationGrad: "global_normalization_grad.go",
-	opdef.GradReduce:              "grad_reduce.go",
-	opdef.GradApply:               "grad_apply.go",
 }
 
 // fusedBatchNormGrad validates one call of the FusedBatchNormGrad family with the rules of opdef,
@@ -76,7 +66,7 @@ type fusedBatchNormGradOut struct {
 // binds them by name and applies the op's rules, which give the geometry
 // of its activation.
 func (k *kernel) bindFusedBatchNormGrad(in []tensor) (b fusedBatchNormGradIn, g opdef.Geometry, err error) {
-	want := [...]opdef.DType{k.dtype, k.dtype, opdef.Float, opdef.Float, opdef.Float, opdef.Float}
+	want := [...]opdef.DType{k.attrs.T, k.attrs.T, opdef.Float, opdef.Float, opdef.Float, opdef.Float}
 	if err = k.checkDTypes(in, want[:len(in)]); err != nil {
 		return b, g, err
 	}
@@ -92,7 +82,7 @@ func (k *kernel) bindFusedBatchNormGrad(in []tensor) (b fusedBatchNormGradIn, g 
 // and shapes opdef gives them, offering an output the inputs it may take
 // over.
 func (k *kernel) allocateFusedBatchNormGrad(in *fusedBatchNormGradIn, allocate allocator) (out fusedBatchNormGradOut, err error) {
-	if out.xBackprop, err = allocate(0, k.dtype, in.x.dims, 1<<0|1<<1); err != nil {
+	if out.xBackprop, err = allocate(0, k.attrs.T, in.x.dims, 1<<0|1<<1); err != nil {
 		return out, err
 	}
 	if out.scaleBackprop, err = allocate(1, opdef.Float, in.scale.dims, 0); err != nil {
@@ -113,27 +103,27 @@ func (k *kernel) allocateFusedBatchNormGrad(in *fusedBatchNormGradIn, allocate a
 }
 
 // runFusedBatchNormGrad runs the FusedBatchNormGrad family's kernel on k's device with
-// T's type: fusedBatchNormGradGPU with its CUDA type, fusedBatchNormGradCPU with its Go type.
+// T's type: cuda.FusedBatchNormGrad with its CUDA type, kernels.FusedBatchNormGrad with its Go type.
 func (k *kernel) runFusedBatchNormGrad(g opdef.Geometry, in *fusedBatchNormGradIn, out *fusedBatchNormGradOut, dev gpuCall) error {
 	d := kernelDims(g)
 	if k.onGPU {
-		switch k.dtype {
+		switch k.attrs.T {
 		case opdef.Float:
-			return fusedBatchNormGradGPU(k, gpuArgsFusedBatchNormGrad(cuda.Float32, d, in, out), dev)
+			return launch(gpuArgsFusedBatchNormGrad(k, cuda.Float32, d, in, out), cuda.FusedBatchNormGrad, dev)
 		case opdef.Half:
-			return fusedBatchNormGradGPU(k, gpuArgsFusedBatchNormGrad(cuda.Float16, d, in, out), dev)
+			return launch(gpuArgsFusedBatchNormGrad(k, cuda.Float16, d, in, out), cuda.FusedBatchNormGrad, dev)
 		case opdef.BFloat16:
-			return fusedBatchNormGradGPU(k, gpuArgsFusedBatchNormGrad(cuda.BFloat16, d, in, out), dev)
+			return launch(gpuArgsFusedBatchNormGrad(k, cuda.BFloat16, d, in, out), cuda.FusedBatchNormGrad, dev)
 		}
 		return k.noKernel()
 	}
-	switch k.dtype {
+	switch k.attrs.T {
 	case opdef.Float:
-		fusedBatchNormGradCPU(k, cpuArgsFusedBatchNormGrad[float32](d, in, out))
+		kernels.FusedBatchNormGrad(cpuArgsFusedBatchNormGrad[float32](k, d, in, out))
 	case opdef.Half:
-		fusedBatchNormGradCPU(k, cpuArgsFusedBatchNormGrad[kernels.Half](d, in, out))
+		kernels.FusedBatchNormGrad(cpuArgsFusedBatchNormGrad[kernels.Half](k, d, in, out))
 	case opdef.BFloat16:
-		fusedBatchNormGradCPU(k, cpuArgsFusedBatchNormGrad[kernels.BFloat16](d, in, out))
+		kernels.FusedBatchNormGrad(cpuArgsFusedBatchNormGrad[kernels.BFloat16](k, d, in, out))
 	default:
 		return k.noKernel()
 	}
@@ -141,8 +131,8 @@ func (k *kernel) runFusedBatchNormGrad(g opdef.Geometry, in *fusedBatchNormGradI
 }
 
 // cpuArgsFusedBatchNormGrad returns the args of the FusedBatchNormGrad family's Go kernel
-// with T: the dims, and the tensors in the fields of their names.
-func cpuArgsFusedBatchNormGrad[T kernels.Element](d kernels.Dims, in *fusedBatchNormGradIn, out *fusedBatchNormGradOut) kernels.FusedGradArgs[T] {
+// with T: the dims, and the tensors and attrs in the fields of their names.
+func cpuArgsFusedBatchNormGrad[T kernels.Element](k *kernel, d kernels.Dims, in *fusedBatchNormGradIn, out *fusedBatchNormGradOut) kernels.FusedGradArgs[T] {
 	return kernels.FusedGradArgs[T]{
 		Dims:           d,
 		YBackprop:      view[T](in.yBackprop),
@@ -150,6 +140,8 @@ func cpuArgsFusedBatchNormGrad[T kernels.Element](d kernels.Dims, in *fusedBatch
 		Scale:          view[float32](in.scale),
 		ReserveSpace1:  view[float32](in.reserveSpace1),
 		ReserveSpace2:  view[float32](in.reserveSpace2),
+		Epsilon:        k.attrs.Epsilon,
+		IsTraining:     k.attrs.IsTraining,
 		XBackprop:      view[T](out.xBackprop),
 		ScaleBackprop:  view[float32](out.scaleBackprop),
 		OffsetBackprop: view[float32](out.offsetBackprop),
@@ -157,15 +149,19 @@ func cpuArgsFusedBatchNormGrad[T kernels.Element](d kernels.Dims, in *fusedBatch
 }
 
 // gpuArgsFusedBatchNormGrad returns the args of the FusedBatchNormGrad family's CUDA kernel
-// with T's type t: the dims, and the tensors in the fields of their names.
-func gpuArgsFusedBatchNormGrad(t cuda.DType, d kernels.Dims, in *fusedBatchNormGradIn, out *fusedBatchNormGradOut) cuda.FusedGradArgs {
+// with T's type t: the dims, and the tensors and attrs in the fields of
+// their names.
+func gpuArgsFusedBatchNormGrad(k *kernel, t cuda.DType, d kernels.Dims, in *fusedBatchNormGradIn, out *fusedBatchNormGradOut) cuda.FusedGradArgs {
 	return cuda.FusedGradArgs{
-		Dims: d, DType: t,
+		Dims:           d,
+		DType:          t,
+		IsTraining:     k.attrs.IsTraining,
 		YBackprop:      ptr(in.yBackprop),
 		X:              ptr(in.x),
 		Scale:          ptr(in.scale),
 		ReserveSpace1:  ptr(in.reserveSpace1),
 		ReserveSpace2:  ptr(in.reserveSpace2),
+		Epsilon:        k.attrs.Epsilon,
 		XBackprop:      ptr(out.xBackprop),
 		ScaleBackprop:  ptr(out.scaleBackprop),
 		OffsetBackprop: ptr(out.offsetBackprop),
@@ -209,7 +205,7 @@ type globalNormalizationGradOut struct {
 // binds them by name and applies the op's rules, which give the geometry
 // of its activation.
 func (k *kernel) bindGlobalNormalizationGrad(in []tensor) (b globalNormalizationGradIn, g opdef.Geometry, err error) {
-	want := [...]opdef.DType{k.dtype, k.dtype, k.dtype, k.dtype, k.dtype}
+	want := [...]opdef.DType{k.attrs.T, k.attrs.T, k.attrs.T, k.attrs.T, k.attrs.T}
 	if err = k.checkDTypes(in, want[:len(in)]); err != nil {
 		return b, g, err
 	}
@@ -222,44 +218,44 @@ func (k *kernel) bindGlobalNormalizationGrad(in []tensor) (b globalNormalization
 // and shapes opdef gives them, offering an output the inputs it may take
 // over.
 func (k *kernel) allocateGlobalNormalizationGrad(in *globalNormalizationGradIn, allocate allocator) (out globalNormalizationGradOut, err error) {
-	if out.dx, err = allocate(0, k.dtype, in.t.dims, 1<<0|1<<4); err != nil {
+	if out.dx, err = allocate(0, k.attrs.T, in.t.dims, 1<<0|1<<4); err != nil {
 		return out, err
 	}
-	if out.dm, err = allocate(1, k.dtype, in.m.dims, 0); err != nil {
+	if out.dm, err = allocate(1, k.attrs.T, in.m.dims, 0); err != nil {
 		return out, err
 	}
-	if out.dv, err = allocate(2, k.dtype, in.v.dims, 0); err != nil {
+	if out.dv, err = allocate(2, k.attrs.T, in.v.dims, 0); err != nil {
 		return out, err
 	}
-	if out.db, err = allocate(3, k.dtype, in.m.dims, 0); err != nil {
+	if out.db, err = allocate(3, k.attrs.T, in.m.dims, 0); err != nil {
 		return out, err
 	}
-	if out.dg, err = allocate(4, k.dtype, in.gamma.dims, 0); err != nil {
+	if out.dg, err = allocate(4, k.attrs.T, in.gamma.dims, 0); err != nil {
 		return out, err
 	}
 	return out, nil
 }
 
 // runGlobalNormalizationGrad runs the GlobalNormalizationGrad family's kernel on k's device with
-// T's type: globalNormalizationGradGPU with its CUDA type, globalNormalizationGradCPU with its Go type.
+// T's type: cuda.GlobalNormalizationGrad with its CUDA type, kernels.GlobalNormalizationGrad with its Go type.
 func (k *kernel) runGlobalNormalizationGrad(g opdef.Geometry, in *globalNormalizationGradIn, out *globalNormalizationGradOut, dev gpuCall) error {
 	d := kernelDims(g)
 	if k.onGPU {
-		switch k.dtype {
+		switch k.attrs.T {
 		case opdef.Half:
-			return globalNormalizationGradGPU(k, gpuArgsGlobalNormalizationGrad(cuda.Float16, d, in, out), dev)
+			return launch(gpuArgsGlobalNormalizationGrad(k, cuda.Float16, d, in, out), cuda.GlobalNormalizationGrad, dev)
 		case opdef.Float:
-			return globalNormalizationGradGPU(k, gpuArgsGlobalNormalizationGrad(cuda.Float32, d, in, out), dev)
+			return launch(gpuArgsGlobalNormalizationGrad(k, cuda.Float32, d, in, out), cuda.GlobalNormalizationGrad, dev)
 		}
 		return k.noKernel()
 	}
-	switch k.dtype {
+	switch k.attrs.T {
 	case opdef.Half:
-		globalNormalizationGradCPU(k, cpuArgsGlobalNormalizationGrad[kernels.Half](d, in, out))
+		kernels.GlobalNormalizationGrad(cpuArgsGlobalNormalizationGrad[kernels.Half](k, d, in, out))
 	case opdef.Float:
-		globalNormalizationGradCPU(k, cpuArgsGlobalNormalizationGrad[float32](d, in, out))
+		kernels.GlobalNormalizationGrad(cpuArgsGlobalNormalizationGrad[float32](k, d, in, out))
 	case opdef.Double:
-		globalNormalizationGradCPU(k, cpuArgsGlobalNormalizationGrad[float64](d, in, out))
+		kernels.GlobalNormalizationGrad(cpuArgsGlobalNormalizationGrad[float64](k, d, in, out))
 	default:
 		return k.noKernel()
 	}
@@ -267,38 +263,44 @@ func (k *kernel) runGlobalNormalizationGrad(g opdef.Geometry, in *globalNormaliz
 }
 
 // cpuArgsGlobalNormalizationGrad returns the args of the GlobalNormalizationGrad family's Go kernel
-// with T: the dims, and the tensors in the fields of their names.
-func cpuArgsGlobalNormalizationGrad[T kernels.Element](d kernels.Dims, in *globalNormalizationGradIn, out *globalNormalizationGradOut) kernels.GlobalNormalizationArgs[T] {
+// with T: the dims, and the tensors and attrs in the fields of their names.
+func cpuArgsGlobalNormalizationGrad[T kernels.Element](k *kernel, d kernels.Dims, in *globalNormalizationGradIn, out *globalNormalizationGradOut) kernels.GlobalNormalizationArgs[T] {
 	return kernels.GlobalNormalizationArgs[T]{
-		Dims:     d,
-		T:        view[T](in.t),
-		M:        view[T](in.m),
-		V:        view[T](in.v),
-		Gamma:    view[T](in.gamma),
-		Backprop: view[T](in.backprop),
-		DX:       view[T](out.dx),
-		DM:       view[T](out.dm),
-		DV:       view[T](out.dv),
-		DB:       view[T](out.db),
-		DG:       view[T](out.dg),
+		Dims:                    d,
+		T:                       view[T](in.t),
+		Backprop:                view[T](in.backprop),
+		M:                       view[T](in.m),
+		V:                       view[T](in.v),
+		Gamma:                   view[T](in.gamma),
+		VarianceEpsilon:         k.attrs.VarianceEpsilon,
+		ScaleAfterNormalization: k.attrs.ScaleAfterNormalization,
+		DX:                      view[T](out.dx),
+		DM:                      view[T](out.dm),
+		DV:                      view[T](out.dv),
+		DB:                      view[T](out.db),
+		DG:                      view[T](out.dg),
 	}
 }
 
 // gpuArgsGlobalNormalizationGrad returns the args of the GlobalNormalizationGrad family's CUDA kernel
-// with T's type t: the dims, and the tensors in the fields of their names.
-func gpuArgsGlobalNormalizationGrad(t cuda.DType, d kernels.Dims, in *globalNormalizationGradIn, out *globalNormalizationGradOut) cuda.GlobalNormalizationArgs {
+// with T's type t: the dims, and the tensors and attrs in the fields of
+// their names.
+func gpuArgsGlobalNormalizationGrad(k *kernel, t cuda.DType, d kernels.Dims, in *globalNormalizationGradIn, out *globalNormalizationGradOut) cuda.GlobalNormalizationArgs {
 	return cuda.GlobalNormalizationArgs{
-		Dims: d, DType: t,
-		T:        ptr(in.t),
-		M:        ptr(in.m),
-		V:        ptr(in.v),
-		Gamma:    ptr(in.gamma),
-		Backprop: ptr(in.backprop),
-		DX:       ptr(out.dx),
-		DM:       ptr(out.dm),
-		DV:       ptr(out.dv),
-		DB:       ptr(out.db),
-		DG:       ptr(out.dg),
+		Dims:                    d,
+		DType:                   t,
+		T:                       ptr(in.t),
+		M:                       ptr(in.m),
+		V:                       ptr(in.v),
+		Gamma:                   ptr(in.gamma),
+		Backprop:                ptr(in.backprop),
+		VarianceEpsilon:         k.attrs.VarianceEpsilon,
+		ScaleAfterNormalization: k.attrs.ScaleAfterNormalization,
+		DX:                      ptr(out.dx),
+		DM:                      ptr(out.dm),
+		DV:                      ptr(out.dv),
+		DB:                      ptr(out.db),
+		DG:                      ptr(out.dg),
 	}
 }
 
@@ -336,7 +338,7 @@ type gradReduceOut struct {
 // binds them by name and applies the op's rules, which give the geometry
 // of its activation.
 func (k *kernel) bindGradReduce(in []tensor) (b gradReduceIn, g opdef.Geometry, err error) {
-	want := [...]opdef.DType{k.dtype, k.dtype, opdef.Float}
+	want := [...]opdef.DType{k.attrs.T, k.attrs.T, opdef.Float}
 	if err = k.checkDTypes(in, want[:len(in)]); err != nil {
 		return b, g, err
 	}
@@ -362,27 +364,27 @@ func (k *kernel) allocateGradReduce(in *gradReduceIn, allocate allocator) (out g
 }
 
 // runGradReduce runs the GradReduce family's kernel on k's device with
-// T's type: gradReduceGPU with its CUDA type, gradReduceCPU with its Go type.
+// T's type: cuda.GradReduce with its CUDA type, kernels.GradReduce with its Go type.
 func (k *kernel) runGradReduce(g opdef.Geometry, in *gradReduceIn, out *gradReduceOut, dev gpuCall) error {
 	d := kernelDims(g)
 	if k.onGPU {
-		switch k.dtype {
+		switch k.attrs.T {
 		case opdef.Float:
-			return gradReduceGPU(k, gpuArgsGradReduce(cuda.Float32, d, in, out), dev)
+			return launch(gpuArgsGradReduce(k, cuda.Float32, d, in, out), cuda.GradReduce, dev)
 		case opdef.Half:
-			return gradReduceGPU(k, gpuArgsGradReduce(cuda.Float16, d, in, out), dev)
+			return launch(gpuArgsGradReduce(k, cuda.Float16, d, in, out), cuda.GradReduce, dev)
 		case opdef.BFloat16:
-			return gradReduceGPU(k, gpuArgsGradReduce(cuda.BFloat16, d, in, out), dev)
+			return launch(gpuArgsGradReduce(k, cuda.BFloat16, d, in, out), cuda.GradReduce, dev)
 		}
 		return k.noKernel()
 	}
-	switch k.dtype {
+	switch k.attrs.T {
 	case opdef.Float:
-		gradReduceCPU(k, cpuArgsGradReduce[float32](d, in, out))
+		kernels.GradReduce(cpuArgsGradReduce[float32](k, d, in, out))
 	case opdef.Half:
-		gradReduceCPU(k, cpuArgsGradReduce[kernels.Half](d, in, out))
+		kernels.GradReduce(cpuArgsGradReduce[kernels.Half](k, d, in, out))
 	case opdef.BFloat16:
-		gradReduceCPU(k, cpuArgsGradReduce[kernels.BFloat16](d, in, out))
+		kernels.GradReduce(cpuArgsGradReduce[kernels.BFloat16](k, d, in, out))
 	default:
 		return k.noKernel()
 	}
@@ -390,8 +392,8 @@ func (k *kernel) runGradReduce(g opdef.Geometry, in *gradReduceIn, out *gradRedu
 }
 
 // cpuArgsGradReduce returns the args of the GradReduce family's Go kernel
-// with T: the dims, and the tensors in the fields of their names.
-func cpuArgsGradReduce[T kernels.Element](d kernels.Dims, in *gradReduceIn, out *gradReduceOut) kernels.GradReduceArgs[T] {
+// with T: the dims, and the tensors and attrs in the fields of their names.
+func cpuArgsGradReduce[T kernels.Element](k *kernel, d kernels.Dims, in *gradReduceIn, out *gradReduceOut) kernels.GradReduceArgs[T] {
 	return kernels.GradReduceArgs[T]{
 		Dims:      d,
 		YBackprop: view[T](in.yBackprop),
@@ -403,10 +405,12 @@ func cpuArgsGradReduce[T kernels.Element](d kernels.Dims, in *gradReduceIn, out 
 }
 
 // gpuArgsGradReduce returns the args of the GradReduce family's CUDA kernel
-// with T's type t: the dims, and the tensors in the fields of their names.
-func gpuArgsGradReduce(t cuda.DType, d kernels.Dims, in *gradReduceIn, out *gradReduceOut) cuda.GradReduceArgs {
+// with T's type t: the dims, and the tensors and attrs in the fields of
+// their names.
+func gpuArgsGradReduce(k *kernel, t cuda.DType, d kernels.Dims, in *gradReduceIn, out *gradReduceOut) cuda.GradReduceArgs {
 	return cuda.GradReduceArgs{
-		Dims: d, DType: t,
+		Dims:      d,
+		DType:     t,
 		YBackprop: ptr(in.yBackprop),
 		X:         ptr(in.x),
 		Mean:      ptr(in.mean),
@@ -454,7 +458,7 @@ type gradApplyOut struct {
 // binds them by name and applies the op's rules, which give the geometry
 // of its activation.
 func (k *kernel) bindGradApply(in []tensor) (b gradApplyIn, g opdef.Geometry, err error) {
-	want := [...]opdef.DType{k.dtype, k.dtype, opdef.Float, opdef.Float, opdef.Float, opdef.Float, opdef.Float, opdef.Int64}
+	want := [...]opdef.DType{k.attrs.T, k.attrs.T, opdef.Float, opdef.Float, opdef.Float, opdef.Float, opdef.Float, opdef.Int64}
 	if err = k.checkDTypes(in, want[:len(in)]); err != nil {
 		return b, g, err
 	}
@@ -467,34 +471,34 @@ func (k *kernel) bindGradApply(in []tensor) (b gradApplyIn, g opdef.Geometry, er
 // and shapes opdef gives them, offering an output the inputs it may take
 // over.
 func (k *kernel) allocateGradApply(in *gradApplyIn, allocate allocator) (out gradApplyOut, err error) {
-	if out.xBackprop, err = allocate(0, k.dtype, in.x.dims, 1<<0|1<<1); err != nil {
+	if out.xBackprop, err = allocate(0, k.attrs.T, in.x.dims, 1<<0|1<<1); err != nil {
 		return out, err
 	}
 	return out, nil
 }
 
 // runGradApply runs the GradApply family's kernel on k's device with
-// T's type: gradApplyGPU with its CUDA type, gradApplyCPU with its Go type.
+// T's type: cuda.GradApply with its CUDA type, kernels.GradApply with its Go type.
 func (k *kernel) runGradApply(g opdef.Geometry, in *gradApplyIn, out *gradApplyOut, dev gpuCall) error {
 	d := kernelDims(g)
 	if k.onGPU {
-		switch k.dtype {
+		switch k.attrs.T {
 		case opdef.Float:
-			return gradApplyGPU(k, gpuArgsGradApply(cuda.Float32, d, in, out), dev)
+			return launch(gpuArgsGradApply(k, cuda.Float32, d, in, out), cuda.GradApply, dev)
 		case opdef.Half:
-			return gradApplyGPU(k, gpuArgsGradApply(cuda.Float16, d, in, out), dev)
+			return launch(gpuArgsGradApply(k, cuda.Float16, d, in, out), cuda.GradApply, dev)
 		case opdef.BFloat16:
-			return gradApplyGPU(k, gpuArgsGradApply(cuda.BFloat16, d, in, out), dev)
+			return launch(gpuArgsGradApply(k, cuda.BFloat16, d, in, out), cuda.GradApply, dev)
 		}
 		return k.noKernel()
 	}
-	switch k.dtype {
+	switch k.attrs.T {
 	case opdef.Float:
-		gradApplyCPU(k, cpuArgsGradApply[float32](d, in, out))
+		kernels.GradApply(cpuArgsGradApply[float32](k, d, in, out))
 	case opdef.Half:
-		gradApplyCPU(k, cpuArgsGradApply[kernels.Half](d, in, out))
+		kernels.GradApply(cpuArgsGradApply[kernels.Half](k, d, in, out))
 	case opdef.BFloat16:
-		gradApplyCPU(k, cpuArgsGradApply[kernels.BFloat16](d, in, out))
+		kernels.GradApply(cpuArgsGradApply[kernels.BFloat16](k, d, in, out))
 	default:
 		return k.noKernel()
 	}
@@ -502,8 +506,8 @@ func (k *kernel) runGradApply(g opdef.Geometry, in *gradApplyIn, out *gradApplyO
 }
 
 // cpuArgsGradApply returns the args of the GradApply family's Go kernel
-// with T: the dims, and the tensors in the fields of their names.
-func cpuArgsGradApply[T kernels.Element](d kernels.Dims, in *gradApplyIn, out *gradApplyOut) kernels.GradApplyArgs[T] {
+// with T: the dims, and the tensors and attrs in the fields of their names.
+func cpuArgsGradApply[T kernels.Element](k *kernel, d kernels.Dims, in *gradApplyIn, out *gradApplyOut) kernels.GradApplyArgs[T] {
 	return kernels.GradApplyArgs[T]{
 		Dims:      d,
 		YBackprop: view[T](in.yBackprop),
@@ -514,15 +518,18 @@ func cpuArgsGradApply[T kernels.Element](d kernels.Dims, in *gradApplyIn, out *g
 		SumDy:     view[float32](in.sumDy),
 		SumDyXmu:  view[float32](in.sumDyXmu),
 		Count:     view[int64](in.count)[0],
+		Epsilon:   k.attrs.Epsilon,
 		XBackprop: view[T](out.xBackprop),
 	}
 }
 
 // gpuArgsGradApply returns the args of the GradApply family's CUDA kernel
-// with T's type t: the dims, and the tensors in the fields of their names.
-func gpuArgsGradApply(t cuda.DType, d kernels.Dims, in *gradApplyIn, out *gradApplyOut) cuda.GradApplyArgs {
+// with T's type t: the dims, and the tensors and attrs in the fields of
+// their names.
+func gpuArgsGradApply(k *kernel, t cuda.DType, d kernels.Dims, in *gradApplyIn, out *gradApplyOut) cuda.GradApplyArgs {
 	return cuda.GradApplyArgs{
-		Dims: d, DType: t,
+		Dims:      d,
+		DType:     t,
 		YBackprop: ptr(in.yBackprop),
 		X:         ptr(in.x),
 		Scale:     ptr(in.scale),
@@ -531,6 +538,7 @@ func gpuArgsGradApply(t cuda.DType, d kernels.Dims, in *gradApplyIn, out *gradAp
 		SumDy:     ptr(in.sumDy),
 		SumDyXmu:  ptr(in.sumDyXmu),
 		Count:     view[int64](in.count)[0],
+		Epsilon:   k.attrs.Epsilon,
 		XBackprop: ptr(out.xBackprop),
 	}
 }

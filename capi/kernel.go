@@ -19,9 +19,14 @@ type tensor struct {
 	bytes int
 }
 
-// view returns t's elements as a []E. It panics if t's byte size does not
-// match its dims and E, which would make the slice run past the buffer.
+// view returns t's elements as a []E, or nil for the zero tensor: an
+// output a call does not have (a list of none, opdef.Arg.Number). It panics
+// if t's byte size does not match its dims and E, which would make the
+// slice run past the buffer.
 func view[E any](t tensor) []E {
+	if t.dims == nil && t.data == nil {
+		return nil
+	}
 	n := 1
 	for _, d := range t.dims {
 		n *= int(d)
@@ -61,26 +66,25 @@ var (
 	scalarDims      = []int64{}
 )
 
-// kernel is one instantiated gobn op: its spec, its attrs, and whether it
-// runs the GPU kernels (TensorFlow placed it on a GPU) or the CPU ones.
+// kernel is one instantiated gobn op: its spec, its attrs (attrs_gen.go),
+// and whether it runs the GPU kernels (TensorFlow placed it on a GPU) or
+// the CPU ones.
 type kernel struct {
-	op                      opdef.Op
-	onGPU                   bool
-	calls                   *atomic.Uint64 // its entry of kernelCalls (or xlaCalls)
-	dtype                   opdef.DType    // attr T
-	dataFormat              string
-	isTraining              bool
-	epsilon                 float32 // epsilon or variance_epsilon
-	scaleAfterNormalization bool
+	op    opdef.Op
+	onGPU bool
+	calls *atomic.Uint64 // its entry of kernelCalls (or xlaCalls)
+	attrs attrs
 }
 
-// attrSource reads the attrs of a kernel: TensorFlow's at construction
-// (attrs.go), or an XLA call's (xla.go).
+// attrSource reads the attrs of a kernel, a method for each kind of attr
+// (opdef.AttrKind): TensorFlow's at construction (attrs.go), or an XLA
+// call's (xla.go).
 type attrSource interface {
 	dtype(name string) (opdef.DType, error)
 	float(name string) (float32, error)
 	bool(name string) (bool, error)
 	string(name string) (string, error)
+	int(name string) (int64, error)
 }
 
 // newKernel reads the attrs op number op declares, for a kernel registered
@@ -93,26 +97,11 @@ func newKernel(op, flags int, attrs attrSource) (*kernel, error) {
 	return k, nil
 }
 
-// readAttrs sets the attrs k's op declares from attrs, and confirms that
+// readAttrs sets the attrs k's op declares from src, and confirms that
 // k's device has a kernel for its T.
-func (k *kernel) readAttrs(attrs attrSource) error {
-	var err error
-	for _, a := range k.op.Attrs {
-		switch a.Name {
-		case "T":
-			k.dtype, err = attrs.dtype(a.Name)
-		case "epsilon", "variance_epsilon":
-			k.epsilon, err = attrs.float(a.Name)
-		case "data_format":
-			k.dataFormat, err = attrs.string(a.Name)
-		case "is_training":
-			k.isTraining, err = attrs.bool(a.Name)
-		case "scale_after_normalization":
-			k.scaleAfterNormalization, err = attrs.bool(a.Name)
-		}
-		if err != nil {
-			return err
-		}
+func (k *kernel) readAttrs(src attrSource) error {
+	if err := k.attrs.read(k.op, src); err != nil {
+		return err
 	}
 	return k.bound()
 }
@@ -121,8 +110,8 @@ func (k *kernel) readAttrs(attrs attrSource) error {
 // T to a kernel of k's device. It is checked once, when TensorFlow makes
 // the kernel; the devices' dispatch runs what it binds.
 func (k *kernel) bound() error {
-	if !k.op.HasKernel(k.dtype, k.onGPU) {
-		return internalError(fmt.Sprintf("%s: no %s kernel for T=%s", k.op.Name, deviceName(k.onGPU), k.dtype))
+	if !k.op.HasKernel(k.attrs.T, k.onGPU) {
+		return internalError(fmt.Sprintf("%s: no %s kernel for T=%s", k.op.Name, deviceName(k.onGPU), k.attrs.T))
 	}
 	return nil
 }
@@ -158,13 +147,13 @@ func (k *kernel) check(in []tensor) (opdef.Geometry, error) {
 	for i := range in {
 		shapes[i] = in[i].dims
 	}
-	return k.op.Check(k.dataFormat, shapes[:len(in)])
+	return k.op.Check(k.attrs.DataFormat, shapes[:len(in)])
 }
 
 // noKernel reports a T without a kernel on k's device, which bound has ruled
 // out when TensorFlow made the kernel.
 func (k *kernel) noKernel() error {
-	return internalError(fmt.Sprintf("capi: no %s kernel of %s for T=%s", deviceName(k.onGPU), k.op.Name, k.dtype))
+	return internalError(fmt.Sprintf("capi: no %s kernel of %s for T=%s", deviceName(k.onGPU), k.op.Name, k.attrs.T))
 }
 
 func deviceName(onGPU bool) string {

@@ -3,48 +3,44 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"go/ast"
 	"go/format"
-	"go/parser"
-	"go/token"
-	"go/types"
-	"path/filepath"
 	"slices"
 	"strings"
-	"unicode"
 
 	"github.com/gobn/gobn/internal/genfile"
 	"github.com/gobn/gobn/opdef"
 )
 
 // GenerateFamilies returns the Go source of capi/families_gen.go: for each
-// kind of op (an op family, opdef.Kind), the typed binders its family file
-// (capi/<kind in snake case>.go) calls, so that the file addresses inputs
-// and outputs by name and restates no dtype, shape or rank:
+// kind of op (an op family, opdef.Kind), the typed binders that call its
+// kernels, so that nothing in capi names a kind's inputs, outputs or attrs
+// by hand:
 //
 //   - <family>In and <family>Out, the inputs and the outputs the kernels
 //     write, one field each, named after the op's args;
 //   - k.bind<Family>(in): the inputs' dtypes confirmed, bound by name, and
 //     opdef's rules applied (opdef.Op.Check), giving the geometry;
 //   - k.allocate<Family>(in, allocate): every output allocated with the
-//     dtype and shape opdef gives it (ShapeRule, Forward);
-//   - cpuArgs<Family>[T](d, in, out) and gpuArgs<Family>(t, d, in, out):
-//     the args of the family's kernels, of the types the family's file
-//     takes them as (kernelArgTypes), with the dims and the tensors set
-//     (kernelArgs), each in the field of its name (kernelField): views of
-//     T on the CPU, device addresses on the GPU;
+//     dtype and shape opdef gives it (ShapeRule, Forward), a list output
+//     (opdef.Arg.Number) where its attr asks for it;
+//   - cpuArgs<Family>[T](k, d, in, out) and gpuArgs<Family>(k, t, d, in,
+//     out): the args of the kind's kernels, of the types their entry points
+//     take (readKernelAPI: kernels.<Kind> and cuda.<Kind>, found in the
+//     packages' sources under root), with the dims, each tensor in the field
+//     of its arg's name and each attr in the field of its name
+//     (kernelField): views of T on the CPU, device addresses on the GPU;
 //   - k.run<Family>(g, in, out, dev): T's instantiation on k's device,
-//     <family>GPU with its CUDA type or <family>CPU with its Go type, for
+//     cuda.<Kind> with its CUDA type or kernels.<Kind> with its Go type, for
 //     each dtype opdef binds the family's kernels to;
 //   - k.<family>(in, allocate, dev), the family's method: bind, check an
 //     input count (opdef.Arg.Count), allocate, set an output count, run;
 //
-// and compute, which hands a call to its op's family. So a family's file,
-// read from dir, holds only what is its own: its kernels' calls,
-// <family>CPU and <family>GPU, which set the attrs. It fails on a family
-// whose ops disagree where one field must serve them all: an arg's name at
-// a position, its dtype, an output's shape rule or forwarding, a count.
-func GenerateFamilies(ops []opdef.Op, dir string) ([]byte, error) {
+// and compute, which hands a call to its op's family. It fails on a family
+// whose ops disagree where one field must serve them all (an arg's name at
+// a position, its dtype, an output's shape rule or forwarding, a count, an
+// attr), and on kernels whose args leave out an output or an attr, or name
+// one the ops do not have: the error names the file of the missing piece.
+func GenerateFamilies(ops []opdef.Op, root string) ([]byte, error) {
 	var b bytes.Buffer
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	b.WriteString(genfile.GoFile{Generator: "gencapi", Source: "opdef", Package: "main",
@@ -61,42 +57,18 @@ func GenerateFamilies(ops []opdef.Op, dir string) ([]byte, error) {
 	p("func (k *kernel) compute(in []tensor, allocate allocator, dev gpuCall) error {\n\tswitch k.op.Kind {\n")
 	var families []family
 	for _, kind := range kinds(ops) {
-		f, err := newFamily(kind, ops, dir)
+		f, err := newFamily(kind, ops, root)
 		if err != nil {
 			return nil, err
 		}
 		families = append(families, f)
-		p("\tcase opdef.%s: // %s\n\t\treturn k.%s(in, allocate, dev)\n", kind, FamilyFile(kind), f.name)
+		p("\tcase opdef.%s:\n\t\treturn k.%s(in, allocate, dev)\n", kind, f.name)
 	}
 	p("\t}\n\treturn internalError(\"capi: no family for \" + k.op.Name)\n}\n")
-	p("\n// familyFiles are the families' files, by kind: each defines its family's\n")
-	p("// CPU and GPU functions, which its run method calls\n")
-	p("// (TestEveryKindIsComplete).\n")
-	p("var familyFiles = map[opdef.Kind]string{\n")
-	for _, f := range families {
-		p("\topdef.%s: %q,\n", f.kind, FamilyFile(f.kind))
-	}
-	p("}\n")
 	for _, f := range families {
 		f.write(p)
 	}
 	return format.Source(b.Bytes())
-}
-
-// FamilyFile is the file of capi that holds kind's family: its name in
-// snake case, e.g. fused_batch_norm_grad.go.
-func FamilyFile(kind opdef.Kind) string {
-	var b strings.Builder
-	for i, r := range kind.String() {
-		if unicode.IsUpper(r) {
-			if i > 0 {
-				b.WriteByte('_')
-			}
-			r = unicode.ToLower(r)
-		}
-		b.WriteRune(r)
-	}
-	return b.String() + ".go"
 }
 
 func kinds(ops []opdef.Op) []opdef.Kind {
@@ -112,14 +84,13 @@ func kinds(ops []opdef.Op) []opdef.Kind {
 // family is one kind's ops as the generated code sees them.
 type family struct {
 	kind     opdef.Kind
-	name     string // the method of its file, e.g. fusedBatchNormGrad
+	name     string // its method, e.g. fusedBatchNormGrad
 	ops      []opdef.Op
 	inputs   []slot
 	outputs  []slot
 	cpuTypes []opdef.DType // the dtypes of T its CPU kernels bind, in order
 	gpuTypes []opdef.DType
-	cpuArgs  string // the Go type of its Go kernel's args, e.g. kernels.GradApplyArgs[T]
-	gpuArgs  string // its CUDA kernel's, e.g. cuda.GradApplyArgs
+	cpu, gpu kernelAPI
 }
 
 // slot is an input or output position of a family: the arg there in each
@@ -151,10 +122,13 @@ func (s slot) placeholder() bool {
 	return true
 }
 
-func newFamily(kind opdef.Kind, all []opdef.Op, dir string) (family, error) {
-	f := family{kind: kind, name: lowerFirst(kind.String())}
+func newFamily(kind opdef.Kind, all []opdef.Op, root string) (family, error) {
+	f := family{kind: kind, name: lowerFirst(string(kind))}
 	var err error
-	if f.cpuArgs, f.gpuArgs, err = kernelArgTypes(filepath.Join(dir, FamilyFile(kind)), f.name); err != nil {
+	if f.cpu, err = readKernelAPI(root, cpuDevice, kind); err != nil {
+		return f, err
+	}
+	if f.gpu, err = readKernelAPI(root, gpuDevice, kind); err != nil {
 		return f, err
 	}
 	for _, op := range all {
@@ -197,10 +171,18 @@ func newFamily(kind opdef.Kind, all []opdef.Op, dir string) (family, error) {
 			}
 		}
 	}
+	for i, s := range f.outputs {
+		if a := s.first(); a.Number != "" && i+1 < len(f.outputs) {
+			return f, fmt.Errorf("gencapi: %s: the list %s must be the last output", kind, a.Name)
+		}
+	}
 	for _, s := range f.kernelArgs() {
 		if _, err := f.cpuValue(s); err != nil {
 			return f, err
 		}
+	}
+	if err := f.checkFields(); err != nil {
+		return f, err
 	}
 	for _, op := range f.ops {
 		f.cpuTypes = appendTypes(f.cpuTypes, op.Kernels)
@@ -233,7 +215,7 @@ func appendTypes(types []opdef.DType, bindings []opdef.TypeBinding) []opdef.DTyp
 }
 
 // dtype returns the Go expression of the slot's dtype in a call: the one
-// dtype every op allows there, or k.dtype where every op types it T.
+// dtype every op allows there, or k.attrs.T where every op types it T.
 func (f family) dtype(s slot) (string, error) {
 	var only []opdef.DType
 	allT, single := true, true
@@ -250,7 +232,7 @@ func (f family) dtype(s slot) (string, error) {
 	case single:
 		return "opdef." + goDTypes[only[0]], nil
 	case allT:
-		return "k.dtype", nil
+		return "k.attrs.T", nil
 	}
 	return "", fmt.Errorf("gencapi: %s: %s has no one dtype in its family, nor T", f.kind, s.first().Name)
 }
@@ -357,67 +339,126 @@ func (f family) write(p func(string, ...any)) {
 			}
 			p("\t// %s\n", strings.Join(placeholders, " or "))
 		}
-		if s.everywhere() {
+		switch {
+		case a.Number != "":
+			p("\tif k.attrs.%s > 0 { // a list of one\n\t\tif %s; err != nil {\n\t\t\treturn out, err\n\t\t}\n\t}\n",
+				kernelField(a.Number), call)
+		case s.everywhere():
 			p("\tif %s; err != nil {\n\t\treturn out, err\n\t}\n", call)
-		} else {
+		default:
 			p("\tif len(k.op.Outputs) > %d {\n\t\tif %s; err != nil {\n\t\t\treturn out, err\n\t\t}\n\t}\n", i, call)
 		}
 	}
 	p("\treturn out, nil\n}\n\n")
 
 	p("// run%s runs the %s family's kernel on k's device with\n", exported, f.kind)
-	p("// T's type: %sGPU with its CUDA type, %sCPU with its Go type.\n", f.name, f.name)
+	p("// T's type: %s with its CUDA type, %s with its Go type.\n", f.gpu.entry, f.cpu.entry)
 	p("func (k *kernel) run%s(g opdef.Geometry, in *%s, out *%s, dev gpuCall) error {\n", exported, in, out)
-	p("\td := kernelDims(g)\n\tif k.onGPU {\n\t\tswitch k.dtype {\n")
+	p("\td := kernelDims(g)\n\tif k.onGPU {\n\t\tswitch k.attrs.T {\n")
 	for _, t := range f.gpuTypes {
-		p("\t\tcase opdef.%s:\n\t\t\treturn %sGPU(k, gpuArgs%s(%s, d, in, out), dev)\n", goDTypes[t], f.name, exported, cudaTypes[t])
+		p("\t\tcase opdef.%s:\n\t\t\treturn launch(gpuArgs%s(k, %s, d, in, out), %s, dev)\n", goDTypes[t], exported, cudaTypes[t], f.gpu.entry)
 	}
-	p("\t\t}\n\t\treturn k.noKernel()\n\t}\n\tswitch k.dtype {\n")
+	p("\t\t}\n\t\treturn k.noKernel()\n\t}\n\tswitch k.attrs.T {\n")
 	for _, t := range f.cpuTypes {
-		p("\tcase opdef.%s:\n\t\t%sCPU(k, cpuArgs%s[%s](d, in, out))\n", goDTypes[t], f.name, exported, elementTypes[t])
+		p("\tcase opdef.%s:\n\t\t%s(cpuArgs%s[%s](k, d, in, out))\n", goDTypes[t], f.cpu.entry, exported, elementTypes[t])
 	}
 	p("\tdefault:\n\t\treturn k.noKernel()\n\t}\n\treturn nil\n}\n\n")
 
-	var cpu, gpu []string
-	for _, s := range f.kernelArgs() {
-		field := kernelField(s.first().Name)
-		cpu = append(cpu, fmt.Sprintf("%s: %s", field, must(f.cpuValue(s))))
-		gpu = append(gpu, fmt.Sprintf("%s: %s", field, must(f.gpuValue(s))))
-	}
 	p("// cpuArgs%s returns the args of the %s family's Go kernel\n", exported, f.kind)
-	p("// with T: the dims, and the tensors in the fields of their names.\n")
-	p("func cpuArgs%s[T kernels.Element](d kernels.Dims, in *%s, out *%s) %s {\n", exported, in, out, f.cpuArgs)
-	p("\treturn %s{\n\t\tDims: d,\n\t\t%s,\n\t}\n}\n\n", f.cpuArgs, strings.Join(cpu, ",\n\t\t"))
+	p("// with T: the dims, and the tensors and attrs in the fields of their names.\n")
+	p("func cpuArgs%s[T kernels.Element](k *kernel, d kernels.Dims, in *%s, out *%s) %s {\n", exported, in, out, f.cpu.args)
+	p("\treturn %s{\n\t\t%s,\n\t}\n}\n\n", f.cpu.args, strings.Join(f.fieldValues(f.cpu, f.cpuValue), ",\n\t\t"))
 	p("// gpuArgs%s returns the args of the %s family's CUDA kernel\n", exported, f.kind)
-	p("// with T's type t: the dims, and the tensors in the fields of their names.\n")
-	p("func gpuArgs%s(t cuda.DType, d kernels.Dims, in *%s, out *%s) %s {\n", exported, in, out, f.gpuArgs)
-	p("\treturn %s{\n\t\tDims: d, DType: t,\n\t\t%s,\n\t}\n}\n", f.gpuArgs, strings.Join(gpu, ",\n\t\t"))
+	p("// with T's type t: the dims, and the tensors and attrs in the fields of\n// their names.\n")
+	p("func gpuArgs%s(k *kernel, t cuda.DType, d kernels.Dims, in *%s, out *%s) %s {\n", exported, in, out, f.gpu.args)
+	p("\treturn %s{\n\t\t%s,\n\t}\n}\n", f.gpu.args, strings.Join(f.fieldValues(f.gpu, f.gpuValue), ",\n\t\t"))
 }
 
-// kernelArgTypes returns the Go types of the args of a family's kernels as
-// its file (path) states them: those of the parameter a of <name>CPU and
-// <name>GPU.
-func kernelArgTypes(path, name string) (cpu, gpu string, err error) {
-	file, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.SkipObjectResolution)
-	if err != nil {
-		return "", "", fmt.Errorf("gencapi: the family file: %w", err)
+// fieldValues returns the fields of api's args as a composite literal sets
+// them, in the order the args declare them: the dims, T's type on the GPU,
+// each tensor (value gives its expression) and each attr.
+func (f family) fieldValues(api kernelAPI, value func(slot) (string, error)) []string {
+	var out []string
+	for _, field := range api.fields {
+		expr := ""
+		switch field {
+		case "Dims":
+			expr = "d"
+		case "DType":
+			expr = "t"
+		default:
+			if s, ok := f.argOf(field); ok {
+				expr, _ = value(s) // newFamily has checked what value needs
+			} else {
+				expr = "k.attrs." + field
+			}
+		}
+		out = append(out, field+": "+expr)
 	}
-	args := map[string]string{}
-	for _, d := range file.Decls {
-		if fn, ok := d.(*ast.FuncDecl); ok && fn.Recv == nil {
-			for _, p := range fn.Type.Params.List {
-				if len(p.Names) == 1 && p.Names[0].Name == "a" {
-					args[fn.Name.Name] = types.ExprString(p.Type)
-				}
+	return out
+}
+
+// argOf returns the kernel arg (kernelArgs) whose field is field.
+func (f family) argOf(field string) (slot, bool) {
+	for _, s := range f.kernelArgs() {
+		if kernelField(s.first().Name) == field {
+			return s, true
+		}
+	}
+	return slot{}, false
+}
+
+// kernelAttrs returns the attrs the kind's kernels take, each in the field
+// of its name: every attr of its ops but those capi takes itself
+// (takenByCapi), in the order of its first op.
+func (f family) kernelAttrs() []opdef.Attr {
+	var out []opdef.Attr
+	for _, op := range f.ops {
+		for _, a := range op.Attrs {
+			if !takenByCapi(a) && !slices.ContainsFunc(out, func(b opdef.Attr) bool { return b.Name == a.Name }) {
+				out = append(out, a)
 			}
 		}
 	}
-	cpu, gpu = args[name+"CPU"], args[name+"GPU"]
-	if cpu == "" || gpu == "" {
-		return "", "", fmt.Errorf("gencapi: %s must define %sCPU[T kernels.Element](k *kernel, a <the Go kernel's args>) and "+
-			"%sGPU(k *kernel, a <the CUDA kernel's args>, dev gpuCall) error", path, name, name)
+	return out
+}
+
+// checkFields confirms that the kernels' args hold what the generated code
+// sets, and only that: a field for each arg the kernels take (kernelArgs)
+// and each attr of every op (kernelAttrs), of its attr's Go type, besides
+// the dims (and T's type on the GPU). An error names the field or the
+// arg, and the file of the kind's kernel.
+func (f family) checkFields() error {
+	for _, side := range []struct {
+		api kernelAPI
+		dev device
+	}{{f.cpu, cpuDevice}, {f.gpu, gpuDevice}} {
+		api, file := side.api, fmt.Sprintf("%s/%s.go", side.dev.dir, f.kind.SnakeCase())
+		for _, field := range api.fields {
+			_, isArg := f.argOf(field)
+			isAttr := slices.ContainsFunc(f.kernelAttrs(), func(a opdef.Attr) bool { return kernelField(a.Name) == field })
+			if !isArg && !isAttr && field != "Dims" && !(field == "DType" && side.dev == gpuDevice) {
+				return fmt.Errorf("%s: %s has a field %s, which is no arg or attr of every %s op", file, api.args, field, f.kind)
+			}
+		}
+		for _, s := range f.kernelArgs() {
+			if _, ok := api.fieldType(kernelField(s.first().Name)); !ok {
+				return fmt.Errorf("%s: %s has no field %s for %s", file, api.args, kernelField(s.first().Name), s.first().Name)
+			}
+		}
+		for _, a := range f.kernelAttrs() {
+			for _, op := range f.ops {
+				if _, ok := op.Attr(a.Name); !ok {
+					return fmt.Errorf("gencapi: %s: the attr %s of some of its ops is not %s's", f.kind, a.Name, op.Name)
+				}
+			}
+			typ, ok := api.fieldType(kernelField(a.Name))
+			if want := attrGoTypes[a.Kind]; !ok || typ != want {
+				return fmt.Errorf("%s: %s has no field %s %s for the attr %s", file, api.args, kernelField(a.Name), want, a.Name)
+			}
+		}
 	}
-	return cpu, gpu, nil
+	return nil
 }
 
 // kernelArgs are the slots the family's kernels take, in order: those
@@ -447,7 +488,7 @@ func (f family) cpuValue(s slot) (string, error) {
 		return fmt.Sprintf("view[int64](%s)[0]", f.ref(a)), nil
 	}
 	expr, err := f.dtype(s)
-	if err != nil || expr == "k.dtype" {
+	if err != nil || expr == "k.attrs.T" {
 		return fmt.Sprintf("view[T](%s)", f.ref(a)), err
 	}
 	for d, name := range goDTypes {
@@ -480,7 +521,7 @@ func (f family) ref(a opdef.Arg) string {
 
 // dtypeNote is a dtype expression as a comment says it: T, or the dtype.
 func dtypeNote(expr string) string {
-	if expr == "k.dtype" {
+	if expr == "k.attrs.T" {
 		return "T"
 	}
 	for d, name := range goDTypes {

@@ -1,8 +1,10 @@
 // Command gencapi writes capi's generated files from opdef:
 // registry_gen.c, the C tables that the library's load-time constructor
 // registers with TensorFlow and XLA, and the per-op C trampolines into Go;
-// and families_gen.go, from opdef and the families' files, the typed
-// binders that call each op family's kernels (GenerateFamilies).
+// families_gen.go, from opdef and the kinds' kernels (packages kernels and
+// kernels/cuda), the typed binders that call each op family's kernels
+// (GenerateFamilies); and attrs_gen.go, the attrs a kernel reads
+// (GenerateAttrs).
 //
 // Usage (from capi/, through go generate):
 //
@@ -12,6 +14,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -20,10 +23,18 @@ import (
 )
 
 func main() {
-	genfile.Main("gencapi", func(dir string) (map[string][]byte, error) {
-		families, err := GenerateFamilies(opdef.All, dir)
-		return map[string][]byte{"registry_gen.c": Generate(opdef.All), "families_gen.go": families}, err
-	})
+	genfile.Main("gencapi", func(dir string) (map[string][]byte, error) { return Files(filepath.Join(dir, "..")) })
+}
+
+// Files returns capi's generated files, by name, for the repository at root
+// (where GenerateFamilies reads the kernels' packages).
+func Files(root string) (map[string][]byte, error) {
+	families, err := GenerateFamilies(opdef.All, root)
+	if err != nil {
+		return nil, err
+	}
+	attrs, err := GenerateAttrs(opdef.All)
+	return map[string][]byte{"registry_gen.c": Generate(opdef.All), "families_gen.go": families, "attrs_gen.go": attrs}, err
 }
 
 // Generate returns the C source of the registration tables for ops.

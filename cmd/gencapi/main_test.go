@@ -1,22 +1,28 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/gobn/gobn/internal/genfile"
 	"github.com/gobn/gobn/opdef"
-	"github.com/stretchr/testify/require"
 )
 
-// capiDir holds the family files that GenerateFamilies reads.
-const capiDir = "../../capi"
+// root is the repository, whose kernels' packages GenerateFamilies reads.
+const root = "../.."
 
-// TestGeneratedFilesAreCurrent fails when opdef changed without `go generate ./capi`.
+// TestGeneratedFilesAreCurrent fails when opdef or a kind's kernels changed
+// without `go generate ./capi`.
 func TestGeneratedFilesAreCurrent(t *testing.T) {
-	require.NoError(t, genfile.Current("../../capi/registry_gen.c", Generate(opdef.All), "go generate ./capi"))
-	families, err := GenerateFamilies(opdef.All, capiDir)
+	files, err := Files(root)
 	require.NoError(t, err)
-	require.NoError(t, genfile.Current("../../capi/families_gen.go", families, "go generate ./capi"))
+	for name, want := range files {
+		require.NoError(t, genfile.Current("../../capi/"+name, want, "go generate ./capi"))
+	}
 }
 
 // TestFamiliesRefuseDisagreement: one field serves every op of a family,
@@ -35,10 +41,10 @@ func TestFamiliesRefuseDisagreement(t *testing.T) {
 	retyped.Inputs = append(retyped.Inputs, v3.Inputs[3:]...)
 	for want, op := range map[string]opdef.Op{"disagree on arg 0": renamed, "disagree on the shape of x_backprop": reshaped,
 		"scale has no one dtype": retyped} {
-		_, err := GenerateFamilies([]opdef.Op{v2, op}, capiDir)
+		_, err := GenerateFamilies([]opdef.Op{v2, op}, root)
 		require.ErrorContains(t, err, want)
 	}
-	_, err := GenerateFamilies([]opdef.Op{v2, v3}, capiDir)
+	_, err := GenerateFamilies([]opdef.Op{v2, v3}, root)
 	require.NoError(t, err)
 }
 
@@ -50,10 +56,10 @@ func TestFamiliesRefuseDeviceCount(t *testing.T) {
 		if op.Kind != opdef.GradApply && op.Kind != opdef.GradReduce {
 			continue
 		}
-		_, err := GenerateFamilies([]opdef.Op{op}, capiDir)
+		_, err := GenerateFamilies([]opdef.Op{op}, root)
 		require.NoError(t, err, op.Name)
 		op.HostMemory = nil
-		_, err = GenerateFamilies([]opdef.Op{op}, capiDir)
+		_, err = GenerateFamilies([]opdef.Op{op}, root)
 		require.ErrorContains(t, err, "the count count must be an int64 scalar in host memory", op.Name)
 	}
 }
@@ -66,17 +72,113 @@ func TestFamiliesRefuseUnknownElement(t *testing.T) {
 	require.Equal(t, opdef.GradReduce, reduce.Kind)
 	reduce.Inputs = append([]opdef.Arg(nil), reduce.Inputs...)
 	reduce.Inputs[2].Type = "int64"
-	_, err := GenerateFamilies([]opdef.Op{reduce}, capiDir)
+	_, err := GenerateFamilies([]opdef.Op{reduce}, root)
 	require.ErrorContains(t, err, "GradReduce: the kernels take no int64 (mean)")
 }
 
-func TestFamilyFile(t *testing.T) {
-	require.Equal(t, "fused_batch_norm_grad.go", FamilyFile(opdef.FusedBatchNormGrad))
-	require.Equal(t, "grad_apply.go", FamilyFile(opdef.GradApply))
+func TestNames(t *testing.T) {
 	require.Equal(t, "yBackprop", fieldName("y_backprop"))
 	require.Equal(t, "reserveSpace1", fieldName("reserve_space_1"))
 	for arg, field := range map[string]string{"y_backprop": "YBackprop", "reserve_space_1": "ReserveSpace1", "sum_dy_xmu": "SumDyXmu",
 		"t": "T", "dx": "DX", "gamma": "Gamma"} {
 		require.Equal(t, field, kernelField(arg))
 	}
+}
+
+// throwaway is an op of a kind gobn does not have, with what no op of
+// gobn's has yet: an int attr, a string attr of any value, and an output
+// that is a list of as many tensors as the int attr says.
+var throwaway = opdef.Op{
+	Name: "Gobn>Throwaway", Kind: "Throwaway", Activation: "x",
+	Inputs: []opdef.Arg{
+		{Name: "y_backprop", Type: "T", Ranks: []int{4, 5}},
+		{Name: "x", Type: "T", Ranks: []int{4, 5}},
+		{Name: "scale", Type: "float", Ranks: []int{1}},
+	},
+	Outputs: []opdef.Arg{
+		{Name: "x_backprop", Type: "T", Shape: opdef.ShapeRule{Like: 1}},
+		{Name: "side_backprop", Type: "T", Shape: opdef.ShapeRule{Like: 1}, Number: "num_sides"},
+	},
+	Attrs: []opdef.Attr{
+		{Name: "T", Kind: opdef.TypeAttr, Types: []opdef.DType{opdef.Half, opdef.Float}},
+		{Name: "num_sides", Kind: opdef.IntAttr, Min: new(int64(0)), Default: int64(0)},
+		{Name: "mode", Kind: opdef.StringAttr, Default: "Plain"},
+		{Name: "data_format", Kind: opdef.StringAttr, Values: []string{opdef.NHWC, opdef.NCHW}, Default: opdef.NHWC},
+	},
+	Kernels:    []opdef.TypeBinding{{"T": opdef.Float}, {"T": opdef.Half}},
+	GPUKernels: []opdef.TypeBinding{{"T": opdef.Float}, {"T": opdef.Half}},
+}
+
+// throwawayRoot returns a repository of the throwaway kind's kernels alone,
+// their args' fields those given: a Go kernel and a CUDA launch, as
+// GenerateFamilies reads them (parsed, not built).
+func throwawayRoot(t *testing.T, cpuFields, gpuFields string) string {
+	root := t.TempDir()
+	for dir, src := range map[string]string{
+		"kernels": "package kernels\n\ntype ThrowawayArgs[T Element] struct {\n" + cpuFields + "\n}\n\n" +
+			"func Throwaway[T Element](a ThrowawayArgs[T]) {}\n",
+		"kernels/cuda": "package cuda\n\ntype ThrowawayArgs struct {\n" + gpuFields + "\n}\n\n" +
+			"func Throwaway(a ThrowawayArgs, pl Placement) error { return nil }\n",
+	} {
+		require.NoError(t, os.MkdirAll(filepath.Join(root, dir), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(root, dir, "throwaway.go"), []byte(src), 0o644))
+	}
+	return root
+}
+
+const (
+	throwawayCPU = "Dims Dims\nYBackprop, X []T\nScale []float32\nMode string\nNumSides int64\nXBackprop, SideBackprop []T"
+	throwawayGPU = "Dims kernels.Dims\nDType DType\nYBackprop, X, Scale Ptr\nMode string\nNumSides int64\nXBackprop, SideBackprop Ptr"
+)
+
+// TestFamiliesOfANewKind: a kind's binders come from opdef and its kernels'
+// entry points alone; a list output is allocated where its attr asks for
+// it, the attrs are set in the fields of their names, and a kernel
+// missing, or args that leave out an attr or hold a field of no arg or
+// attr, are refused, naming the file.
+func TestFamiliesOfANewKind(t *testing.T) {
+	_, err := GenerateFamilies([]opdef.Op{throwaway}, root)
+	require.ErrorContains(t, err, "kernels/throwaway.go: no func Throwaway[T Element](a <its args>)")
+
+	src, err := GenerateFamilies([]opdef.Op{throwaway}, throwawayRoot(t, throwawayCPU, throwawayGPU))
+	require.NoError(t, err)
+	for _, want := range []string{
+		"if k.attrs.NumSides > 0 { // a list of one\n\t\tif out.sideBackprop, err = allocate(1, k.attrs.T, in.x.dims, 0); err != nil {",
+		"kernels.Throwaway(cpuArgsThrowaway[float32](k, d, in, out))",
+		"return launch(gpuArgsThrowaway(k, cuda.Float32, d, in, out), cuda.Throwaway, dev)",
+		"Mode:         k.attrs.Mode,", "NumSides:     k.attrs.NumSides,",
+		"SideBackprop: view[T](out.sideBackprop),", "SideBackprop: ptr(out.sideBackprop),",
+	} {
+		require.Contains(t, string(src), want)
+	}
+	for fields, want := range map[[2]string]string{
+		{strings.Replace(throwawayCPU, "Mode string\n", "", 1), throwawayGPU}:              "kernels/throwaway.go: kernels.ThrowawayArgs[T] has no field Mode string for the attr mode",
+		{throwawayCPU, throwawayGPU + "\nEpsilon float32"}:                                 "kernels/cuda/throwaway.go: cuda.ThrowawayArgs has a field Epsilon, which is no arg or attr of every Throwaway op",
+		{throwawayCPU, strings.Replace(throwawayGPU, "NumSides int64", "NumSides int", 1)}: "kernels/cuda/throwaway.go: cuda.ThrowawayArgs has no field NumSides int64",
+		{strings.Replace(throwawayCPU, ", SideBackprop", "", 1), throwawayGPU}:             "kernels/throwaway.go: kernels.ThrowawayArgs[T] has no field SideBackprop for side_backprop",
+	} {
+		_, err := GenerateFamilies([]opdef.Op{throwaway}, throwawayRoot(t, fields[0], fields[1]))
+		require.ErrorContains(t, err, want)
+	}
+}
+
+// TestAttrsOfANewKind: every attr is read by its kind, an int attr that
+// counts a list output is held to 0 or 1, and has says whether the list is
+// there.
+func TestAttrsOfANewKind(t *testing.T) {
+	src, err := GenerateAttrs(append(append([]opdef.Op(nil), opdef.All...), throwaway))
+	require.NoError(t, err)
+	for _, want := range []string{
+		"NumSides                int64       // num_sides",
+		"if a.NumSides, err = src.int(attr.Name); err == nil && (a.NumSides < 0 || a.NumSides > 1) {",
+		"num_sides must be 0 or 1 (gobn's kernels write side_backprop once or not at all), got %d",
+		"a.Mode, err = src.string(attr.Name)",
+		"case \"num_sides\":\n\t\treturn a.NumSides > 0",
+	} {
+		require.Contains(t, string(src), want)
+	}
+	clash := throwaway
+	clash.Attrs = append([]opdef.Attr{{Name: "epsilon", Kind: opdef.IntAttr}}, throwaway.Attrs...)
+	_, err = GenerateAttrs(append(append([]opdef.Op(nil), opdef.All...), clash))
+	require.ErrorContains(t, err, "Gobn>Throwaway: the attr epsilon is of another kind than another op's")
 }

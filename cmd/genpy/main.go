@@ -72,7 +72,7 @@ OPS = (
 			formats = a.Values
 		}
 		p("    Op(%q, %q, stock=%s, gradient_of=%s, kind=%q,\n",
-			op.Name, WrapperName(op.Name), optional(op.Stock), optional(op.GradientOf), op.Kind.String())
+			op.Name, WrapperName(op.Name), optional(op.Stock), optional(op.GradientOf), string(op.Kind))
 		p("       inputs=%s,\n", tuple(names(op.Inputs, func(a opdef.Arg) string { return a.Name })))
 		p("       outputs=%s,\n", tuple(names(op.Outputs, func(a opdef.Arg) string { return a.Name })))
 		p("       attrs=%s,\n", tuple(names(op.Attrs, func(a opdef.Attr) string { return a.Name })))

@@ -164,30 +164,11 @@ def load():
 
 
 def sample_calls(tf, lib):
-    """(fn, kwargs, valid) for every op: valid calls, and one rejected call each."""
-    import numpy as np
+    """(fn, kwargs, valid) for every op: a valid call, and a rejected one,
+    on a 4x16x16x32 activation (support.sample_calls)."""
+    import support
 
-    rng = np.random.default_rng(5)
-
-    def normal(shape, dtype=tf.float32, positive=False):
-        a = rng.standard_normal(shape)
-        return tf.constant(np.abs(a) + 0.5 if positive else a, dtype)
-
-    calls = []
-    for op, dtype in (("gobn_fused_batch_norm_grad", tf.float32), ("gobn_fused_batch_norm_grad_v2", tf.float16),
-                      ("gobn_fused_batch_norm_grad_v3", tf.bfloat16)):
-        vec = dtype if op == "gobn_fused_batch_norm_grad" else tf.float32
-        kwargs = dict(y_backprop=normal([4, 16, 16, 32], dtype), x=normal([4, 16, 16, 32], dtype),
-                      scale=normal([32], vec), reserve_space_1=normal([32], vec),
-                      reserve_space_2=normal([32], vec, True))
-        if op.endswith("v3"):
-            kwargs["reserve_space_3"] = tf.zeros([0])
-        calls += [(getattr(lib, op), kwargs, True), (getattr(lib, op), dict(kwargs, scale=normal([3], vec)), False)]
-    kwargs = dict(t=normal([4, 16, 16, 32]), m=normal([32]), v=normal([32], positive=True), gamma=normal([32]),
-                  backprop=normal([4, 16, 16, 32]), variance_epsilon=1e-3, scale_after_normalization=True)
-    calls += [(lib.gobn_batch_norm_with_global_normalization_grad, kwargs, True),
-              (lib.gobn_batch_norm_with_global_normalization_grad, dict(kwargs, m=normal([5])), False)]
-    return calls
+    return support.sample_calls(lambda op: getattr(lib, op.wrapper), (4, 16, 16, 32))
 
 
 def run_calls(tf, calls):

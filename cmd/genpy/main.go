@@ -76,6 +76,13 @@ OPS = (
 		p("       inputs=%s,\n", tuple(names(op.Inputs, func(a opdef.Arg) string { return a.Name })))
 		p("       outputs=%s,\n", tuple(names(op.Outputs, func(a opdef.Arg) string { return a.Name })))
 		p("       attrs=%s,\n", tuple(names(op.Attrs, func(a opdef.Attr) string { return a.Name })))
+		var lists []string
+		for _, a := range op.Outputs {
+			if a.Number != "" {
+				lists = append(lists, fmt.Sprintf("(%q, %q)", a.Name, a.Number))
+			}
+		}
+		p("       lists=(%s),\n", strings.Join(lists, ", ")+trailingComma(len(lists)))
 		p("       data_formats=%s,\n", tuple(formats))
 		p("       dtypes=%s, gpu_dtypes=%s,\n", tuple(typesOf(op.Kernels)), tuple(typesOf(op.GPUKernels)))
 		p("       output_types=%s, host_memory=%s,\n",
@@ -137,7 +144,8 @@ func WrapperName(op string) string {
 
 // attrKinds names the kinds of the attrs an XLA custom call carries (all
 // but the type attrs, which its buffers' types give).
-var attrKinds = map[opdef.AttrKind]string{opdef.FloatAttr: "float", opdef.BoolAttr: "bool", opdef.StringAttr: "string"}
+var attrKinds = map[opdef.AttrKind]string{opdef.FloatAttr: "float", opdef.BoolAttr: "bool", opdef.StringAttr: "string",
+	opdef.IntAttr: "int"}
 
 // argType returns a's type as the Python package resolves it: "T", or the
 // fixed type an attr other than T is bound to (U: float), or a's own.

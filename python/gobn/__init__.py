@@ -48,7 +48,7 @@ from gobn import _supported
 # unsupported release may lack; this names the release instead.
 _supported.check_tensorflow(tf.__version__)
 
-from gobn import _gradients  # noqa: E402,F401  (registers the Gobn> gradients and pfor converters)
+from gobn import _kinds  # noqa: E402,F401  (registers the Gobn> gradients and pfor converters)
 from gobn._enable import enable  # noqa: E402
 from gobn._functional import FusedBatchNormOutput, SyncBatchNormOutput, fused_batch_norm, sync_batch_norm  # noqa: E402
 from gobn._library import kernel_calls, library_path  # noqa: E402

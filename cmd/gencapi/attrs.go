@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/gobn/gobn/internal/genfile"
+	"github.com/gobn/gobn/internal/recipe"
 	"github.com/gobn/gobn/opdef"
 )
 
@@ -45,7 +46,7 @@ func GenerateAttrs(ops []opdef.Op) ([]byte, error) {
 	p("\n// attrs are a kernel's attrs: one field for each attr an op of opdef has,\n")
 	p("// of its kind's Go type; a kernel sets those its op declares (read).\ntype attrs struct {\n")
 	for _, a := range all {
-		p("\t%s %s // %s\n", kernelField(a.Name), attrGoTypes[a.Kind], a.Name)
+		p("\t%s %s // %s\n", recipe.Field(a.Name), recipe.AttrGoTypes[a.Kind], a.Name)
 	}
 	p("}\n\n")
 	p("// read sets the attrs op declares from src, each by its kind. An attr\n")
@@ -55,7 +56,7 @@ func GenerateAttrs(ops []opdef.Op) ([]byte, error) {
 	readers := map[opdef.AttrKind]string{opdef.TypeAttr: "dtype", opdef.FloatAttr: "float", opdef.BoolAttr: "bool",
 		opdef.StringAttr: "string", opdef.IntAttr: "int"}
 	for _, a := range all {
-		field := kernelField(a.Name)
+		field := recipe.Field(a.Name)
 		p("\t\tcase %q:\n", a.Name)
 		if out, ok := lists[a.Name]; ok {
 			p("\t\t\tif a.%s, err = src.%s(attr.Name); err == nil && (a.%s < 0 || a.%s > 1) {\n",
@@ -80,7 +81,7 @@ func GenerateAttrs(ops []opdef.Op) ([]byte, error) {
 	p("func (a *attrs) has(out opdef.Arg) bool {\n\tswitch out.Number {\n")
 	for _, a := range all {
 		if _, ok := lists[a.Name]; ok {
-			p("\tcase %q:\n\t\treturn a.%s > 0\n", a.Name, kernelField(a.Name))
+			p("\tcase %q:\n\t\treturn a.%s > 0\n", a.Name, recipe.Field(a.Name))
 		}
 	}
 	p("\t}\n\treturn true\n}\n")

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/gobn/gobn/internal/genfile"
+	"github.com/gobn/gobn/internal/recipe"
 	"github.com/gobn/gobn/opdef"
 )
 
@@ -90,7 +91,7 @@ type family struct {
 	outputs  []slot
 	cpuTypes []opdef.DType // the dtypes of T its CPU kernels bind, in order
 	gpuTypes []opdef.DType
-	cpu, gpu kernelAPI
+	cpu, gpu recipe.Kernel
 }
 
 // slot is an input or output position of a family: the arg there in each
@@ -125,10 +126,10 @@ func (s slot) placeholder() bool {
 func newFamily(kind opdef.Kind, all []opdef.Op, root string) (family, error) {
 	f := family{kind: kind, name: lowerFirst(string(kind))}
 	var err error
-	if f.cpu, err = readKernelAPI(root, cpuDevice, kind); err != nil {
+	if f.cpu, err = recipe.ReadKernel(root, recipe.CPU, kind); err != nil {
 		return f, err
 	}
-	if f.gpu, err = readKernelAPI(root, gpuDevice, kind); err != nil {
+	if f.gpu, err = recipe.ReadKernel(root, recipe.GPU, kind); err != nil {
 		return f, err
 	}
 	for _, op := range all {
@@ -342,7 +343,7 @@ func (f family) write(p func(string, ...any)) {
 		switch {
 		case a.Number != "":
 			p("\tif k.attrs.%s > 0 { // a list of one\n\t\tif %s; err != nil {\n\t\t\treturn out, err\n\t\t}\n\t}\n",
-				kernelField(a.Number), call)
+				recipe.Field(a.Number), call)
 		case s.everywhere():
 			p("\tif %s; err != nil {\n\t\treturn out, err\n\t}\n", call)
 		default:
@@ -352,34 +353,34 @@ func (f family) write(p func(string, ...any)) {
 	p("\treturn out, nil\n}\n\n")
 
 	p("// run%s runs the %s family's kernel on k's device with\n", exported, f.kind)
-	p("// T's type: %s with its CUDA type, %s with its Go type.\n", f.gpu.entry, f.cpu.entry)
+	p("// T's type: %s with its CUDA type, %s with its Go type.\n", f.gpu.Entry, f.cpu.Entry)
 	p("func (k *kernel) run%s(g opdef.Geometry, in *%s, out *%s, dev gpuCall) error {\n", exported, in, out)
 	p("\td := kernelDims(g)\n\tif k.onGPU {\n\t\tswitch k.attrs.T {\n")
 	for _, t := range f.gpuTypes {
-		p("\t\tcase opdef.%s:\n\t\t\treturn launch(gpuArgs%s(k, %s, d, in, out), %s, dev)\n", goDTypes[t], exported, cudaTypes[t], f.gpu.entry)
+		p("\t\tcase opdef.%s:\n\t\t\treturn launch(gpuArgs%s(k, %s, d, in, out), %s, dev)\n", goDTypes[t], exported, cudaTypes[t], f.gpu.Entry)
 	}
 	p("\t\t}\n\t\treturn k.noKernel()\n\t}\n\tswitch k.attrs.T {\n")
 	for _, t := range f.cpuTypes {
-		p("\tcase opdef.%s:\n\t\t%s(cpuArgs%s[%s](k, d, in, out))\n", goDTypes[t], f.cpu.entry, exported, elementTypes[t])
+		p("\tcase opdef.%s:\n\t\t%s(cpuArgs%s[%s](k, d, in, out))\n", goDTypes[t], f.cpu.Entry, exported, elementTypes[t])
 	}
 	p("\tdefault:\n\t\treturn k.noKernel()\n\t}\n\treturn nil\n}\n\n")
 
 	p("// cpuArgs%s returns the args of the %s family's Go kernel\n", exported, f.kind)
 	p("// with T: the dims, and the tensors and attrs in the fields of their names.\n")
-	p("func cpuArgs%s[T kernels.Element](k *kernel, d kernels.Dims, in *%s, out *%s) %s {\n", exported, in, out, f.cpu.args)
-	p("\treturn %s{\n\t\t%s,\n\t}\n}\n\n", f.cpu.args, strings.Join(f.fieldValues(f.cpu, f.cpuValue), ",\n\t\t"))
+	p("func cpuArgs%s[T kernels.Element](k *kernel, d kernels.Dims, in *%s, out *%s) %s {\n", exported, in, out, f.cpu.Args)
+	p("\treturn %s{\n\t\t%s,\n\t}\n}\n\n", f.cpu.Args, strings.Join(f.fieldValues(f.cpu, f.cpuValue), ",\n\t\t"))
 	p("// gpuArgs%s returns the args of the %s family's CUDA kernel\n", exported, f.kind)
 	p("// with T's type t: the dims, and the tensors and attrs in the fields of\n// their names.\n")
-	p("func gpuArgs%s(k *kernel, t cuda.DType, d kernels.Dims, in *%s, out *%s) %s {\n", exported, in, out, f.gpu.args)
-	p("\treturn %s{\n\t\t%s,\n\t}\n}\n", f.gpu.args, strings.Join(f.fieldValues(f.gpu, f.gpuValue), ",\n\t\t"))
+	p("func gpuArgs%s(k *kernel, t cuda.DType, d kernels.Dims, in *%s, out *%s) %s {\n", exported, in, out, f.gpu.Args)
+	p("\treturn %s{\n\t\t%s,\n\t}\n}\n", f.gpu.Args, strings.Join(f.fieldValues(f.gpu, f.gpuValue), ",\n\t\t"))
 }
 
 // fieldValues returns the fields of api's args as a composite literal sets
 // them, in the order the args declare them: the dims, T's type on the GPU,
 // each tensor (value gives its expression) and each attr.
-func (f family) fieldValues(api kernelAPI, value func(slot) (string, error)) []string {
+func (f family) fieldValues(api recipe.Kernel, value func(slot) (string, error)) []string {
 	var out []string
-	for _, field := range api.fields {
+	for _, field := range api.Fields {
 		expr := ""
 		switch field {
 		case "Dims":
@@ -401,7 +402,7 @@ func (f family) fieldValues(api kernelAPI, value func(slot) (string, error)) []s
 // argOf returns the kernel arg (kernelArgs) whose field is field.
 func (f family) argOf(field string) (slot, bool) {
 	for _, s := range f.kernelArgs() {
-		if kernelField(s.first().Name) == field {
+		if recipe.Field(s.first().Name) == field {
 			return s, true
 		}
 	}
@@ -415,7 +416,7 @@ func (f family) kernelAttrs() []opdef.Attr {
 	var out []opdef.Attr
 	for _, op := range f.ops {
 		for _, a := range op.Attrs {
-			if !takenByCapi(a) && !slices.ContainsFunc(out, func(b opdef.Attr) bool { return b.Name == a.Name }) {
+			if !recipe.TakenByCaller(a) && !slices.ContainsFunc(out, func(b opdef.Attr) bool { return b.Name == a.Name }) {
 				out = append(out, a)
 			}
 		}
@@ -430,20 +431,20 @@ func (f family) kernelAttrs() []opdef.Attr {
 // arg, and the file of the kind's kernel.
 func (f family) checkFields() error {
 	for _, side := range []struct {
-		api kernelAPI
-		dev device
-	}{{f.cpu, cpuDevice}, {f.gpu, gpuDevice}} {
-		api, file := side.api, fmt.Sprintf("%s/%s.go", side.dev.dir, f.kind.SnakeCase())
-		for _, field := range api.fields {
+		api recipe.Kernel
+		dev recipe.Device
+	}{{f.cpu, recipe.CPU}, {f.gpu, recipe.GPU}} {
+		api, file := side.api, side.dev.File(f.kind)
+		for _, field := range api.Fields {
 			_, isArg := f.argOf(field)
-			isAttr := slices.ContainsFunc(f.kernelAttrs(), func(a opdef.Attr) bool { return kernelField(a.Name) == field })
-			if !isArg && !isAttr && field != "Dims" && !(field == "DType" && side.dev == gpuDevice) {
-				return fmt.Errorf("%s: %s has a field %s, which is no arg or attr of every %s op", file, api.args, field, f.kind)
+			isAttr := slices.ContainsFunc(f.kernelAttrs(), func(a opdef.Attr) bool { return recipe.Field(a.Name) == field })
+			if !isArg && !isAttr && field != "Dims" && !(field == "DType" && side.dev == recipe.GPU) {
+				return fmt.Errorf("%s: %s has a field %s, which is no arg or attr of every %s op", file, api.Args, field, f.kind)
 			}
 		}
 		for _, s := range f.kernelArgs() {
-			if _, ok := api.fieldType(kernelField(s.first().Name)); !ok {
-				return fmt.Errorf("%s: %s has no field %s for %s", file, api.args, kernelField(s.first().Name), s.first().Name)
+			if _, ok := api.FieldType(recipe.Field(s.first().Name)); !ok {
+				return fmt.Errorf("%s: %s has no field %s for %s", file, api.Args, recipe.Field(s.first().Name), s.first().Name)
 			}
 		}
 		for _, a := range f.kernelAttrs() {
@@ -452,9 +453,9 @@ func (f family) checkFields() error {
 					return fmt.Errorf("gencapi: %s: the attr %s of some of its ops is not %s's", f.kind, a.Name, op.Name)
 				}
 			}
-			typ, ok := api.fieldType(kernelField(a.Name))
-			if want := attrGoTypes[a.Kind]; !ok || typ != want {
-				return fmt.Errorf("%s: %s has no field %s %s for the attr %s", file, api.args, kernelField(a.Name), want, a.Name)
+			typ, ok := api.FieldType(recipe.Field(a.Name))
+			if want := recipe.AttrGoTypes[a.Kind]; !ok || typ != want {
+				return fmt.Errorf("%s: %s has no field %s %s for the attr %s", file, api.Args, recipe.Field(a.Name), want, a.Name)
 			}
 		}
 	}
@@ -596,16 +597,6 @@ func (f family) reuse(a opdef.Arg) string {
 		}
 	}
 	return strings.Join(bits, " | ")
-}
-
-// kernelField is an arg's name as the field of the kernels' args that
-// holds it, exported: y_backprop is YBackprop; a name of two letters or one
-// is a letter a word (dx, d of x, is DX; t is T).
-func kernelField(arg string) string {
-	if len(arg) <= 2 {
-		return strings.ToUpper(arg)
-	}
-	return upperFirst(fieldName(arg))
 }
 
 // fieldName is an arg's name as a Go field: y_backprop is yBackprop,

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/gobn/gobn/internal/genfile"
+	"github.com/gobn/gobn/internal/recipe"
 	"github.com/gobn/gobn/opdef"
 )
 
@@ -81,7 +82,7 @@ func TestNames(t *testing.T) {
 	require.Equal(t, "reserveSpace1", fieldName("reserve_space_1"))
 	for arg, field := range map[string]string{"y_backprop": "YBackprop", "reserve_space_1": "ReserveSpace1", "sum_dy_xmu": "SumDyXmu",
 		"t": "T", "dx": "DX", "gamma": "Gamma"} {
-		require.Equal(t, field, kernelField(arg))
+		require.Equal(t, field, recipe.Field(arg))
 	}
 }
 

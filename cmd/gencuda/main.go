@@ -8,7 +8,9 @@
 //     NVRTC both check), for driver.h and batchnorm.cu;
 //   - kernels/cuda/kernels_gen.cuh: the launch constants, the slots of each
 //     finalize job's outputs by name, and GOBN_KERNELS, the list
-//     batchnorm.cu defines its kernels from, one a kernel of the table.
+//     batchnorm.cu defines its kernels from, one a kernel of the table;
+//   - kernels/cuda/kinds_gen_test.go: each kind's kernels as the GPU check
+//     calls them, from opdef and the kinds' kernels (GenerateCheck).
 //
 // Usage (from kernels/cuda, through go generate):
 //
@@ -19,6 +21,7 @@ import (
 	"bytes"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -27,14 +30,15 @@ import (
 	"github.com/gobn/gobn/internal/cudaspec"
 	"github.com/gobn/gobn/internal/genfile"
 	"github.com/gobn/gobn/kernels/cuda"
+	"github.com/gobn/gobn/opdef"
 )
 
 func main() {
-	genfile.Main("gencuda", func(string) (map[string][]byte, error) { return Generate() })
+	genfile.Main("gencuda", func(dir string) (map[string][]byte, error) { return Generate(filepath.Join(dir, "..", "..")) })
 }
 
-// Generate returns the files, by name.
-func Generate() (map[string][]byte, error) {
+// Generate returns the files, by name, for the repository at root.
+func Generate(root string) (map[string][]byte, error) {
 	params, err := paramsHeader(reflect.TypeFor[cudaspec.Params]())
 	if err != nil {
 		return nil, err
@@ -43,7 +47,11 @@ func Generate() (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return map[string][]byte{"params_gen.h": params, "kernels_gen.cuh": kernels}, nil
+	check, err := GenerateCheck(opdef.All, root)
+	if err != nil {
+		return nil, err
+	}
+	return map[string][]byte{"params_gen.h": params, "kernels_gen.cuh": kernels, "kinds_gen_test.go": check}, nil
 }
 
 var header = genfile.Header("//", "gencuda", "internal/cudaspec and kernels/cuda's table") + "\n"

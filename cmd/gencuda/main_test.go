@@ -10,12 +10,13 @@ import (
 	"github.com/gobn/gobn/internal/genfile"
 )
 
-// TestGeneratedFilesAreCurrent fails when internal/cudaspec changed without
-// `go generate ./kernels/cuda`.
+// TestGeneratedFilesAreCurrent fails when internal/cudaspec, the table of
+// kernels, opdef or a kind's kernels changed without `go generate
+// ./kernels/cuda`.
 func TestGeneratedFilesAreCurrent(t *testing.T) {
-	files, err := Generate()
+	files, err := Generate("../..")
 	require.NoError(t, err)
-	require.Len(t, files, 2)
+	require.Len(t, files, 3)
 	for name, b := range files {
 		require.NoError(t, genfile.Current(filepath.Join("../../kernels/cuda", name), b, "go generate ./kernels/cuda"))
 	}

@@ -14,7 +14,7 @@
 #   make pytest      the Python tests (python_tests) against build/libgobn.so and the wheel
 #   make wheel       dist/gobn-<version>-py3-none-manylinux_<glibc>_<arch>.whl: the package with libgobn.so
 #   make compat      the wheel's smoke and XLA tests in a fresh environment of each supported TensorFlow (bench/compat.json)
-#   make generate    regenerate capi/registry_gen.c and families_gen.go, ops/ops_gen.go and python/gobn/_opdefs_gen.py from opdef, and kernels/cuda's C headers from internal/cudaspec
+#   make generate    regenerate what is written from opdef and the kinds' kernels: capi's binders and registry, ops/ops_gen.go, python/gobn/_opdefs_gen.py, docs/design.md's table of the ops, kernels/cuda's C headers and check calls
 #   make env         print the exports a Go (tfgo) program needs: eval "$(make -s env)"
 #   make golden      stock TensorFlow golden files into build/golden, then check gobn on them
 #   make bench       benchmark against stock TensorFlow (bench/results.json, bench/ratios.png)
@@ -126,7 +126,7 @@ env: $(TFLIB)
 	@echo "export GOBN_LIBRARY='$(CURDIR)/$(LIB)'"
 
 generate:
-	go generate ./capi ./ops ./cmd/genpy ./kernels ./kernels/cuda
+	go generate ./capi ./ops ./cmd/genpy ./cmd/gendocs ./kernels ./kernels/cuda
 
 demo: $(LIB)
 	$(VPY) -m examples.demo

@@ -97,10 +97,10 @@ type Arg struct {
 	// nothing else references it (TensorFlow's forwarding): gobn's kernels
 	// read each element of those before they write that element of it.
 	Forward []string
-	// Number, on an output, names the int attr that says how many tensors
-	// the output is (TensorFlow's "name: number * type"): gobn's ops take it
-	// as 0 or 1, so that the output is there when the attr asks for it and
-	// absent otherwise.
+	// Number, on the op's last output, names the int attr that says how
+	// many tensors the output is (TensorFlow's "name: number * type"):
+	// gobn's ops take it as 0 or 1, so that the output is there when the
+	// attr asks for it and absent otherwise.
 	Number string
 	// Count marks the int64 scalar, in host memory on every device
 	// (HostMemory), that counts the elements per channel: an output's value
@@ -531,9 +531,13 @@ func (op Op) BaseName() string { return strings.TrimPrefix(op.Name, "Gobn>") }
 
 // Kinds returns the kinds of the ops in All, each once, in the order of
 // their first op.
-func Kinds() []Kind {
+func Kinds() []Kind { return KindsOf(All) }
+
+// KindsOf returns the kinds of ops, each once, in the order of their first
+// op.
+func KindsOf(ops []Op) []Kind {
 	var kinds []Kind
-	for _, op := range All {
+	for _, op := range ops {
 		if !slices.Contains(kinds, op.Kind) {
 			kinds = append(kinds, op.Kind)
 		}

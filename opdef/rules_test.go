@@ -432,6 +432,11 @@ func TestAll(t *testing.T) {
 			for _, a := range op.Inputs {
 				assert.Empty(t, a.Number, "%s: %s: a list is an output", op.Name, a.Name)
 			}
+			for i, a := range op.Outputs {
+				if a.Number != "" {
+					assert.Equal(t, len(op.Outputs)-1, i, "%s: %s: a list is the last output", op.Name, a.Name)
+				}
+			}
 			for _, o := range op.Outputs {
 				if !o.Shape.Empty && !o.Shape.Scalar {
 					assert.True(t, o.Shape.Like >= 0 && o.Shape.Like < len(op.Inputs), "output %s takes the shape of input %d", o.Name, o.Shape.Like)

@@ -57,7 +57,7 @@ func GenerateFamilies(ops []opdef.Op, root string) ([]byte, error) {
 	p("// (nil).\n")
 	p("func (k *kernel) compute(in []tensor, allocate allocator, dev gpuCall) error {\n\tswitch k.op.Kind {\n")
 	var families []family
-	for _, kind := range kinds(ops) {
+	for _, kind := range opdef.KindsOf(ops) {
 		f, err := newFamily(kind, ops, root)
 		if err != nil {
 			return nil, err
@@ -70,16 +70,6 @@ func GenerateFamilies(ops []opdef.Op, root string) ([]byte, error) {
 		f.write(p)
 	}
 	return format.Source(b.Bytes())
-}
-
-func kinds(ops []opdef.Op) []opdef.Kind {
-	var out []opdef.Kind
-	for _, op := range ops {
-		if !slices.Contains(out, op.Kind) {
-			out = append(out, op.Kind)
-		}
-	}
-	return out
 }
 
 // family is one kind's ops as the generated code sees them.

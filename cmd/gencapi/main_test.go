@@ -1,8 +1,6 @@
 package main
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -86,51 +84,18 @@ func TestNames(t *testing.T) {
 	}
 }
 
-// throwaway is an op of a kind gobn does not have, with what no op of
-// gobn's has yet: an int attr, a string attr of any value, and an output
-// that is a list of as many tensors as the int attr says.
-var throwaway = opdef.Op{
-	Name: "Gobn>Throwaway", Kind: "Throwaway", Activation: "x",
-	Inputs: []opdef.Arg{
-		{Name: "y_backprop", Type: "T", Ranks: []int{4, 5}},
-		{Name: "x", Type: "T", Ranks: []int{4, 5}},
-		{Name: "scale", Type: "float", Ranks: []int{1}},
-	},
-	Outputs: []opdef.Arg{
-		{Name: "x_backprop", Type: "T", Shape: opdef.ShapeRule{Like: 1}},
-		{Name: "side_backprop", Type: "T", Shape: opdef.ShapeRule{Like: 1}, Number: "num_sides"},
-	},
-	Attrs: []opdef.Attr{
-		{Name: "T", Kind: opdef.TypeAttr, Types: []opdef.DType{opdef.Half, opdef.Float}},
-		{Name: "num_sides", Kind: opdef.IntAttr, Min: new(int64(0)), Default: int64(0)},
-		{Name: "mode", Kind: opdef.StringAttr, Default: "Plain"},
-		{Name: "data_format", Kind: opdef.StringAttr, Values: []string{opdef.NHWC, opdef.NCHW}, Default: opdef.NHWC},
-	},
-	Kernels:    []opdef.TypeBinding{{"T": opdef.Float}, {"T": opdef.Half}},
-	GPUKernels: []opdef.TypeBinding{{"T": opdef.Float}, {"T": opdef.Half}},
-}
+// throwaway is the op of a new kind the recipe's tests add.
+var throwaway = recipe.Throwaway
 
 // throwawayRoot returns a repository of the throwaway kind's kernels alone,
-// their args' fields those given: a Go kernel and a CUDA launch, as
-// GenerateFamilies reads them (parsed, not built).
+// their args' fields those given (recipe.WriteThrowawayKernels).
 func throwawayRoot(t *testing.T, cpuFields, gpuFields string) string {
 	root := t.TempDir()
-	for dir, src := range map[string]string{
-		"kernels": "package kernels\n\ntype ThrowawayArgs[T Element] struct {\n" + cpuFields + "\n}\n\n" +
-			"func Throwaway[T Element](a ThrowawayArgs[T]) {}\n",
-		"kernels/cuda": "package cuda\n\ntype ThrowawayArgs struct {\n" + gpuFields + "\n}\n\n" +
-			"func Throwaway(a ThrowawayArgs, pl Placement) error { return nil }\n",
-	} {
-		require.NoError(t, os.MkdirAll(filepath.Join(root, dir), 0o755))
-		require.NoError(t, os.WriteFile(filepath.Join(root, dir, "throwaway.go"), []byte(src), 0o644))
-	}
+	require.NoError(t, recipe.WriteThrowawayKernels(root, cpuFields, gpuFields))
 	return root
 }
 
-const (
-	throwawayCPU = "Dims Dims\nYBackprop, X []T\nScale []float32\nMode string\nNumSides int64\nXBackprop, SideBackprop []T"
-	throwawayGPU = "Dims kernels.Dims\nDType DType\nYBackprop, X, Scale Ptr\nMode string\nNumSides int64\nXBackprop, SideBackprop Ptr"
-)
+const throwawayCPU, throwawayGPU = recipe.ThrowawayCPUFields, recipe.ThrowawayGPUFields
 
 // TestFamiliesOfANewKind: a kind's binders come from opdef and its kernels'
 // entry points alone; a list output is allocated where its attr asks for

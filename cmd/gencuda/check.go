@@ -38,13 +38,13 @@ type checkKind struct {
 // so that the check (check_test.go) runs every kind with no code of its
 // own. root is the repository, whose kernels' packages it reads.
 func GenerateCheck(ops []opdef.Op, root string) ([]byte, error) {
-	var kinds []checkKind
-	for _, kind := range opdef.Kinds() {
+	var checks []checkKind
+	for _, kind := range opdef.KindsOf(ops) {
 		k, err := newCheckKind(kind, ops, root)
 		if err != nil {
 			return nil, err
 		}
-		kinds = append(kinds, k)
+		checks = append(checks, k)
 	}
 	var b bytes.Buffer
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
@@ -54,7 +54,7 @@ func GenerateCheck(ops []opdef.Op, root string) ([]byte, error) {
 	p("// order: the tensors each takes, by name, and its Go kernel (by T: float32,\n")
 	p("// half, bfloat16) and CUDA kernel on a call's tensors and attrs.\n")
 	p("var kinds = []kindCall{\n")
-	for _, k := range kinds {
+	for _, k := range checks {
 		p("\t{\n\t\tname: %q,\n\t\ttensors: []kindTensor{\n", k.kind)
 		for _, t := range k.tensors {
 			fields := []string{fmt.Sprintf("name: %q", t.name)}
@@ -79,7 +79,7 @@ func GenerateCheck(ops []opdef.Op, root string) ([]byte, error) {
 		p("\t\tgpu: gpu%s,\n\t},\n", k.kind)
 	}
 	p("}\n")
-	for _, k := range kinds {
+	for _, k := range checks {
 		k.write(p)
 	}
 	return format.Source(b.Bytes())

@@ -8,6 +8,8 @@ import (
 
 	"github.com/gobn/gobn/internal/cudaspec"
 	"github.com/gobn/gobn/internal/genfile"
+	"github.com/gobn/gobn/internal/recipe"
+	"github.com/gobn/gobn/opdef"
 )
 
 // TestGeneratedFilesAreCurrent fails when internal/cudaspec, the table of
@@ -43,4 +45,27 @@ func TestKernelsHeaderRefuses(t *testing.T) {
 	require.ErrorContains(t, err, "6 outputs, gobn_params has 5 slots")
 	_, err = kernelsHeader(cudaspec.FinalizeKernel("finalize_z", "finalize_z<{T}, {W}>(p)", nil, cudaspec.Float32))
 	require.ErrorContains(t, err, "has a placeholder the kernel has no value for")
+}
+
+// TestCheckOfANewKind: the GPU check's calls of a kind come from opdef and
+// its kernels alone: its tensors, its list output with its number attr,
+// its attrs in the fields of their names; a kind without kernels is named
+// by its file.
+func TestCheckOfANewKind(t *testing.T) {
+	_, err := GenerateCheck([]opdef.Op{recipe.Throwaway}, "../..")
+	require.ErrorContains(t, err, "kernels/throwaway.go: no func Throwaway[T Element](a <its args>)")
+	root := t.TempDir()
+	require.NoError(t, recipe.WriteThrowawayKernels(root, recipe.ThrowawayCPUFields, recipe.ThrowawayGPUFields))
+	src, err := GenerateCheck([]opdef.Op{recipe.Throwaway}, root)
+	require.NoError(t, err)
+	for _, want := range []string{
+		`{name: "side_backprop", output: true, activation: true, ofT: true, list: "num_sides"}`,
+		`{name: "scale"}`,
+		`NumSides:     c.attrs["num_sides"].(int64),`,
+		`SideBackprop: tensorOf[T](m, c, "side_backprop"),`,
+		`SideBackprop: c.ptr("side_backprop"),`,
+		"}, cuda.Throwaway)",
+	} {
+		require.Contains(t, string(src), want)
+	}
 }

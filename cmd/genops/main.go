@@ -66,6 +66,8 @@ func wrapperAttr(op opdef.Op, a opdef.Attr) (attr, error) {
 		at.goType = "bool"
 	case opdef.StringAttr:
 		at.goType = "string"
+	case opdef.IntAttr:
+		at.goType = "int64"
 	default:
 		return attr{}, fmt.Errorf("%s: attr %s has kind %d, which genops does not handle", op.Name, a.Name, a.Kind)
 	}
@@ -97,13 +99,18 @@ func Generate(ops []opdef.Op) ([]byte, error) {
 }
 
 // goName is the name of o's wrapper: its stock twin's, or for an op stock
-// TensorFlow does not have, its own without the namespace.
+// TensorFlow does not have, or has only internally (the bindings wrap no op
+// whose name starts with an underscore), its own without the namespace.
 func goName(o opdef.Op) string {
-	if o.Stock == "" {
+	if !hasStockWrapper(o) {
 		return o.BaseName()
 	}
 	return o.Stock
 }
+
+// hasStockWrapper reports whether the bindings' op package wraps o's stock
+// twin.
+func hasStockWrapper(o opdef.Op) bool { return o.Stock != "" && !strings.HasPrefix(o.Stock, "_") }
 
 // wrapperAttrs reads o's attrs as its wrapper sees them: all of them, those
 // that are parameters (required) and those that are options (optional).
@@ -194,9 +201,14 @@ func generateOp(b *bytes.Buffer, o opdef.Op) error {
 	}
 	results := make([]string, len(o.Outputs))
 	outputs := make([]string, len(o.Outputs))
+	var lists []opdef.Arg
 	for i, out := range o.Outputs {
 		results[i] = out.Name + " tf.Output"
 		outputs[i] = fmt.Sprintf("operation.Output(%d)", i)
+		if out.Number != "" { // opdef holds a list to the last outputs
+			results[i], outputs[i] = out.Name+" []tf.Output", out.Name
+			lists = append(lists, out)
+		}
 	}
 	p("func %s(%s) (%s) {\n", goName, strings.Join(params, ", "), strings.Join(results, ", "))
 	requiredAttrs := make([]string, len(required))
@@ -210,6 +222,12 @@ func generateOp(b *bytes.Buffer, o opdef.Op) error {
 	p("\toperation := addOperation(scope, %q, []tf.Input{%s},\n\t\toptionalAttr{%s}, %s)\n",
 		o.Name, strings.Join(inputs, ", "), strings.Join(requiredAttrs, ", "), optionalArg)
 	p("\tif operation == nil {\n\t\treturn\n\t}\n")
+	for i, out := range lists { // as many as its number attr says, after the single outputs
+		p("\tn%d, err := operation.OutputListSize(%q)\n\tif err != nil {\n", i, out.Name)
+		p("\t\tscope.UpdateErr(%q, err)\n\t\treturn\n\t}\n", o.Name)
+		p("\tfor i := range n%d {\n\t\t%s = append(%s, operation.Output(%d+i))\n\t}\n",
+			i, out.Name, out.Name, len(o.Outputs)-len(lists))
+	}
 	p("\treturn %s\n}\n", strings.Join(outputs, ", "))
 	return nil
 }

@@ -27,7 +27,7 @@ func GenerateTable(ops []opdef.Op) ([]byte, error) {
 		}
 		name := goName(o)
 		stock := func(fn string) string {
-			if o.Stock == "" {
+			if !hasStockWrapper(o) {
 				return "nil"
 			}
 			return "op." + fn

@@ -3,8 +3,11 @@ package main
 import (
 	"testing"
 
-	"github.com/gobn/gobn/internal/genfile"
 	"github.com/stretchr/testify/require"
+
+	"github.com/gobn/gobn/internal/genfile"
+	"github.com/gobn/gobn/internal/recipe"
+	"github.com/gobn/gobn/opdef"
 )
 
 // TestGeneratedFilesAreCurrent fails when opdef or internal/tolerance
@@ -32,5 +35,20 @@ func TestWrapperName(t *testing.T) {
 		"AB":                                        "ab",
 	} {
 		require.Equal(t, want, WrapperName(op), op)
+	}
+}
+
+// TestRecordOfANewKind: an op with an int attr, a list output and a stock
+// twin internal to TensorFlow is recorded with them, the list with its
+// number attr and the int attr among its XLA call's.
+func TestRecordOfANewKind(t *testing.T) {
+	src := string(Generate([]opdef.Op{recipe.Throwaway}))
+	for _, want := range []string{
+		`stock="_Throwaway", gradient_of=None, kind="Throwaway"`,
+		`lists=(("side_backprop", "num_sides"),)`,
+		`xla_outputs=(("x_backprop", "x"), ("side_backprop", "x"))`,
+		`xla_attrs=(("num_sides", "int"), ("mode", "string"), ("data_format", "string"))`,
+	} {
+		require.Contains(t, src, want)
 	}
 }

@@ -7,45 +7,16 @@ import (
 )
 
 // attrs are a kernel's attrs: one field for each attr an op of opdef has,
-// of its kind's Go type; a kernel sets those its op declares (read).
+// of its kind's Go type, tagged with its name; a kernel sets those its op
+// declares (read).
 type attrs struct {
-	T                       opdef.DType // T
-	Epsilon                 float32     // epsilon
-	DataFormat              string      // data_format
-	IsTraining              bool        // is_training
-	U                       opdef.DType // U
-	VarianceEpsilon         float32     // variance_epsilon
-	ScaleAfterNormalization bool        // scale_after_normalization
-}
-
-// read sets the attrs op declares from src, each by its kind. An attr
-// it does not know (this file is stale) is an error, not dropped.
-func (a *attrs) read(op opdef.Op, src attrSource) error {
-	for _, attr := range op.Attrs {
-		var err error
-		switch attr.Name {
-		case "T":
-			a.T, err = src.dtype(attr.Name)
-		case "epsilon":
-			a.Epsilon, err = src.float(attr.Name)
-		case "data_format":
-			a.DataFormat, err = src.string(attr.Name)
-		case "is_training":
-			a.IsTraining, err = src.bool(attr.Name)
-		case "U":
-			a.U, err = src.dtype(attr.Name)
-		case "variance_epsilon":
-			a.VarianceEpsilon, err = src.float(attr.Name)
-		case "scale_after_normalization":
-			a.ScaleAfterNormalization, err = src.bool(attr.Name)
-		default:
-			err = internalError("capi: " + op.Name + " has the attr " + attr.Name + ", which attrs_gen.go does not read: run go generate ./capi")
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	T                       opdef.DType `attr:"T"`
+	Epsilon                 float32     `attr:"epsilon"`
+	DataFormat              string      `attr:"data_format"`
+	IsTraining              bool        `attr:"is_training"`
+	U                       opdef.DType `attr:"U"`
+	VarianceEpsilon         float32     `attr:"variance_epsilon"`
+	ScaleAfterNormalization bool        `attr:"scale_after_normalization"`
 }
 
 // has reports whether a call with attrs a has output out: every output,

@@ -272,13 +272,13 @@ func cpuArgsGlobalNormalizationGrad[T kernels.Element](k *kernel, d kernels.Dims
 		M:                       view[T](in.m),
 		V:                       view[T](in.v),
 		Gamma:                   view[T](in.gamma),
-		VarianceEpsilon:         k.attrs.VarianceEpsilon,
-		ScaleAfterNormalization: k.attrs.ScaleAfterNormalization,
 		DX:                      view[T](out.dx),
 		DM:                      view[T](out.dm),
 		DV:                      view[T](out.dv),
 		DB:                      view[T](out.db),
 		DG:                      view[T](out.dg),
+		VarianceEpsilon:         k.attrs.VarianceEpsilon,
+		ScaleAfterNormalization: k.attrs.ScaleAfterNormalization,
 	}
 }
 

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"reflect"
+	"slices"
 	"sync/atomic"
 	"unsafe"
 
@@ -104,6 +106,49 @@ func (k *kernel) readAttrs(src attrSource) error {
 		return err
 	}
 	return k.bound()
+}
+
+// read sets the attrs op declares from src, each in the field of a tagged
+// with its name (attrs_gen.go), read by its kind. An attr no field is
+// tagged with (attrs_gen.go is stale) is an error, not dropped; an int attr
+// that counts a list output (opdef.Arg.Number) must be 0 or 1, as gobn's
+// kernels write the list once or not at all.
+func (a *attrs) read(op opdef.Op, src attrSource) error {
+	fields := reflect.ValueOf(a).Elem()
+	for _, attr := range op.Attrs {
+		i := slices.IndexFunc(reflect.VisibleFields(fields.Type()), func(f reflect.StructField) bool {
+			return f.Tag.Get("attr") == attr.Name
+		})
+		if i < 0 {
+			return internalError("capi: " + op.Name + " has the attr " + attr.Name + ", which attrs_gen.go has no field of: run go generate ./capi")
+		}
+		value, err := readAttr(src, attr)
+		if err != nil {
+			return err
+		}
+		if n, ok := value.(int64); ok && slices.ContainsFunc(op.Outputs, func(o opdef.Arg) bool { return o.Number == attr.Name }) && (n < 0 || n > 1) {
+			return &opdef.ArgumentError{Msg: fmt.Sprintf("%s must be 0 or 1 (gobn's kernels write its list once or not at all), got %d", attr.Name, n)}
+		}
+		fields.Field(i).Set(reflect.ValueOf(value))
+	}
+	return nil
+}
+
+// readAttr reads attr from src by its kind.
+func readAttr(src attrSource, attr opdef.Attr) (any, error) {
+	switch attr.Kind {
+	case opdef.TypeAttr:
+		return src.dtype(attr.Name)
+	case opdef.FloatAttr:
+		return src.float(attr.Name)
+	case opdef.BoolAttr:
+		return src.bool(attr.Name)
+	case opdef.StringAttr:
+		return src.string(attr.Name)
+	case opdef.IntAttr:
+		return src.int(attr.Name)
+	}
+	return nil, internalError(fmt.Sprintf("capi: the attr %s is of kind %d, which capi does not read", attr.Name, attr.Kind))
 }
 
 // bound confirms what TensorFlow's registrations promise: opdef binds k's

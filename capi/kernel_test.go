@@ -623,7 +623,7 @@ func TestReadAttrs(t *testing.T) {
 	values["momentum"] = float32(0.9)
 	err := (&kernel{op: unknown}).readAttrs(values)
 	require.True(t, isInternal(err), "%v", err)
-	require.ErrorContains(t, err, "Gobn>FusedBatchNormGradV3 has the attr momentum, which attrs_gen.go does not read")
+	require.ErrorContains(t, err, "Gobn>FusedBatchNormGradV3 has the attr momentum, which attrs_gen.go has no field of")
 }
 
 // TestViewOfNoTensor: an output a call does not have (a list of none) is

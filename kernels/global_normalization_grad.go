@@ -9,12 +9,12 @@ type GlobalNormalizationArgs[T Element] struct {
 	// T (the op's input t) and Backprop have Dims.Len() elements.
 	T, Backprop []T
 	// M, V and Gamma (mean, variance, γ) have Dims.C elements.
-	M, V, Gamma             []T
-	VarianceEpsilon         float32
-	ScaleAfterNormalization bool
+	M, V, Gamma []T
 	// DX has Dims.Len() elements, and may be T or Backprop itself (see the
 	// package doc); DM, DV, DB and DG have Dims.C.
-	DX, DM, DV, DB, DG []T
+	DX, DM, DV, DB, DG      []T
+	VarianceEpsilon         float32
+	ScaleAfterNormalization bool
 }
 
 // GlobalNormalizationGrad computes the gradient of

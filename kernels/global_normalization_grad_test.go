@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -18,9 +17,6 @@ func testGlobalGrad[T kernels.Element](t *testing.T) {
 	for _, sc := range shapeCases {
 		for _, scaleAfter := range []bool{true, false} {
 			t.Run(fmt.Sprintf("%s/scale_after_normalization=%v", sc.name, scaleAfter), func(t *testing.T) {
-				if isParallel(sc) {
-					t.Logf("N·C·S = %d with GOMAXPROCS = %d", sc.N*sc.C*sc.S, runtime.GOMAXPROCS(0))
-				}
 				n, C := sc.N*sc.C*sc.S, sc.C
 				in := newGlobalInputs[T](rng, sc)
 				out := runGlobal(t, in, scaleAfter)

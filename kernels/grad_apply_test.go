@@ -5,7 +5,6 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/gobn/gobn/internal/reference"
@@ -159,7 +158,7 @@ func TestShardsEqualWholeBatch(t *testing.T) {
 // TestArgsPanics; an empty tensor needs no count.
 func TestGradApplyEmptyNeedsNoCount(t *testing.T) {
 	vec := make([]float32, 3)
-	assert.NotPanics(t, func() {
+	require.NotPanics(t, func() {
 		kernels.GradApply(kernels.GradApplyArgs[float32]{Dims: kernels.Dims{N: 0, C: 3, S: 4},
 			Scale: vec, Mean: vec, Variance: vec, SumDy: vec, SumDyXmu: vec})
 	})

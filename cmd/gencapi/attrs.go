@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"go/format"
 	"slices"
@@ -12,10 +11,9 @@ import (
 )
 
 // GenerateAttrs returns the Go source of capi/attrs_gen.go: the attrs of a
-// kernel, one field for each attr any op has (named as the kernels' args
-// name it, kernelField), the method that reads those of a kernel's op from
-// TensorFlow's construction or an XLA call's backend_config, each by its
-// kind, and the method that says which outputs a call has (a list,
+// kernel, one field for each attr any op has, of its kind's Go type, tagged
+// with the attr's name (kernel.go's read sets the fields so tagged, by the
+// attr's kind), and the method that says which outputs a call has (a list,
 // opdef.Arg.Number, where its attr asks for it). It fails on two ops that
 // give one attr name two kinds.
 func GenerateAttrs(ops []opdef.Op) ([]byte, error) {
@@ -36,40 +34,17 @@ func GenerateAttrs(ops []opdef.Op) ([]byte, error) {
 			}
 		}
 	}
-	imports := []string{"github.com/gobn/gobn/opdef"}
-	if len(lists) > 0 {
-		imports = append([]string{"fmt"}, imports...)
-	}
-	var b bytes.Buffer
-	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
-	b.WriteString(genfile.GoFile{Generator: "gencapi", Source: "opdef", Package: "main", Imports: imports}.Prologue())
+	var b genfile.Buffer
+	p := b.P
+	b.WriteString(genfile.GoFile{Generator: "gencapi", Source: "opdef", Package: "main",
+		Imports: []string{"github.com/gobn/gobn/opdef"}}.Prologue())
 	p("\n// attrs are a kernel's attrs: one field for each attr an op of opdef has,\n")
-	p("// of its kind's Go type; a kernel sets those its op declares (read).\ntype attrs struct {\n")
+	p("// of its kind's Go type, tagged with its name; a kernel sets those its op\n")
+	p("// declares (read).\ntype attrs struct {\n")
 	for _, a := range all {
-		p("\t%s %s // %s\n", recipe.Field(a.Name), recipe.AttrGoTypes[a.Kind], a.Name)
+		p("\t%s %s `attr:%q`\n", recipe.Field(a.Name), recipe.AttrGoTypes[a.Kind], a.Name)
 	}
 	p("}\n\n")
-	p("// read sets the attrs op declares from src, each by its kind. An attr\n")
-	p("// it does not know (this file is stale) is an error, not dropped.\n")
-	p("func (a *attrs) read(op opdef.Op, src attrSource) error {\n\tfor _, attr := range op.Attrs {\n")
-	p("\t\tvar err error\n\t\tswitch attr.Name {\n")
-	readers := map[opdef.AttrKind]string{opdef.TypeAttr: "dtype", opdef.FloatAttr: "float", opdef.BoolAttr: "bool",
-		opdef.StringAttr: "string", opdef.IntAttr: "int"}
-	for _, a := range all {
-		field := recipe.Field(a.Name)
-		p("\t\tcase %q:\n", a.Name)
-		if out, ok := lists[a.Name]; ok {
-			p("\t\t\tif a.%s, err = src.%s(attr.Name); err == nil && (a.%s < 0 || a.%s > 1) {\n",
-				field, readers[a.Kind], field, field)
-			p("\t\t\t\terr = &opdef.ArgumentError{Msg: fmt.Sprintf(%q, a.%s)}\n\t\t\t}\n",
-				a.Name+" must be 0 or 1 (gobn's kernels write "+out+" once or not at all), got %d", field)
-			continue
-		}
-		p("\t\t\ta.%s, err = src.%s(attr.Name)\n", field, readers[a.Kind])
-	}
-	p("\t\tdefault:\n\t\t\terr = internalError(\"capi: \" + op.Name + \" has the attr \" + attr.Name + ")
-	p("\", which attrs_gen.go does not read: run go generate ./capi\")\n\t\t}\n")
-	p("\t\tif err != nil {\n\t\t\treturn err\n\t\t}\n\t}\n\treturn nil\n}\n\n")
 	if len(lists) == 0 {
 		p("// has reports whether a call with attrs a has output out: every output,\n")
 		p("// since no op of opdef has a list (opdef.Arg.Number).\n")

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"go/format"
 	"slices"
@@ -42,8 +41,8 @@ import (
 // attr), and on kernels whose args leave out an output or an attr, or name
 // one the ops do not have: the error names the file of the missing piece.
 func GenerateFamilies(ops []opdef.Op, root string) ([]byte, error) {
-	var b bytes.Buffer
-	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	var b genfile.Buffer
+	p := b.P
 	b.WriteString(genfile.GoFile{Generator: "gencapi", Source: "opdef", Package: "main",
 		Imports: []string{"github.com/gobn/gobn/kernels", "github.com/gobn/gobn/kernels/cuda", "github.com/gobn/gobn/opdef"}}.Prologue() + "\n")
 	maxInputs := 0

@@ -12,7 +12,6 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"path/filepath"
 	"strconv"
@@ -39,8 +38,8 @@ func Files(root string) (map[string][]byte, error) {
 
 // Generate returns the C source of the registration tables for ops.
 func Generate(ops []opdef.Op) []byte {
-	var b bytes.Buffer
-	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	var b genfile.Buffer
+	p := b.P
 	p("%s\n", genfile.Header("//", "gencapi", "opdef"))
 	p("#include \"gobn.h\"\n\n")
 	for i, op := range ops {

@@ -128,17 +128,14 @@ func TestFamiliesOfANewKind(t *testing.T) {
 	}
 }
 
-// TestAttrsOfANewKind: every attr is read by its kind, an int attr that
-// counts a list output is held to 0 or 1, and has says whether the list is
-// there.
+// TestAttrsOfANewKind: every attr has a field of its kind's Go type, tagged
+// with its name, and has says whether a list output is there.
 func TestAttrsOfANewKind(t *testing.T) {
 	src, err := GenerateAttrs(append(append([]opdef.Op(nil), opdef.All...), throwaway))
 	require.NoError(t, err)
 	for _, want := range []string{
-		"NumSides                int64       // num_sides",
-		"if a.NumSides, err = src.int(attr.Name); err == nil && (a.NumSides < 0 || a.NumSides > 1) {",
-		"num_sides must be 0 or 1 (gobn's kernels write side_backprop once or not at all), got %d",
-		"a.Mode, err = src.string(attr.Name)",
+		"NumSides                int64       `attr:\"num_sides\"`",
+		"Mode                    string      `attr:\"mode\"`",
 		"case \"num_sides\":\n\t\treturn a.NumSides > 0",
 	} {
 		require.Contains(t, string(src), want)

@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"go/format"
-	"slices"
 	"strings"
 
 	"github.com/gobn/gobn/internal/genfile"
@@ -38,22 +36,24 @@ type checkKind struct {
 // so that the check (check_test.go) runs every kind with no code of its
 // own. root is the repository, whose kernels' packages it reads.
 func GenerateCheck(ops []opdef.Op, root string) ([]byte, error) {
-	var checks []checkKind
-	for _, kind := range opdef.KindsOf(ops) {
-		k, err := newCheckKind(kind, ops, root)
-		if err != nil {
+	kinds := opdef.KindsOf(ops)
+	checks := make([]checkKind, len(kinds))
+	for i, kind := range kinds {
+		var err error
+		if checks[i], err = newCheckKind(kind, ops, root); err != nil {
 			return nil, err
 		}
-		checks = append(checks, k)
 	}
-	var b bytes.Buffer
-	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	var b genfile.Buffer
+	p := b.P
 	b.WriteString(genfile.GoFile{Generator: "gencuda", Source: "opdef and the kinds' kernels", Package: "cuda_test",
 		Imports: []string{"github.com/gobn/gobn/kernels", "github.com/gobn/gobn/kernels/cuda"}}.Prologue())
-	p("\n// kinds are the kinds' kernels as the GPU check calls them, in opdef's\n")
-	p("// order: the tensors each takes, by name, and its Go kernel (by T: float32,\n")
-	p("// half, bfloat16) and CUDA kernel on a call's tensors and attrs.\n")
-	p("var kinds = []kindCall{\n")
+	b.WriteString(`
+// kinds are the kinds' kernels as the GPU check calls them, in opdef's
+// order: the tensors each takes, by name, and its Go kernel (by T: float32,
+// half, bfloat16) and CUDA kernel on a call's tensors and attrs.
+var kinds = []kindCall{
+`)
 	for _, k := range checks {
 		p("\t{\n\t\tname: %q,\n\t\ttensors: []kindTensor{\n", k.kind)
 		for _, t := range k.tensors {
@@ -131,7 +131,7 @@ func newCheckKind(kind opdef.Kind, ops []opdef.Op, root string) (checkKind, erro
 		} else {
 			t.activation = len(a.Ranks) > 0 && a.Ranks[0] >= 4
 		}
-		if !t.count && !slices.Contains([]string{"[]T", "[]float32"}, k.cpu.Types[i]) {
+		if !t.count && k.cpu.Types[i] != "[]T" && k.cpu.Types[i] != "[]float32" {
 			return k, fmt.Errorf("%s: %s's field %s is %s: the GPU check takes []T, []float32 or a count",
 				recipe.CPU.File(kind), k.cpu.Args, field, k.cpu.Types[i])
 		}

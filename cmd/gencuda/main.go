@@ -18,7 +18,6 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"maps"
 	"path/filepath"
@@ -58,8 +57,8 @@ var header = genfile.Header("//", "gencuda", "internal/cudaspec and kernels/cuda
 
 // paramsHeader returns params_gen.h for the struct type t.
 func paramsHeader(t reflect.Type) ([]byte, error) {
-	var b bytes.Buffer
-	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	var b genfile.Buffer
+	p := b.P
 	b.WriteString(header)
 	p(`// gobn_params is the one argument of every gobn CUDA kernel, passed by
 // value: cudaspec.Params, which says what each field holds. The Go launch
@@ -85,24 +84,12 @@ typedef struct {
 		asserts = append(asserts, fmt.Sprintf("GOBN_PARAMS_OFFSET(%s) == %d", name, f.Offset))
 	}
 	p("} gobn_params;\n\n")
-	p(`// NVRTC (__CUDACC_RTC__) has no __builtin_offsetof, nor an offsetof that
-// is a constant; its front end's __INTADDR__ gives the offset as one.
-#if defined(__CUDACC_RTC__)
-#define GOBN_PARAMS_OFFSET(f) __INTADDR__(&((gobn_params*)0)->f)
-#else
-#define GOBN_PARAMS_OFFSET(f) __builtin_offsetof(gobn_params, f)
-#endif
-#ifdef __cplusplus
-#define GOBN_PARAMS_ASSERT(cond) static_assert(cond, #cond)
-#else
-#define GOBN_PARAMS_ASSERT(cond) _Static_assert(cond, #cond)
-#endif
-`)
+	p("#include \"layout_assert.h\"\n\n")
 	p("GOBN_PARAMS_ASSERT(sizeof(gobn_params) == %d);\n", t.Size())
 	for _, a := range asserts {
 		p("GOBN_PARAMS_ASSERT(%s);\n", a)
 	}
-	p("#undef GOBN_PARAMS_ASSERT\n#undef GOBN_PARAMS_OFFSET\n\n#endif  // GOBN_KERNELS_CUDA_PARAMS_GEN_H_\n")
+	p("\n#endif  // GOBN_KERNELS_CUDA_PARAMS_GEN_H_\n")
 	return b.Bytes(), nil
 }
 
@@ -141,8 +128,8 @@ func snake(name string) string {
 
 // kernelsHeader returns kernels_gen.cuh for ks.
 func kernelsHeader(ks []cudaspec.Kernel) ([]byte, error) {
-	var b bytes.Buffer
-	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	var b genfile.Buffer
+	p := b.P
 	b.WriteString(header)
 	p(`// What batchnorm.cu shares with gobn's Go launch layer: the launch shapes,
 // the slots of the finalize kernels' outputs and the kernels. batchnorm.cu

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"go/format"
 
@@ -14,8 +13,8 @@ import (
 // op stock TensorFlow lacks), with their option functions by attr name. The
 // tests check every wrapper it names against opdef and the stock signature.
 func GenerateTable(ops []opdef.Op) ([]byte, error) {
-	var b bytes.Buffer
-	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	var b genfile.Buffer
+	p := b.P
 	b.WriteString(genfile.GoFile{Generator: "genops", Source: "opdef", Package: "ops_test",
 		Imports: []string{"github.com/galeone/tensorflow/tensorflow/go/op", "github.com/gobn/gobn/ops"}}.Prologue())
 	p("// wrappers lists ops_gen.go's wrappers by the op they add.\n")

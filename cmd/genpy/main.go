@@ -11,7 +11,6 @@ package main
 //go:generate go run . -dir ../../python/gobn
 
 import (
-	"bytes"
 	"fmt"
 	"strconv"
 	"strings"
@@ -40,8 +39,8 @@ var pythonDTypes = map[string]string{"float": "float32", "half": "float16", "bfl
 
 // GenerateTolerances returns the Python module of the tolerance table.
 func GenerateTolerances(table map[string]tolerance.Bound) []byte {
-	var b bytes.Buffer
-	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	var b genfile.Buffer
+	p := b.P
 	b.WriteString(genfile.Header("#", "genpy", "internal/tolerance"))
 	p("\"\"\"(rtol, atol) per dtype name: docs/design.md's tolerances (gobn._testing uses them).\"\"\"\n\n")
 	p("TOLERANCES = {\n")
@@ -57,8 +56,8 @@ func pyFloat(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
 
 // Generate returns the Python module for ops.
 func Generate(ops []opdef.Op) []byte {
-	var b bytes.Buffer
-	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	var b genfile.Buffer
+	p := b.P
 	b.WriteString(genfile.Header("#", "genpy", "opdef"))
 	p(`"""The ops libgobn.so registers, in registration order (gobn._opdef.Op)."""
 

@@ -16,79 +16,69 @@ import (
 	"github.com/gobn/gobn/opdef"
 )
 
-// Piece is a file an op of a new kind is written in by hand.
-type Piece struct {
-	// File is its path under the repository; {kind} stands for the kind's
-	// name in snake case (opdef.Kind.SnakeCase).
-	File string
-	// What says what it holds of the kind; Why, why no generator writes it.
-	What, Why string
-	// lacks returns what kind lacks of it, whose file is path under root,
-	// "" when nothing.
-	lacks func(root, path string, kind opdef.Kind) string
-}
+// Pieces are the files an op of a new kind is written in by hand, in the
+// order CONTRIBUTING.md lists them, with what each holds and why no
+// generator writes it (TestContributingListsThePieces); {kind} stands for
+// the kind's name in snake case (opdef.Kind.SnakeCase). Everything else is
+// generated from opdef, or reads opdef or the op table.
+var Pieces = []string{"opdef/opdef.go", "kernels/{kind}.go", "kernels/{kind}_test.go", "internal/reference/{kind}.go",
+	"kernels/cuda/{kind}.go", "kernels/cuda/batchnorm.cu", "python/gobn/_kinds/{kind}.py", "opdef/testdata/ops.json"}
 
-// Path returns p's file for kind.
-func (p Piece) Path(kind opdef.Kind) string {
-	return strings.ReplaceAll(p.File, "{kind}", kind.SnakeCase())
-}
-
-// Pieces are the files an op of a new kind needs by hand, in the order
-// CONTRIBUTING.md lists them (TestContributingListsThePieces). Everything
-// else is generated from opdef, or reads opdef or the op table.
-var Pieces = []Piece{
-	{File: "opdef/opdef.go", What: "the op in All, and its Kind constant",
-		Why: "the op's facts are what every generator reads", lacks: lacksOp},
-	{File: "kernels/{kind}.go", What: "its Go kernel: its args and func <Kind>[T Element](a <its args>)",
-		Why: "the math", lacks: lacksKernel(CPU)},
-	{File: "kernels/{kind}_test.go", What: "its kernel's tests against its float64 reference",
-		Why: "the edge cases and paths of its own math", lacks: lacksTest},
-	{File: "internal/reference/{kind}.go", What: "its float64 reference, and what the GPU check needs of the kind (register)",
-		Why: "the formula, written apart from the kernel that it checks", lacks: lacksReference},
-	{File: "kernels/cuda/{kind}.go", What: "its CUDA launch: its args, func <Kind>(a <its args>, pl Placement) error, its plan and the kernels it adds",
-		Why: "the launch shapes of its passes", lacks: lacksKernel(GPU)},
-	{File: "kernels/cuda/batchnorm.cu", What: "the device functions its kernels call, beside the passes they share",
-		Why: "the math on the GPU", lacks: lacksDeviceCode},
-	{File: "python/gobn/_kinds/{kind}.py", What: "its gradient, pfor converter, stock plumbing, XLA stand-ins, test modes and sample builder",
-		Why: "its math in TensorFlow ops and its cases (python_tests/test_kinds.py checks it)", lacks: lacksFile},
-	{File: "opdef/testdata/ops.json", What: "the row of each of its ops",
-		Why: "what the tests expect, written apart from opdef", lacks: lacksRow},
+// Path returns the file of piece for kind.
+func Path(piece string, kind opdef.Kind) string {
+	return strings.ReplaceAll(piece, "{kind}", kind.SnakeCase())
 }
 
 // Missing returns what kind lacks of each piece under root, a line a piece
 // that starts with the piece's file; none when the kind is complete.
 func Missing(root string, kind opdef.Kind) []string {
 	var out []string
-	for _, p := range Pieces {
-		if why := p.lacks(root, p.Path(kind), kind); why != "" {
-			out = append(out, p.Path(kind)+": "+why)
+	for _, piece := range Pieces {
+		if why := lacks(root, piece, kind); why != "" {
+			out = append(out, Path(piece, kind)+": "+why)
 		}
 	}
 	return out
 }
 
-func lacksOp(_, _ string, kind opdef.Kind) string {
+// lacks returns what kind lacks of piece under root, "" when nothing.
+func lacks(root, piece string, kind opdef.Kind) string {
+	path := Path(piece, kind)
+	switch piece {
+	case "opdef/opdef.go":
+		return lacksOp(kind)
+	case "kernels/{kind}.go":
+		return lacksKernel(root, CPU, kind)
+	case "kernels/{kind}_test.go":
+		return lacksTest(root, path)
+	case "internal/reference/{kind}.go":
+		return lacksReference(root, path, kind)
+	case "kernels/cuda/{kind}.go":
+		return lacksKernel(root, GPU, kind)
+	case "kernels/cuda/batchnorm.cu":
+		return lacksDeviceCode(root, path, kind)
+	case "opdef/testdata/ops.json":
+		return lacksRow(root, path, kind)
+	}
+	if _, err := os.Stat(filepath.Join(root, path)); err != nil { // the kind's Python module
+		return "no such file"
+	}
+	return ""
+}
+
+func lacksOp(kind opdef.Kind) string {
 	if slices.Contains(opdef.Kinds(), kind) {
 		return ""
 	}
 	return "no op of kind " + string(kind) + " in All"
 }
 
-func lacksKernel(dev Device) func(string, string, opdef.Kind) string {
-	return func(root, path string, kind opdef.Kind) string {
-		_, err := ReadKernel(root, dev, kind)
-		if err == nil {
-			return ""
-		}
-		return strings.TrimPrefix(err.Error(), path+": ")
+func lacksKernel(root string, dev Device, kind opdef.Kind) string {
+	_, err := ReadKernel(root, dev, kind)
+	if err == nil {
+		return ""
 	}
-}
-
-func lacksFile(root, path string, _ opdef.Kind) string {
-	if _, err := os.Stat(filepath.Join(root, path)); err != nil {
-		return "no such file"
-	}
-	return ""
+	return strings.TrimPrefix(err.Error(), dev.File(kind)+": ")
 }
 
 // parse returns the Go file at path under root, or nil.
@@ -100,7 +90,7 @@ func parse(root, path string) *ast.File {
 	return file
 }
 
-func lacksTest(root, path string, _ opdef.Kind) string {
+func lacksTest(root, path string) string {
 	file := parse(root, path)
 	if file == nil {
 		return "no such file"

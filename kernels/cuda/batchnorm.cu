@@ -444,7 +444,6 @@ __device__ __forceinline__ long long channel_index() {
 // db = Σdy, dm = −db·s·γ', dg = s·Σdy·(t−m) (or 0), dv = −½·s³·γ'·Σdy·(t−m).
 template <typename T>
 __device__ __forceinline__ void global_finalize(const gobn_params& p) {
-  namespace o = out::finalize_global;
   const long long c = channel_index();
   double sdy, sdx;
   channel_sums(p, c, sdy, sdx);
@@ -455,48 +454,45 @@ __device__ __forceinline__ void global_finalize(const gobn_params& p) {
     k *= to_float(at<const T>(p.scale)[c]);
     dg = s * sdx;
   }
-  at<T>(p.out[o::dm])[c] = from_float<T>(static_cast<float>(-sdy * k));
-  at<T>(p.out[o::dv])[c] = from_float<T>(static_cast<float>(-0.5 * s * s * k * sdx));
-  at<T>(p.out[o::db])[c] = from_float<T>(static_cast<float>(sdy));
-  at<T>(p.out[o::dg])[c] = from_float<T>(static_cast<float>(dg));
+  at<T>(p.out[out::finalize_global::dm])[c] = from_float<T>(static_cast<float>(-sdy * k));
+  at<T>(p.out[out::finalize_global::dv])[c] = from_float<T>(static_cast<float>(-0.5 * s * s * k * sdx));
+  at<T>(p.out[out::finalize_global::db])[c] = from_float<T>(static_cast<float>(sdy));
+  at<T>(p.out[out::finalize_global::dg])[c] = from_float<T>(static_cast<float>(dg));
 }
 
 // The training gradient: var is reserve_space_2, the inverse standard
 // deviation; out: scale_backprop, offset_backprop; coef for apply.
 __device__ __forceinline__ void finalize_train(const gobn_params& p) {
-  namespace o = out::finalize_train;
   const long long c = channel_index();
   double sdy, sdx;
   channel_sums(p, c, sdy, sdx);
   if (c >= p.c || threadIdx.y != 0) return;
   const double inv = at<const float>(p.var)[c];
-  at<float>(p.out[o::scale_backprop])[c] = static_cast<float>(sdx * inv);
-  at<float>(p.out[o::offset_backprop])[c] = static_cast<float>(sdy);
+  at<float>(p.out[out::finalize_train::scale_backprop])[c] = static_cast<float>(sdx * inv);
+  at<float>(p.out[out::finalize_train::offset_backprop])[c] = static_cast<float>(sdy);
   coefficients(p, c, inv, sdy, sdx);
 }
 
 // The inference gradient: var is the population variance; out:
 // scale_backprop, offset_backprop (x_backprop is the sweep's).
 __device__ __forceinline__ void finalize_infer(const gobn_params& p) {
-  namespace o = out::finalize_infer;
   const long long c = channel_index();
   double sdy, sdx;
   channel_sums(p, c, sdy, sdx);
   if (c >= p.c || threadIdx.y != 0) return;
   const double inv = inv_std(at<const float>(p.var)[c], p.epsilon);
-  at<float>(p.out[o::scale_backprop])[c] = static_cast<float>(sdx * inv);
-  at<float>(p.out[o::offset_backprop])[c] = static_cast<float>(sdy);
+  at<float>(p.out[out::finalize_infer::scale_backprop])[c] = static_cast<float>(sdx * inv);
+  at<float>(p.out[out::finalize_infer::offset_backprop])[c] = static_cast<float>(sdy);
 }
 
 // BatchNormGradReduce: out: sum_dy, sum_dy_xmu.
 __device__ __forceinline__ void finalize_reduce(const gobn_params& p) {
-  namespace o = out::finalize_reduce;
   const long long c = channel_index();
   double sdy, sdx;
   channel_sums(p, c, sdy, sdx);
   if (c >= p.c || threadIdx.y != 0) return;
-  at<float>(p.out[o::sum_dy])[c] = static_cast<float>(sdy);
-  at<float>(p.out[o::sum_dy_xmu])[c] = static_cast<float>(sdx);
+  at<float>(p.out[out::finalize_reduce::sum_dy])[c] = static_cast<float>(sdy);
+  at<float>(p.out[out::finalize_reduce::sum_dy_xmu])[c] = static_cast<float>(sdx);
 }
 
 // BatchNormGradApply: coef from the global sums sum_dy, sum_dy_xmu, the

@@ -32,21 +32,14 @@ type FusedGradArgs struct {
 // (training or inference, as a.IsTraining says) on the device that holds
 // the tensors.
 func FusedBatchNormGrad(a FusedGradArgs, pl Placement) error {
-	p, err := a.plan()
-	if err != nil {
-		return err
-	}
-	return execute(p, pl, anchor(a.XBackprop, a.ScaleBackprop))
+	return run(a, pl, a.XBackprop, a.ScaleBackprop)
 }
 
 // The FusedBatchNormGrad family's kernels beyond the shared passes: the
 // finalize kernels of training (finalize_train: var is the inverse
 // standard deviation; the apply pass's coefficients too) and inference
 // (finalize_infer: var is the population variance).
-const (
-	finalizeTrain cudaspec.Job = "finalize_train"
-	finalizeInfer cudaspec.Job = "finalize_infer"
-)
+const finalizeTrain, finalizeInfer cudaspec.Job = "finalize_train", "finalize_infer"
 
 var _ = addKernels(slices.Concat(
 	cudaspec.FinalizeKernel(finalizeTrain, "finalize_train(p)", []string{"scale_backprop", "offset_backprop"}),
@@ -74,4 +67,4 @@ func (a FusedGradArgs) plan() (plan, error) {
 
 // WorkspaceBytes returns the device memory the call needs for the args'
 // dims, dtype and addresses (the vector width depends on their alignment).
-func (a FusedGradArgs) WorkspaceBytes() int64 { p, _ := a.plan(); return p.workspace }
+func (a FusedGradArgs) WorkspaceBytes() int64 { return workspaceOf(a) }

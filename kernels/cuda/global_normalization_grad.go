@@ -23,11 +23,7 @@ type GlobalNormalizationArgs struct {
 
 // GlobalNormalizationGrad runs BatchNormWithGlobalNormalizationGrad.
 func GlobalNormalizationGrad(a GlobalNormalizationArgs, pl Placement) error {
-	p, err := a.plan()
-	if err != nil {
-		return err
-	}
-	return execute(p, pl, anchor(a.DX, a.DB))
+	return run(a, pl, a.DX, a.DB)
 }
 
 // The GlobalNormalizationGrad family's kernels, float32 and half
@@ -35,10 +31,7 @@ func GlobalNormalizationGrad(a GlobalNormalizationArgs, pl Placement) error {
 // layout job, reduce_cl with kGlobal, which writes dx as it sums (channels
 // last only; the per-channel inputs of the activations' type), and its
 // finalize, per element type.
-const (
-	global         cudaspec.Job = "global"
-	finalizeGlobal cudaspec.Job = "finalize_global"
-)
+const global, finalizeGlobal cudaspec.Job = "global", "finalize_global"
 
 var _ = addKernels(slices.Concat(
 	cudaspec.LayoutKernels(global, "reduce_cl<{T}, {T}, {V}, kGlobal, {U}>(p)", []cudaspec.Layout{cudaspec.ChannelsLast},
@@ -79,4 +72,4 @@ func (a GlobalNormalizationArgs) plan() (plan, error) {
 
 // WorkspaceBytes returns the device memory the call needs for the args'
 // dims, dtype and addresses (the vector width depends on their alignment).
-func (a GlobalNormalizationArgs) WorkspaceBytes() int64 { p, _ := a.plan(); return p.workspace }
+func (a GlobalNormalizationArgs) WorkspaceBytes() int64 { return workspaceOf(a) }

@@ -21,13 +21,7 @@ type GradApplyArgs struct {
 }
 
 // GradApply runs BatchNormGradApply.
-func GradApply(a GradApplyArgs, pl Placement) error {
-	p, err := a.plan()
-	if err != nil {
-		return err
-	}
-	return execute(p, pl, anchor(a.XBackprop))
-}
+func GradApply(a GradApplyArgs, pl Placement) error { return run(a, pl, a.XBackprop) }
 
 // The GradApply family's kernel beyond the shared passes: its finalize,
 // which forms the apply pass's coefficients from the sums it is given (it
@@ -61,4 +55,4 @@ func (a GradApplyArgs) plan() (plan, error) {
 
 // WorkspaceBytes returns the device memory the call needs for the args'
 // dims, dtype and addresses (the vector width depends on their alignment).
-func (a GradApplyArgs) WorkspaceBytes() int64 { p, _ := a.plan(); return p.workspace }
+func (a GradApplyArgs) WorkspaceBytes() int64 { return workspaceOf(a) }

@@ -15,13 +15,7 @@ type GradReduceArgs struct {
 }
 
 // GradReduce runs BatchNormGradReduce's sums.
-func GradReduce(a GradReduceArgs, pl Placement) error {
-	p, err := a.plan()
-	if err != nil {
-		return err
-	}
-	return execute(p, pl, anchor(a.SumDy))
-}
+func GradReduce(a GradReduceArgs, pl Placement) error { return run(a, pl, a.SumDy) }
 
 // The GradReduce family's kernel beyond the shared passes: its finalize,
 // which writes the sums.
@@ -43,4 +37,4 @@ func (a GradReduceArgs) plan() (plan, error) {
 
 // WorkspaceBytes returns the device memory the call needs for the args'
 // dims, dtype and addresses (the vector width depends on their alignment).
-func (a GradReduceArgs) WorkspaceBytes() int64 { p, _ := a.plan(); return p.workspace }
+func (a GradReduceArgs) WorkspaceBytes() int64 { return workspaceOf(a) }

@@ -117,13 +117,13 @@ func cpuGlobalNormalizationGrad[T kernels.Element](m *hostMemory, c *call) {
 		M:                       tensorOf[T](m, c, "m"),
 		V:                       tensorOf[T](m, c, "v"),
 		Gamma:                   tensorOf[T](m, c, "gamma"),
-		VarianceEpsilon:         c.attrs["variance_epsilon"].(float32),
-		ScaleAfterNormalization: c.attrs["scale_after_normalization"].(bool),
 		DX:                      tensorOf[T](m, c, "dx"),
 		DM:                      tensorOf[T](m, c, "dm"),
 		DV:                      tensorOf[T](m, c, "dv"),
 		DB:                      tensorOf[T](m, c, "db"),
 		DG:                      tensorOf[T](m, c, "dg"),
+		VarianceEpsilon:         c.attrs["variance_epsilon"].(float32),
+		ScaleAfterNormalization: c.attrs["scale_after_normalization"].(bool),
 	})
 }
 

@@ -31,18 +31,8 @@ typedef struct {
   int flags;
 } gobn_params;
 
-// NVRTC (__CUDACC_RTC__) has no __builtin_offsetof, nor an offsetof that
-// is a constant; its front end's __INTADDR__ gives the offset as one.
-#if defined(__CUDACC_RTC__)
-#define GOBN_PARAMS_OFFSET(f) __INTADDR__(&((gobn_params*)0)->f)
-#else
-#define GOBN_PARAMS_OFFSET(f) __builtin_offsetof(gobn_params, f)
-#endif
-#ifdef __cplusplus
-#define GOBN_PARAMS_ASSERT(cond) static_assert(cond, #cond)
-#else
-#define GOBN_PARAMS_ASSERT(cond) _Static_assert(cond, #cond)
-#endif
+#include "layout_assert.h"
+
 GOBN_PARAMS_ASSERT(sizeof(gobn_params) == 168);
 GOBN_PARAMS_ASSERT(GOBN_PARAMS_OFFSET(dy) == 0);
 GOBN_PARAMS_ASSERT(GOBN_PARAMS_OFFSET(x) == 8);
@@ -62,7 +52,5 @@ GOBN_PARAMS_ASSERT(GOBN_PARAMS_OFFSET(count) == 144);
 GOBN_PARAMS_ASSERT(GOBN_PARAMS_OFFSET(splits) == 152);
 GOBN_PARAMS_ASSERT(GOBN_PARAMS_OFFSET(epsilon) == 156);
 GOBN_PARAMS_ASSERT(GOBN_PARAMS_OFFSET(flags) == 160);
-#undef GOBN_PARAMS_ASSERT
-#undef GOBN_PARAMS_OFFSET
 
 #endif  // GOBN_KERNELS_CUDA_PARAMS_GEN_H_

@@ -226,3 +226,24 @@ func anchor(ptrs ...Ptr) Ptr {
 	}
 	return 0
 }
+
+// planner is a kind's args: the launches of a call of them.
+type planner interface{ plan() (plan, error) }
+
+// run runs the plan of a's call on the device that holds written, the
+// addresses it writes (the first not zero tells the device).
+func run(a planner, pl Placement, written ...Ptr) error {
+	p, err := a.plan()
+	if err != nil {
+		return err
+	}
+	return execute(p, pl, anchor(written...))
+}
+
+// workspaceOf returns the device memory a's call needs: its plan's for the
+// args' dims, dtype and addresses (the vector width depends on their
+// alignment).
+func workspaceOf(a planner) int64 {
+	p, _ := a.plan()
+	return p.workspace
+}

@@ -8,13 +8,7 @@ static const char* const op0_outputs[] = {"x_backprop: T", "scale_backprop: T", 
 static const char* const op0_attrs[] = {"T: {float}", "epsilon: float = 0.0001", "data_format: {'NHWC', 'NCHW'} = 'NHWC'", "is_training: bool = true"};
 static const gobn_binding op0_kernels[] = {{1, -1}};
 static const gobn_binding op0_gpu_kernels[] = {{1, -1}};
-static void* op0_create0(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 0, 0); }
-static void* op0_create1(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 0, 1); }
-static void* op0_create2(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 0, 2); }
-static void* op0_create3(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 0, 3); }
-static void op0_shape(TF_ShapeInferenceContext* ctx, TF_Status* status) { gobn_shape(ctx, 0, status); }
-static gobn_xla_error* op0_xla0(gobn_xla_frame* frame) { return gobn_xla_call(frame, 0, 0); }
-static gobn_xla_error* op0_xla1(gobn_xla_frame* frame) { return gobn_xla_call(frame, 0, 1); }
+GOBN_TRAMPOLINES(0)  // gobn.h
 
 // Gobn>FusedBatchNormGradV2
 static const char* const op1_inputs[] = {"y_backprop: T", "x: T", "scale: float", "reserve_space_1: U", "reserve_space_2: U"};
@@ -22,13 +16,7 @@ static const char* const op1_outputs[] = {"x_backprop: T", "scale_backprop: U", 
 static const char* const op1_attrs[] = {"T: {half, bfloat16, float}", "U: {float}", "epsilon: float = 0.0001", "data_format: {'NHWC', 'NCHW'} = 'NHWC'", "is_training: bool = true"};
 static const gobn_binding op1_kernels[] = {{1, 1}, {19, 1}, {14, 1}};
 static const gobn_binding op1_gpu_kernels[] = {{1, 1}, {19, 1}, {14, 1}};
-static void* op1_create0(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 1, 0); }
-static void* op1_create1(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 1, 1); }
-static void* op1_create2(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 1, 2); }
-static void* op1_create3(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 1, 3); }
-static void op1_shape(TF_ShapeInferenceContext* ctx, TF_Status* status) { gobn_shape(ctx, 1, status); }
-static gobn_xla_error* op1_xla0(gobn_xla_frame* frame) { return gobn_xla_call(frame, 1, 0); }
-static gobn_xla_error* op1_xla1(gobn_xla_frame* frame) { return gobn_xla_call(frame, 1, 1); }
+GOBN_TRAMPOLINES(1)  // gobn.h
 
 // Gobn>FusedBatchNormGradV3
 static const char* const op2_inputs[] = {"y_backprop: T", "x: T", "scale: float", "reserve_space_1: U", "reserve_space_2: U", "reserve_space_3: U"};
@@ -36,13 +24,7 @@ static const char* const op2_outputs[] = {"x_backprop: T", "scale_backprop: U", 
 static const char* const op2_attrs[] = {"T: {half, bfloat16, float}", "U: {float}", "epsilon: float = 0.0001", "data_format: {'NHWC', 'NCHW', 'NDHWC', 'NCDHW'} = 'NHWC'", "is_training: bool = true"};
 static const gobn_binding op2_kernels[] = {{1, 1}, {19, 1}, {14, 1}};
 static const gobn_binding op2_gpu_kernels[] = {{1, 1}, {19, 1}, {14, 1}};
-static void* op2_create0(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 2, 0); }
-static void* op2_create1(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 2, 1); }
-static void* op2_create2(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 2, 2); }
-static void* op2_create3(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 2, 3); }
-static void op2_shape(TF_ShapeInferenceContext* ctx, TF_Status* status) { gobn_shape(ctx, 2, status); }
-static gobn_xla_error* op2_xla0(gobn_xla_frame* frame) { return gobn_xla_call(frame, 2, 0); }
-static gobn_xla_error* op2_xla1(gobn_xla_frame* frame) { return gobn_xla_call(frame, 2, 1); }
+GOBN_TRAMPOLINES(2)  // gobn.h
 
 // Gobn>BatchNormWithGlobalNormalizationGrad
 static const char* const op3_inputs[] = {"t: T", "m: T", "v: T", "gamma: T", "backprop: T"};
@@ -50,13 +32,7 @@ static const char* const op3_outputs[] = {"dx: T", "dm: T", "dv: T", "db: T", "d
 static const char* const op3_attrs[] = {"T: numbertype", "variance_epsilon: float", "scale_after_normalization: bool"};
 static const gobn_binding op3_kernels[] = {{19, -1}, {1, -1}, {2, -1}};
 static const gobn_binding op3_gpu_kernels[] = {{19, -1}, {1, -1}};
-static void* op3_create0(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 3, 0); }
-static void* op3_create1(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 3, 1); }
-static void* op3_create2(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 3, 2); }
-static void* op3_create3(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 3, 3); }
-static void op3_shape(TF_ShapeInferenceContext* ctx, TF_Status* status) { gobn_shape(ctx, 3, status); }
-static gobn_xla_error* op3_xla0(gobn_xla_frame* frame) { return gobn_xla_call(frame, 3, 0); }
-static gobn_xla_error* op3_xla1(gobn_xla_frame* frame) { return gobn_xla_call(frame, 3, 1); }
+GOBN_TRAMPOLINES(3)  // gobn.h
 
 // Gobn>BatchNormGradReduce
 static const char* const op4_inputs[] = {"y_backprop: T", "x: T", "mean: U"};
@@ -65,11 +41,7 @@ static const char* const op4_attrs[] = {"T: {half, bfloat16, float}", "U: {float
 static const gobn_binding op4_kernels[] = {{1, 1}, {19, 1}, {14, 1}};
 static const gobn_binding op4_gpu_kernels[] = {{1, 1}, {19, 1}, {14, 1}};
 static const char* const op4_host_memory[] = {"count"};
-static void* op4_create0(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 4, 0); }
-static void* op4_create1(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 4, 1); }
-static void op4_shape(TF_ShapeInferenceContext* ctx, TF_Status* status) { gobn_shape(ctx, 4, status); }
-static gobn_xla_error* op4_xla0(gobn_xla_frame* frame) { return gobn_xla_call(frame, 4, 0); }
-static gobn_xla_error* op4_xla1(gobn_xla_frame* frame) { return gobn_xla_call(frame, 4, 1); }
+GOBN_TRAMPOLINES(4)  // gobn.h
 
 // Gobn>BatchNormGradApply
 static const char* const op5_inputs[] = {"y_backprop: T", "x: T", "scale: U", "mean: U", "variance: U", "sum_dy: U", "sum_dy_xmu: U", "count: int64"};
@@ -78,11 +50,7 @@ static const char* const op5_attrs[] = {"T: {half, bfloat16, float}", "U: {float
 static const gobn_binding op5_kernels[] = {{1, 1}, {19, 1}, {14, 1}};
 static const gobn_binding op5_gpu_kernels[] = {{1, 1}, {19, 1}, {14, 1}};
 static const char* const op5_host_memory[] = {"count"};
-static void* op5_create0(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 5, 0); }
-static void* op5_create1(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, 5, 1); }
-static void op5_shape(TF_ShapeInferenceContext* ctx, TF_Status* status) { gobn_shape(ctx, 5, status); }
-static gobn_xla_error* op5_xla0(gobn_xla_frame* frame) { return gobn_xla_call(frame, 5, 0); }
-static gobn_xla_error* op5_xla1(gobn_xla_frame* frame) { return gobn_xla_call(frame, 5, 1); }
+GOBN_TRAMPOLINES(5)  // gobn.h
 
 const gobn_op_spec gobn_ops[] = {
     {"Gobn>FusedBatchNormGrad", "FusedBatchNormGrad", 5, op0_inputs, 5, op0_outputs, 4, op0_attrs, 1, op0_kernels, 1, op0_gpu_kernels, 0, NULL, {op0_create0, op0_create1, op0_create2, op0_create3}, op0_shape, {op0_xla0, op0_xla1}},

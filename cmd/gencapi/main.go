@@ -62,23 +62,7 @@ func Generate(ops []opdef.Op) []byte {
 			}
 			p("static const char* const op%d_host_memory[] = {%s};\n", i, strings.Join(names, ", "))
 		}
-		// One create trampoline per way the op's kernels are registered:
-		// flags bit 0 a GPU kernel, bit 1 under the stock op's name.
-		for flags := range 4 {
-			if flags&1 != 0 && len(op.GPUKernels) == 0 || flags&2 != 0 && op.Stock == "" {
-				continue
-			}
-			p("static void* op%d_create%d(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, %d, %d); }\n", i, flags, i, flags)
-		}
-		p("static void op%d_shape(TF_ShapeInferenceContext* ctx, TF_Status* status) { gobn_shape(ctx, %d, status); }\n", i, i)
-		// One XLA FFI handler per platform: host, and CUDA for an op with
-		// GPU kernels (flags GOBN_ON_GPU).
-		for flags := range 2 {
-			if flags == 1 && len(op.GPUKernels) == 0 {
-				continue
-			}
-			p("static gobn_xla_error* op%d_xla%d(gobn_xla_frame* frame) { return gobn_xla_call(frame, %d, %d); }\n", i, flags, i, flags)
-		}
+		p("GOBN_TRAMPOLINES(%d)  // gobn.h\n", i)
 		p("\n")
 	}
 	p("const gobn_op_spec gobn_ops[] = {\n")

@@ -51,12 +51,14 @@ func GenerateCheck(ops []opdef.Op, root string) ([]byte, error) {
 	b.WriteString(`
 // kinds are the kinds' kernels as the GPU check calls them, in opdef's
 // order: the tensors each takes, by name, and its Go kernel (by T: float32,
-// half, bfloat16) and CUDA kernel on a call's tensors and attrs.
+// half, bfloat16) and CUDA kernel on a call's tensors and attrs. A kind
+// is a line, and each of its kernels' calls: the kinds differ in their
+// fields alone.
 var kinds = []kindCall{
 `)
 	for _, k := range checks {
-		p("\t{\n\t\tname: %q,\n\t\ttensors: []kindTensor{\n", k.kind)
-		for _, t := range k.tensors {
+		tensors := make([]string, len(k.tensors))
+		for i, t := range k.tensors {
 			fields := []string{fmt.Sprintf("name: %q", t.name)}
 			for _, flag := range []struct {
 				on   bool
@@ -72,11 +74,10 @@ var kinds = []kindCall{
 			if t.list != "" {
 				fields = append(fields, fmt.Sprintf("list: %q", t.list))
 			}
-			p("\t\t\t{%s},\n", strings.Join(fields, ", "))
+			tensors[i] = "{" + strings.Join(fields, ", ") + "}"
 		}
-		p("\t\t},\n\t\tcpu: [3]func(*hostMemory, *call){cpu%s[float32], cpu%s[kernels.Half], cpu%s[kernels.BFloat16]},\n",
-			k.kind, k.kind, k.kind)
-		p("\t\tgpu: gpu%s,\n\t},\n", k.kind)
+		p("\t{name: %q, tensors: []kindTensor{%s}, cpu: [3]func(*hostMemory, *call){cpu%s[float32], cpu%s[kernels.Half], cpu%s[kernels.BFloat16]}, gpu: gpu%s},\n",
+			k.kind, strings.Join(tensors, ", "), k.kind, k.kind, k.kind, k.kind)
 	}
 	p("}\n")
 	for _, k := range checks {
@@ -166,11 +167,11 @@ func (k checkKind) write(p func(string, ...any)) {
 		}
 	}
 	p("\n// cpu%s runs the %s kind's Go kernel on c's tensors in m.\n", k.kind, k.kind)
-	p("func cpu%s[T kernels.Element](m *hostMemory, c *call) {\n\t%s(%s{\n\t\t%s,\n\t})\n}\n",
-		k.kind, k.cpu.Entry, k.cpu.Args, strings.Join(cpu, ",\n\t\t"))
+	p("func cpu%s[T kernels.Element](m *hostMemory, c *call) {\n\t%s(%s{%s})\n}\n",
+		k.kind, k.cpu.Entry, k.cpu.Args, strings.Join(cpu, ", "))
 	p("\n// gpu%s is the %s kind's CUDA kernel on c's tensors.\n", k.kind, k.kind)
-	p("func gpu%s(c *call) gpuOp {\n\treturn bind(%s{\n\t\t%s,\n\t}, %s)\n}\n",
-		k.kind, k.gpu.Args, strings.Join(gpu, ",\n\t\t"), k.gpu.Entry)
+	p("func gpu%s(c *call) gpuOp {\n\treturn bind(%s{%s}, %s)\n}\n",
+		k.kind, k.gpu.Args, strings.Join(gpu, ", "), k.gpu.Entry)
 }
 
 // value returns the Go expression of field of the kernels' args in a

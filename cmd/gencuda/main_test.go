@@ -61,10 +61,9 @@ func TestCheckOfANewKind(t *testing.T) {
 	for _, want := range []string{
 		`{name: "side_backprop", output: true, activation: true, ofT: true, list: "num_sides"}`,
 		`{name: "scale"}`,
-		`NumSides:     c.attrs["num_sides"].(int64),`,
-		`SideBackprop: tensorOf[T](m, c, "side_backprop"),`,
-		`SideBackprop: c.ptr("side_backprop"),`,
-		"}, cuda.Throwaway)",
+		`NumSides: c.attrs["num_sides"].(int64),`,
+		`SideBackprop: tensorOf[T](m, c, "side_backprop")})`,
+		`SideBackprop: c.ptr("side_backprop")}, cuda.Throwaway)`,
 	} {
 		require.Contains(t, string(src), want)
 	}

@@ -9,200 +9,52 @@ import (
 
 // kinds are the kinds' kernels as the GPU check calls them, in opdef's
 // order: the tensors each takes, by name, and its Go kernel (by T: float32,
-// half, bfloat16) and CUDA kernel on a call's tensors and attrs.
+// half, bfloat16) and CUDA kernel on a call's tensors and attrs. A kind
+// is a line, and each of its kernels' calls: the kinds differ in their
+// fields alone.
 var kinds = []kindCall{
-	{
-		name: "FusedBatchNormGrad",
-		tensors: []kindTensor{
-			{name: "y_backprop", activation: true, ofT: true},
-			{name: "x", activation: true, ofT: true},
-			{name: "scale"},
-			{name: "reserve_space_1"},
-			{name: "reserve_space_2"},
-			{name: "x_backprop", output: true, activation: true, ofT: true, forward: []string{"y_backprop", "x"}},
-			{name: "scale_backprop", output: true},
-			{name: "offset_backprop", output: true},
-		},
-		cpu: [3]func(*hostMemory, *call){cpuFusedBatchNormGrad[float32], cpuFusedBatchNormGrad[kernels.Half], cpuFusedBatchNormGrad[kernels.BFloat16]},
-		gpu: gpuFusedBatchNormGrad,
-	},
-	{
-		name: "GlobalNormalizationGrad",
-		tensors: []kindTensor{
-			{name: "t", activation: true, ofT: true},
-			{name: "backprop", activation: true, ofT: true},
-			{name: "m", ofT: true},
-			{name: "v", ofT: true},
-			{name: "gamma", ofT: true},
-			{name: "dx", output: true, activation: true, ofT: true, forward: []string{"t", "backprop"}},
-			{name: "dm", output: true, ofT: true},
-			{name: "dv", output: true, ofT: true},
-			{name: "db", output: true, ofT: true},
-			{name: "dg", output: true, ofT: true},
-		},
-		cpu: [3]func(*hostMemory, *call){cpuGlobalNormalizationGrad[float32], cpuGlobalNormalizationGrad[kernels.Half], cpuGlobalNormalizationGrad[kernels.BFloat16]},
-		gpu: gpuGlobalNormalizationGrad,
-	},
-	{
-		name: "GradReduce",
-		tensors: []kindTensor{
-			{name: "y_backprop", activation: true, ofT: true},
-			{name: "x", activation: true, ofT: true},
-			{name: "mean"},
-			{name: "sum_dy", output: true},
-			{name: "sum_dy_xmu", output: true},
-		},
-		cpu: [3]func(*hostMemory, *call){cpuGradReduce[float32], cpuGradReduce[kernels.Half], cpuGradReduce[kernels.BFloat16]},
-		gpu: gpuGradReduce,
-	},
-	{
-		name: "GradApply",
-		tensors: []kindTensor{
-			{name: "y_backprop", activation: true, ofT: true},
-			{name: "x", activation: true, ofT: true},
-			{name: "scale"},
-			{name: "mean"},
-			{name: "variance"},
-			{name: "sum_dy"},
-			{name: "sum_dy_xmu"},
-			{name: "count", count: true},
-			{name: "x_backprop", output: true, activation: true, ofT: true, forward: []string{"y_backprop", "x"}},
-		},
-		cpu: [3]func(*hostMemory, *call){cpuGradApply[float32], cpuGradApply[kernels.Half], cpuGradApply[kernels.BFloat16]},
-		gpu: gpuGradApply,
-	},
+	{name: "FusedBatchNormGrad", tensors: []kindTensor{{name: "y_backprop", activation: true, ofT: true}, {name: "x", activation: true, ofT: true}, {name: "scale"}, {name: "reserve_space_1"}, {name: "reserve_space_2"}, {name: "x_backprop", output: true, activation: true, ofT: true, forward: []string{"y_backprop", "x"}}, {name: "scale_backprop", output: true}, {name: "offset_backprop", output: true}}, cpu: [3]func(*hostMemory, *call){cpuFusedBatchNormGrad[float32], cpuFusedBatchNormGrad[kernels.Half], cpuFusedBatchNormGrad[kernels.BFloat16]}, gpu: gpuFusedBatchNormGrad},
+	{name: "GlobalNormalizationGrad", tensors: []kindTensor{{name: "t", activation: true, ofT: true}, {name: "backprop", activation: true, ofT: true}, {name: "m", ofT: true}, {name: "v", ofT: true}, {name: "gamma", ofT: true}, {name: "dx", output: true, activation: true, ofT: true, forward: []string{"t", "backprop"}}, {name: "dm", output: true, ofT: true}, {name: "dv", output: true, ofT: true}, {name: "db", output: true, ofT: true}, {name: "dg", output: true, ofT: true}}, cpu: [3]func(*hostMemory, *call){cpuGlobalNormalizationGrad[float32], cpuGlobalNormalizationGrad[kernels.Half], cpuGlobalNormalizationGrad[kernels.BFloat16]}, gpu: gpuGlobalNormalizationGrad},
+	{name: "GradReduce", tensors: []kindTensor{{name: "y_backprop", activation: true, ofT: true}, {name: "x", activation: true, ofT: true}, {name: "mean"}, {name: "sum_dy", output: true}, {name: "sum_dy_xmu", output: true}}, cpu: [3]func(*hostMemory, *call){cpuGradReduce[float32], cpuGradReduce[kernels.Half], cpuGradReduce[kernels.BFloat16]}, gpu: gpuGradReduce},
+	{name: "GradApply", tensors: []kindTensor{{name: "y_backprop", activation: true, ofT: true}, {name: "x", activation: true, ofT: true}, {name: "scale"}, {name: "mean"}, {name: "variance"}, {name: "sum_dy"}, {name: "sum_dy_xmu"}, {name: "count", count: true}, {name: "x_backprop", output: true, activation: true, ofT: true, forward: []string{"y_backprop", "x"}}}, cpu: [3]func(*hostMemory, *call){cpuGradApply[float32], cpuGradApply[kernels.Half], cpuGradApply[kernels.BFloat16]}, gpu: gpuGradApply},
 }
 
 // cpuFusedBatchNormGrad runs the FusedBatchNormGrad kind's Go kernel on c's tensors in m.
 func cpuFusedBatchNormGrad[T kernels.Element](m *hostMemory, c *call) {
-	kernels.FusedBatchNormGrad(kernels.FusedGradArgs[T]{
-		Dims:           c.dims,
-		YBackprop:      tensorOf[T](m, c, "y_backprop"),
-		X:              tensorOf[T](m, c, "x"),
-		Scale:          tensorOf[float32](m, c, "scale"),
-		ReserveSpace1:  tensorOf[float32](m, c, "reserve_space_1"),
-		ReserveSpace2:  tensorOf[float32](m, c, "reserve_space_2"),
-		Epsilon:        c.attrs["epsilon"].(float32),
-		IsTraining:     c.attrs["is_training"].(bool),
-		XBackprop:      tensorOf[T](m, c, "x_backprop"),
-		ScaleBackprop:  tensorOf[float32](m, c, "scale_backprop"),
-		OffsetBackprop: tensorOf[float32](m, c, "offset_backprop"),
-	})
+	kernels.FusedBatchNormGrad(kernels.FusedGradArgs[T]{Dims: c.dims, YBackprop: tensorOf[T](m, c, "y_backprop"), X: tensorOf[T](m, c, "x"), Scale: tensorOf[float32](m, c, "scale"), ReserveSpace1: tensorOf[float32](m, c, "reserve_space_1"), ReserveSpace2: tensorOf[float32](m, c, "reserve_space_2"), Epsilon: c.attrs["epsilon"].(float32), IsTraining: c.attrs["is_training"].(bool), XBackprop: tensorOf[T](m, c, "x_backprop"), ScaleBackprop: tensorOf[float32](m, c, "scale_backprop"), OffsetBackprop: tensorOf[float32](m, c, "offset_backprop")})
 }
 
 // gpuFusedBatchNormGrad is the FusedBatchNormGrad kind's CUDA kernel on c's tensors.
 func gpuFusedBatchNormGrad(c *call) gpuOp {
-	return bind(cuda.FusedGradArgs{
-		Dims:           c.dims,
-		DType:          c.dt,
-		IsTraining:     c.attrs["is_training"].(bool),
-		YBackprop:      c.ptr("y_backprop"),
-		X:              c.ptr("x"),
-		Scale:          c.ptr("scale"),
-		ReserveSpace1:  c.ptr("reserve_space_1"),
-		ReserveSpace2:  c.ptr("reserve_space_2"),
-		Epsilon:        c.attrs["epsilon"].(float32),
-		XBackprop:      c.ptr("x_backprop"),
-		ScaleBackprop:  c.ptr("scale_backprop"),
-		OffsetBackprop: c.ptr("offset_backprop"),
-	}, cuda.FusedBatchNormGrad)
+	return bind(cuda.FusedGradArgs{Dims: c.dims, DType: c.dt, IsTraining: c.attrs["is_training"].(bool), YBackprop: c.ptr("y_backprop"), X: c.ptr("x"), Scale: c.ptr("scale"), ReserveSpace1: c.ptr("reserve_space_1"), ReserveSpace2: c.ptr("reserve_space_2"), Epsilon: c.attrs["epsilon"].(float32), XBackprop: c.ptr("x_backprop"), ScaleBackprop: c.ptr("scale_backprop"), OffsetBackprop: c.ptr("offset_backprop")}, cuda.FusedBatchNormGrad)
 }
 
 // cpuGlobalNormalizationGrad runs the GlobalNormalizationGrad kind's Go kernel on c's tensors in m.
 func cpuGlobalNormalizationGrad[T kernels.Element](m *hostMemory, c *call) {
-	kernels.GlobalNormalizationGrad(kernels.GlobalNormalizationArgs[T]{
-		Dims:                    c.dims,
-		T:                       tensorOf[T](m, c, "t"),
-		Backprop:                tensorOf[T](m, c, "backprop"),
-		M:                       tensorOf[T](m, c, "m"),
-		V:                       tensorOf[T](m, c, "v"),
-		Gamma:                   tensorOf[T](m, c, "gamma"),
-		DX:                      tensorOf[T](m, c, "dx"),
-		DM:                      tensorOf[T](m, c, "dm"),
-		DV:                      tensorOf[T](m, c, "dv"),
-		DB:                      tensorOf[T](m, c, "db"),
-		DG:                      tensorOf[T](m, c, "dg"),
-		VarianceEpsilon:         c.attrs["variance_epsilon"].(float32),
-		ScaleAfterNormalization: c.attrs["scale_after_normalization"].(bool),
-	})
+	kernels.GlobalNormalizationGrad(kernels.GlobalNormalizationArgs[T]{Dims: c.dims, T: tensorOf[T](m, c, "t"), Backprop: tensorOf[T](m, c, "backprop"), M: tensorOf[T](m, c, "m"), V: tensorOf[T](m, c, "v"), Gamma: tensorOf[T](m, c, "gamma"), DX: tensorOf[T](m, c, "dx"), DM: tensorOf[T](m, c, "dm"), DV: tensorOf[T](m, c, "dv"), DB: tensorOf[T](m, c, "db"), DG: tensorOf[T](m, c, "dg"), VarianceEpsilon: c.attrs["variance_epsilon"].(float32), ScaleAfterNormalization: c.attrs["scale_after_normalization"].(bool)})
 }
 
 // gpuGlobalNormalizationGrad is the GlobalNormalizationGrad kind's CUDA kernel on c's tensors.
 func gpuGlobalNormalizationGrad(c *call) gpuOp {
-	return bind(cuda.GlobalNormalizationArgs{
-		Dims:                    c.dims,
-		DType:                   c.dt,
-		T:                       c.ptr("t"),
-		M:                       c.ptr("m"),
-		V:                       c.ptr("v"),
-		Gamma:                   c.ptr("gamma"),
-		Backprop:                c.ptr("backprop"),
-		VarianceEpsilon:         c.attrs["variance_epsilon"].(float32),
-		ScaleAfterNormalization: c.attrs["scale_after_normalization"].(bool),
-		DX:                      c.ptr("dx"),
-		DM:                      c.ptr("dm"),
-		DV:                      c.ptr("dv"),
-		DB:                      c.ptr("db"),
-		DG:                      c.ptr("dg"),
-	}, cuda.GlobalNormalizationGrad)
+	return bind(cuda.GlobalNormalizationArgs{Dims: c.dims, DType: c.dt, T: c.ptr("t"), M: c.ptr("m"), V: c.ptr("v"), Gamma: c.ptr("gamma"), Backprop: c.ptr("backprop"), VarianceEpsilon: c.attrs["variance_epsilon"].(float32), ScaleAfterNormalization: c.attrs["scale_after_normalization"].(bool), DX: c.ptr("dx"), DM: c.ptr("dm"), DV: c.ptr("dv"), DB: c.ptr("db"), DG: c.ptr("dg")}, cuda.GlobalNormalizationGrad)
 }
 
 // cpuGradReduce runs the GradReduce kind's Go kernel on c's tensors in m.
 func cpuGradReduce[T kernels.Element](m *hostMemory, c *call) {
-	kernels.GradReduce(kernels.GradReduceArgs[T]{
-		Dims:      c.dims,
-		YBackprop: tensorOf[T](m, c, "y_backprop"),
-		X:         tensorOf[T](m, c, "x"),
-		Mean:      tensorOf[float32](m, c, "mean"),
-		SumDy:     tensorOf[float32](m, c, "sum_dy"),
-		SumDyXmu:  tensorOf[float32](m, c, "sum_dy_xmu"),
-	})
+	kernels.GradReduce(kernels.GradReduceArgs[T]{Dims: c.dims, YBackprop: tensorOf[T](m, c, "y_backprop"), X: tensorOf[T](m, c, "x"), Mean: tensorOf[float32](m, c, "mean"), SumDy: tensorOf[float32](m, c, "sum_dy"), SumDyXmu: tensorOf[float32](m, c, "sum_dy_xmu")})
 }
 
 // gpuGradReduce is the GradReduce kind's CUDA kernel on c's tensors.
 func gpuGradReduce(c *call) gpuOp {
-	return bind(cuda.GradReduceArgs{
-		Dims:      c.dims,
-		DType:     c.dt,
-		YBackprop: c.ptr("y_backprop"),
-		X:         c.ptr("x"),
-		Mean:      c.ptr("mean"),
-		SumDy:     c.ptr("sum_dy"),
-		SumDyXmu:  c.ptr("sum_dy_xmu"),
-	}, cuda.GradReduce)
+	return bind(cuda.GradReduceArgs{Dims: c.dims, DType: c.dt, YBackprop: c.ptr("y_backprop"), X: c.ptr("x"), Mean: c.ptr("mean"), SumDy: c.ptr("sum_dy"), SumDyXmu: c.ptr("sum_dy_xmu")}, cuda.GradReduce)
 }
 
 // cpuGradApply runs the GradApply kind's Go kernel on c's tensors in m.
 func cpuGradApply[T kernels.Element](m *hostMemory, c *call) {
-	kernels.GradApply(kernels.GradApplyArgs[T]{
-		Dims:      c.dims,
-		YBackprop: tensorOf[T](m, c, "y_backprop"),
-		X:         tensorOf[T](m, c, "x"),
-		Scale:     tensorOf[float32](m, c, "scale"),
-		Mean:      tensorOf[float32](m, c, "mean"),
-		Variance:  tensorOf[float32](m, c, "variance"),
-		SumDy:     tensorOf[float32](m, c, "sum_dy"),
-		SumDyXmu:  tensorOf[float32](m, c, "sum_dy_xmu"),
-		Count:     c.count,
-		Epsilon:   c.attrs["epsilon"].(float32),
-		XBackprop: tensorOf[T](m, c, "x_backprop"),
-	})
+	kernels.GradApply(kernels.GradApplyArgs[T]{Dims: c.dims, YBackprop: tensorOf[T](m, c, "y_backprop"), X: tensorOf[T](m, c, "x"), Scale: tensorOf[float32](m, c, "scale"), Mean: tensorOf[float32](m, c, "mean"), Variance: tensorOf[float32](m, c, "variance"), SumDy: tensorOf[float32](m, c, "sum_dy"), SumDyXmu: tensorOf[float32](m, c, "sum_dy_xmu"), Count: c.count, Epsilon: c.attrs["epsilon"].(float32), XBackprop: tensorOf[T](m, c, "x_backprop")})
 }
 
 // gpuGradApply is the GradApply kind's CUDA kernel on c's tensors.
 func gpuGradApply(c *call) gpuOp {
-	return bind(cuda.GradApplyArgs{
-		Dims:      c.dims,
-		DType:     c.dt,
-		YBackprop: c.ptr("y_backprop"),
-		X:         c.ptr("x"),
-		Scale:     c.ptr("scale"),
-		Mean:      c.ptr("mean"),
-		Variance:  c.ptr("variance"),
-		SumDy:     c.ptr("sum_dy"),
-		SumDyXmu:  c.ptr("sum_dy_xmu"),
-		Count:     c.count,
-		Epsilon:   c.attrs["epsilon"].(float32),
-		XBackprop: c.ptr("x_backprop"),
-	}, cuda.GradApply)
+	return bind(cuda.GradApplyArgs{Dims: c.dims, DType: c.dt, YBackprop: c.ptr("y_backprop"), X: c.ptr("x"), Scale: c.ptr("scale"), Mean: c.ptr("mean"), Variance: c.ptr("variance"), SumDy: c.ptr("sum_dy"), SumDyXmu: c.ptr("sum_dy_xmu"), Count: c.count, Epsilon: c.attrs["epsilon"].(float32), XBackprop: c.ptr("x_backprop")}, cuda.GradApply)
 }

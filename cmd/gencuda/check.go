@@ -86,6 +86,34 @@ var kinds = []kindCall{
 	return format.Source(b.Bytes())
 }
 
+// GenerateKernelTable returns the Go source of kernels/kinds_gen_test.go:
+// each kind's Go kernel instantiated for each element type, by the name of
+// its dtype, which the golden test (golden_test.go) calls with its args
+// filled by name.
+func GenerateKernelTable(ops []opdef.Op) ([]byte, error) {
+	var b genfile.Buffer
+	p := b.P
+	b.WriteString(genfile.GoFile{Generator: "gencuda", Source: "opdef", Package: "kernels_test",
+		Imports: []string{"github.com/gobn/gobn/kernels"}}.Prologue())
+	b.WriteString(`
+// kindKernels are the kinds' Go kernels, by kind and by
+// the dtype of T: func(<its args>[T]) values, which the golden test calls
+// by reflection with their args' fields filled by name.
+var kindKernels = map[string]map[string]any{
+`)
+	for _, kind := range opdef.KindsOf(ops) {
+		var byType []string
+		for _, t := range []struct{ dtype, goType string }{
+			{"float", "float32"}, {"double", "float64"}, {"half", "kernels.Half"}, {"bfloat16", "kernels.BFloat16"},
+		} {
+			byType = append(byType, fmt.Sprintf("%q: kernels.%s[%s]", t.dtype, kind, t.goType))
+		}
+		p("\t%q: {%s},\n", kind, strings.Join(byType, ", "))
+	}
+	p("}\n")
+	return format.Source(b.Bytes())
+}
+
 func newCheckKind(kind opdef.Kind, ops []opdef.Op, root string) (checkKind, error) {
 	k := checkKind{kind: kind}
 	var err error

@@ -10,7 +10,9 @@
 //     finalize job's outputs by name, and GOBN_KERNELS, the list
 //     batchnorm.cu defines its kernels from, one a kernel of the table;
 //   - kernels/cuda/kinds_gen_test.go: each kind's kernels as the GPU check
-//     calls them, from opdef and the kinds' kernels (GenerateCheck).
+//     calls them, from opdef and the kinds' kernels (GenerateCheck);
+//   - kernels/kinds_gen_test.go: each kind's Go kernel by element type, as
+//     the golden test calls it (GenerateKernelTable).
 //
 // Usage (from kernels/cuda, through go generate):
 //
@@ -50,7 +52,12 @@ func Generate(root string) (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return map[string][]byte{"params_gen.h": params, "kernels_gen.cuh": kernels, "kinds_gen_test.go": check}, nil
+	table, err := GenerateKernelTable(opdef.All)
+	if err != nil {
+		return nil, err
+	}
+	return map[string][]byte{"params_gen.h": params, "kernels_gen.cuh": kernels, "kinds_gen_test.go": check,
+		"../kinds_gen_test.go": table}, nil
 }
 
 var header = genfile.Header("//", "gencuda", "internal/cudaspec and kernels/cuda's table") + "\n"

@@ -18,7 +18,7 @@ import (
 func TestGeneratedFilesAreCurrent(t *testing.T) {
 	files, err := Generate("../..")
 	require.NoError(t, err)
-	require.Len(t, files, 3)
+	require.Len(t, files, 4)
 	for name, b := range files {
 		require.NoError(t, genfile.Current(filepath.Join("../../kernels/cuda", name), b, "go generate ./kernels/cuda"))
 	}
@@ -47,10 +47,10 @@ func TestKernelsHeaderRefuses(t *testing.T) {
 	require.ErrorContains(t, err, "has a placeholder the kernel has no value for")
 }
 
-// TestCheckOfANewKind: the GPU check's calls of a kind come from opdef and
-// its kernels alone: its tensors, its list output with its number attr,
-// its attrs in the fields of their names; a kind without kernels is named
-// by its file.
+// TestCheckOfANewKind: the GPU check's calls of a kind, and the golden
+// test's, come from opdef and its kernels alone: its tensors, its list
+// output with its number attr, its attrs in the fields of their names; a
+// kind without kernels is named by its file.
 func TestCheckOfANewKind(t *testing.T) {
 	_, err := GenerateCheck([]opdef.Op{recipe.Throwaway}, "../..")
 	require.ErrorContains(t, err, "kernels/throwaway.go: no func Throwaway[T Element](a <its args>)")
@@ -67,4 +67,7 @@ func TestCheckOfANewKind(t *testing.T) {
 	} {
 		require.Contains(t, string(src), want)
 	}
+	table, err := GenerateKernelTable([]opdef.Op{recipe.Throwaway})
+	require.NoError(t, err)
+	require.Contains(t, string(table), `"Throwaway": {"float": kernels.Throwaway[float32], "double": kernels.Throwaway[float64]`)
 }

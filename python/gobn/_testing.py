@@ -407,6 +407,23 @@ def stock_op(name):
 _STOCK_OPS = {}
 
 
+def stock_outputs(case, sample):
+    """Stock's outputs of a sample of case on the CPU, by name: its stock
+    twin's (sample.stock) run eagerly; None without one, or where stock
+    has no CPU kernel of it (an internal op of the GPU, say). A kind whose
+    twin runs otherwise, or gives no usable answer in some cases, says so
+    in its own stock_outputs (gobn._kinds), which tools/golden.py calls
+    instead."""
+    if sample.stock is None:
+        return None
+    try:
+        with tf.device("CPU:0"):
+            result = stock_op(sample.stock)(**sample.inputs, **sample.attrs)
+    except tf.errors.NotFoundError:  # "Could not find device for node": no CPU kernel
+        return None
+    return outputs_by_name(case.op, result, case.op.outputs)
+
+
 def sync_inputs(case, seed, device):
     """The synchronized halves' inputs (fused_inputs of a training gradient
     with the replicas' statistics, drawn) and the training gradient's

@@ -16,7 +16,11 @@ Python writes by hand for it, and nothing else of the package names a kind:
   op's XLA call leaves out (gobn._xla): the inputs the call takes, the host
   outputs' values;
 - ``MODES`` and ``sample(case, seed, device)``: the ways its cases run and
-  each case's call of its op with the outputs it must give (gobn._testing).
+  each case's call of its op with the outputs it must give (gobn._testing);
+- optionally ``stock_outputs(case, sample)``: stock's outputs of a sample
+  on the CPU, by name, or None where stock gives no usable answer, for the
+  golden set (tools/golden.py); without it, gobn._testing.stock_outputs:
+  the sample's stock twin run eagerly.
 
 python_tests/test_kinds.py checks every kind's module against opdef.
 Importing this package (``import gobn`` does) registers each op's gradient

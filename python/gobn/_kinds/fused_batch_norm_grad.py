@@ -123,3 +123,14 @@ def sample(case, seed, device):
     expected = {"x_backprop": (x_backprop, case.dtype), "scale_backprop": (scale_backprop, tf.float32),
                 "offset_backprop": (offset_backprop, tf.float32)}
     return _testing.Sample(made.inputs, made.attrs, expected, case.op.stock)
+
+
+def stock_outputs(case, sample):
+    """Stock's outputs of a sample on the CPU (gobn._testing.stock_outputs),
+    but none in inference with channels first, which stock's CPU kernel
+    rejects ("only support NHWC tensor format for now")."""
+    from gobn import _testing
+
+    if not case.is_training and case.data_format in _testing.CHANNELS_FIRST:
+        return None
+    return _testing.stock_outputs(case, sample)

@@ -78,3 +78,14 @@ def sample(case, seed, device):
     attrs = dict(variance_epsilon=_testing.EPSILON, scale_after_normalization=SCALED[case.mode])
     want = zip(("dx", "dm", "dv", "db", "dg"), _testing.global_norm_grad_reference(**inputs, **attrs), strict=True)
     return _testing.Sample(inputs, attrs, {name: (w, case.dtype) for name, w in want}, None)
+
+
+def stock_outputs(case, sample):
+    """Stock's outputs of a sample on the CPU, its twin run in a graph of
+    producer version 8 (gobn._testing.run_stock_global_norm_grad), but none
+    in half, in which stock sums."""
+    from gobn import _testing
+
+    if case.dtype == tf.float16:
+        return None
+    return dict(zip(case.op.outputs, _testing.run_stock_global_norm_grad(**sample.inputs, **sample.attrs), strict=True))

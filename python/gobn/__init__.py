@@ -27,7 +27,7 @@ only there), from beside this package (where the wheel installs it), or from
 ``build/libgobn.so`` of the checkout this package sits in (see gobn._library).
 
 Importing gobn also registers second-order gradients for the ``Gobn>`` ops
-(see ``gobn._gradients``), so double backprop through them works.
+(each kind's, see ``gobn._kinds``), so double backprop through them works.
 
 SavedModels of gobn's layers and of ``gobn.fused_batch_norm`` hold stock ops
 only: they load, serve and convert to TFLite without gobn (see gobn._saving).

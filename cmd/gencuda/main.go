@@ -135,13 +135,29 @@ func snake(name string) string {
 
 // kernelsHeader returns kernels_gen.cuh for ks.
 func kernelsHeader(ks []cudaspec.Kernel) ([]byte, error) {
+	var slots strings.Builder
+	for _, s := range []struct {
+		namespace, field, what string
+		of                     func(cudaspec.Kernel) []string
+		slots                  int
+	}{
+		{"out", "out", "outputs", func(k cudaspec.Kernel) []string { return k.Outputs }, len(cudaspec.Params{}.Out)},
+		{"tensor", "tensors", "tensors", func(k cudaspec.Kernel) []string { return k.Tensors }, len(cudaspec.Params{}.Tensors)},
+	} {
+		enums, err := slotEnums(ks, s.of, s.what, s.slots)
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(&slots, "// Each job's %s by name, in the slots of gobn_params.%s\n// (cudaspec.Kernel): p.%s[%s::<job>::<name>].\nnamespace %s {\n%s}  // namespace %s\n\n",
+			s.what, s.field, s.field, s.namespace, s.namespace, enums, s.namespace)
+	}
 	var b genfile.Buffer
 	p := b.P
 	b.WriteString(header)
 	p(`// What batchnorm.cu shares with gobn's Go launch layer: the launch shapes,
-// the slots of the finalize kernels' outputs and the kernels. batchnorm.cu
-// includes this file before its code and defines each kernel of
-// GOBN_KERNELS after it.
+// the slots of the kernels' outputs and of a kind's own tensors, and the
+// kernels. batchnorm.cu includes this file before its code and defines each
+// kernel of GOBN_KERNELS after it.
 #ifndef GOBN_KERNELS_CUDA_KERNELS_GEN_CUH_
 #define GOBN_KERNELS_CUDA_KERNELS_GEN_CUH_
 
@@ -151,30 +167,9 @@ constexpr int kSplitLanes = %d;  // cudaspec.FinalizeSplitLanes
 
 // The values the launch layer shares with the kernels (cuda.Constants).
 %s
-// Each finalize job's per-channel outputs, by name, in the slots of
-// gobn_params.out (cudaspec.Kernel.Outputs): p.out[out::<job>::<name>].
-namespace out {
-`, cudaspec.Threads, cudaspec.FinalizeLanes, cudaspec.FinalizeSplitLanes, constantLines(cuda.Constants()))
-	done := map[cudaspec.Job][]string{}
-	for _, k := range ks {
-		if len(k.Outputs) == 0 {
-			continue
-		}
-		if seen, ok := done[k.Job]; ok {
-			if !slices.Equal(seen, k.Outputs) {
-				return nil, fmt.Errorf("%s: the kernels of job %s name their outputs differently", k.Name(), k.Job)
-			}
-			continue
-		}
-		if len(k.Outputs) > len(cudaspec.Params{}.Out) {
-			return nil, fmt.Errorf("%s: %d outputs, gobn_params has %d slots", k.Name(), len(k.Outputs), len(cudaspec.Params{}.Out))
-		}
-		done[k.Job] = k.Outputs
-		p("namespace %s {\nenum { %s };\n}\n", k.Job, strings.Join(k.Outputs, ", "))
-	}
-	p(`}  // namespace out
-
-// GOBN_KERNELS(K) is K(name, call) for every kernel of the table: its name,
+%s`, cudaspec.Threads, cudaspec.FinalizeLanes, cudaspec.FinalizeSplitLanes, constantLines(cuda.Constants()),
+		slots.String())
+	p(`// GOBN_KERNELS(K) is K(name, call) for every kernel of the table: its name,
 // and the call its body makes (V the vector width, U the rows a step:
 // cudaspec.Rows).
 #define GOBN_KERNELS(K) \
@@ -191,6 +186,32 @@ namespace out {
 	}
 	p("\n#endif  // GOBN_KERNELS_CUDA_KERNELS_GEN_CUH_\n")
 	return b.Bytes(), nil
+}
+
+// slotEnums returns the C enums of the slots each job's kernels name (of:
+// Outputs or Tensors), one a job: the kernels of a job name the same, and
+// no more than gobn_params has slots.
+func slotEnums(ks []cudaspec.Kernel, of func(cudaspec.Kernel) []string, what string, slots int) (string, error) {
+	var b strings.Builder
+	done := map[cudaspec.Job][]string{}
+	for _, k := range ks {
+		names := of(k)
+		if len(names) == 0 {
+			continue
+		}
+		if seen, ok := done[k.Job]; ok {
+			if !slices.Equal(seen, names) {
+				return "", fmt.Errorf("%s: the kernels of job %s name their %s differently", k.Name(), k.Job, what)
+			}
+			continue
+		}
+		if len(names) > slots {
+			return "", fmt.Errorf("%s: %d %s, gobn_params has %d slots", k.Name(), len(names), what, slots)
+		}
+		done[k.Job] = names
+		fmt.Fprintf(&b, "namespace %s {\nenum { %s };\n}\n", k.Job, strings.Join(names, ", "))
+	}
+	return b.String(), nil
 }
 
 // constantLines returns the C definitions of the constants, by name.

@@ -31,9 +31,9 @@ func TestSnake(t *testing.T) {
 	}
 }
 
-// TestKernelsHeaderRefuses: a job's kernels that name their outputs
-// differently, more outputs than gobn_params has slots, or a call with a
-// placeholder the kernel has no value for.
+// TestKernelsHeaderRefuses: a job's kernels that name their outputs (or
+// their own tensors) differently, more than gobn_params has slots, or a
+// call with a placeholder the kernel has no value for.
 func TestKernelsHeaderRefuses(t *testing.T) {
 	a := cudaspec.FinalizeKernel("finalize_x", "finalize_x<{T}>(p)", []string{"da", "db"}, cudaspec.Float32, cudaspec.Float16)
 	_, err := kernelsHeader(a)
@@ -45,6 +45,17 @@ func TestKernelsHeaderRefuses(t *testing.T) {
 	require.ErrorContains(t, err, "6 outputs, gobn_params has 5 slots")
 	_, err = kernelsHeader(cudaspec.FinalizeKernel("finalize_z", "finalize_z<{T}, {W}>(p)", nil, cudaspec.Float32))
 	require.ErrorContains(t, err, "has a placeholder the kernel has no value for")
+
+	own := cudaspec.WithTensors(cudaspec.LayoutKernels("apply_ex", "apply_ex_{L}<{T}, {V}, {U}>(p)", cudaspec.Layouts,
+		cudaspec.Float32), "y", "side_input_backprop")
+	h, err := kernelsHeader(own)
+	require.NoError(t, err)
+	require.Contains(t, string(h), "namespace tensor {\nnamespace apply_ex {\nenum { y, side_input_backprop };\n}\n}")
+	own[1].Tensors = []string{"y"}
+	_, err = kernelsHeader(own)
+	require.ErrorContains(t, err, "the kernels of job apply_ex name their tensors differently")
+	_, err = kernelsHeader(cudaspec.WithTensors(own[:1], "a", "b", "c", "d", "e"))
+	require.ErrorContains(t, err, "5 tensors, gobn_params has 4 slots")
 }
 
 // TestCheckOfANewKind: the GPU check's calls of a kind, and the golden

@@ -121,6 +121,11 @@ type Kernel struct {
 	// slot (out::<job>::<name>), and the launch layer fills the slots by
 	// these names.
 	Outputs []string
+	// Tensors names a kind's own tensors the kernel reads or writes beyond
+	// the fields of Params the kinds share (an activation the forward op
+	// gave, a side input's gradient), in the slots of Params.Tensors,
+	// named as Outputs are (tensor::<job>::<name>).
+	Tensors []string
 }
 
 // Body returns Call with k's values in place.
@@ -179,6 +184,16 @@ func FinalizeKernel(job Job, call string, outputs []string, elems ...Elem) []Ker
 	return ks
 }
 
+// WithTensors returns ks, each naming tensors as its own (Kernel.Tensors).
+func WithTensors(ks []Kernel, tensors ...string) []Kernel {
+	out := make([]Kernel, len(ks))
+	for i, k := range ks {
+		k.Tensors = tensors
+		out[i] = k
+	}
+	return out
+}
+
 // Ptr is a device address (a CUdeviceptr; gobn_ptr in C).
 type Ptr uintptr
 
@@ -200,7 +215,10 @@ type Params struct {
 	Partial, Coef Ptr
 	// Per-channel outputs, C elements each, in the slots the finalize
 	// kernel names (Kernel.Outputs).
-	Out     [5]Ptr
+	Out [5]Ptr
+	// A kind's own tensors, in the slots its kernels name
+	// (Kernel.Tensors); no shared pass reads them.
+	Tensors [4]Ptr
 	N, C, S int64
 	// Count is R, the element count the coefficients divide by.
 	Count int64

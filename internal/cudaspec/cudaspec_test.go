@@ -27,6 +27,9 @@ func TestKernelForms(t *testing.T) {
 	each := cudaspec.FinalizeKernel("finalize_global", "global_finalize<{T}>(p)", nil, cudaspec.Float32, cudaspec.Float16)
 	require.Equal(t, []string{"gobn_finalize_global_f32", "gobn_finalize_global_f16"}, []string{each[0].Name(), each[1].Name()})
 	require.Equal(t, "global_finalize<f16>(p)", each[1].Body())
+	own := cudaspec.WithTensors(ks, "y")
+	require.Equal(t, []string{"y"}, own[len(own)-1].Tensors)
+	require.Nil(t, ks[0].Tensors, "WithTensors leaves its argument as it is")
 	for _, e := range cudaspec.Elems {
 		require.Equal(t, cudaspec.VectorBytes/e.Size, cudaspec.Widths(e)[len(cudaspec.Widths(e))-1], e.Name)
 	}

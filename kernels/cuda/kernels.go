@@ -93,20 +93,32 @@ func kernelFor(key cudaspec.Key) kernelID {
 // of Params.Out its outputs name (cudaspec.Kernel.Outputs), from the call's
 // tensors by name. It panics on an output the call does not give, or one
 // the kernel does not write: a plan bug, which the tests rule out.
-func outputs(k kernelID, named map[string]Ptr) [5]Ptr {
-	var out [5]Ptr
-	names := table()[k].Outputs
+func outputs(k kernelID, named map[string]Ptr) (out [5]Ptr) {
+	fillSlots(out[:], k, "output", table()[k].Outputs, named)
+	return out
+}
+
+// tensors returns a kind's own tensors of kernel k in the slots of
+// Params.Tensors its Tensors name (cudaspec.Kernel.Tensors), from the
+// call's tensors by name; it panics as outputs does.
+func tensors(k kernelID, named map[string]Ptr) (t [4]Ptr) {
+	fillSlots(t[:], k, "tensor", table()[k].Tensors, named)
+	return t
+}
+
+// fillSlots puts each of named in the slot of slots its name has in names,
+// the kernel k's; a name it lacks, or one named lacks, panics.
+func fillSlots(slots []Ptr, k kernelID, what string, names []string, named map[string]Ptr) {
 	for name, p := range named {
 		slot := slices.Index(names, name)
 		if slot < 0 {
-			panic(fmt.Sprintf("cuda: %s writes no output %s", kernelNames()[k], name))
+			panic(fmt.Sprintf("cuda: %s has no %s %s", kernelNames()[k], what, name))
 		}
-		out[slot] = p
+		slots[slot] = p
 	}
 	if len(named) != len(names) {
-		panic(fmt.Sprintf("cuda: %s writes %v, the call gives %d of them", kernelNames()[k], names, len(named)))
+		panic(fmt.Sprintf("cuda: %s has the %ss %v, the call gives %d of them", kernelNames()[k], what, names, len(named)))
 	}
-	return out
 }
 
 // launches counts the launches of each kernel.

@@ -75,4 +75,8 @@ func TestOutputsByName(t *testing.T) {
 	require.Equal(t, [5]Ptr{1, 2, 3, 4}, outputs(global, map[string]Ptr{"dg": 4, "dm": 1, "db": 3, "dv": 2}))
 	require.Panics(t, func() { outputs(global, map[string]Ptr{"dm": 1, "dv": 2, "db": 3, "dx": 4}) })
 	require.Panics(t, func() { outputs(global, map[string]Ptr{"dm": 1, "dv": 2, "db": 3}) })
+	// No kernel of the table has tensors of its own (Params.Tensors): the
+	// call may give none, and a name the kernel lacks is a plan bug.
+	require.Equal(t, [4]Ptr{}, tensors(global, nil))
+	require.Panics(t, func() { tensors(global, map[string]Ptr{"y": 1}) })
 }

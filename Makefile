@@ -6,14 +6,15 @@
 #   make test        everything: lint, vet, gotest, race, fuzz-short, pytest
 #   make lint        fail on unformatted Go (gofmt) and on Python lint errors (ruff, ruff.toml)
 #   make vet         go vet, also with the library's build tags (-tags cuda when GOBN_CUDA=1)
-#   make gotest      the Go tests, also with GOEXPERIMENT=simd and the library's build tags
+#   make gotest      the Go tests with the portable loops, then gotest-shipped
+#   make gotest-shipped  the Go tests of what the library ships: GOEXPERIMENT=simd and its build tags
 #   make race        the Go tests of kernels and capi under the race detector, -short
 #   make fuzz-short  each Go fuzz target briefly (make test's budget)
 #   make fuzz        each Go fuzz target, FUZZ_SCALE (default 20) times make test's budget
 #   make pytest      the Python tests (python_tests) against build/libgobn.so and the wheel
 #   make wheel       dist/gobn-<version>-py3-none-manylinux_<glibc>_<arch>.whl: the package with libgobn.so
 #   make compat      the wheel's smoke and XLA tests in a fresh environment of each supported TensorFlow (bench/compat.json); slow: it installs a venv per release from PyPI into build/compat, about 3 min and 1.6 GB of disk each
-#   make generate    regenerate capi/registry_gen.c and families_gen.go, ops/ops_gen.go and python/gobn/_opdefs_gen.py from opdef, and kernels/cuda's C headers from internal/cudaspec
+#   make generate    regenerate what is written from opdef and the kinds' kernels: capi's binders and registry, ops/ops_gen.go, python/gobn/_opdefs_gen.py, docs/design.md's table of the ops, kernels/cuda's C headers and check calls
 #   make env         print the exports a Go (tfgo) program needs: eval "$(make -s env)"
 #   make golden      stock TensorFlow golden files into build/golden, then check gobn on them
 #   make bench       benchmark against stock TensorFlow (bench/results.json, bench/ratios.png)
@@ -39,7 +40,7 @@ LIB := build/libgobn.so
 TFLIBDIR := build/tflib
 TFLIB := $(TFLIBDIR)/libtensorflow.so
 
-.PHONY: all wheel compat bench bench-multiworker bench-models bench-torch multiworker demo test lint gotest pytest vet race fuzz fuzz-short generate env golden clean gpu-bundle gpu-tf-check help FORCE
+.PHONY: all wheel compat bench bench-multiworker bench-models bench-torch multiworker demo test lint gotest gotest-shipped pytest vet race fuzz fuzz-short generate env golden clean gpu-bundle gpu-tf-check help FORCE
 all: $(LIB)
 
 # The virtual environment with the pinned TensorFlow (see requirements.txt).
@@ -128,7 +129,7 @@ env: $(TFLIB)
 	@echo "export GOBN_LIBRARY='$(CURDIR)/$(LIB)'"
 
 generate:
-	go generate ./capi ./ops ./internal/genpy ./kernels ./kernels/cuda
+	go generate ./capi ./ops ./cmd/genpy ./cmd/gendocs ./kernels ./kernels/cuda
 
 demo: $(LIB)
 	$(VPY) -m examples.demo
@@ -137,15 +138,16 @@ vet: build/tf.mk $(CUDA_DEPS)
 	go vet ./...
 	$(if $(GO_TAGS),go vet $(GO_TAGFLAGS) ./kernels/cuda/... ./capi)
 
+# The portable loops first (go test alone), then what the library ships.
 gotest: $(LIB) $(TFLIB)
 	go test ./...
-	# the vector loops of kernels (GOEXPERIMENT=simd: AVX-512, then AVX2)
-	# beside the portable ones above
-	GOEXPERIMENT=simd go test ./kernels
-	# the capi layer with the vector loops the library ships
-	GOEXPERIMENT=simd go test ./capi
-	# the CUDA path the library ships (GOBN_CUDA=1)
-	$(if $(GO_TAGS),GOEXPERIMENT=simd go test $(GO_TAGFLAGS) ./kernels/cuda/... ./capi)
+	$(MAKE) --no-print-directory gotest-shipped
+
+# Every Go test with the vector loops (GOEXPERIMENT=simd: AVX-512, then AVX2)
+# and the build tags of the library (the CUDA path with GOBN_CUDA=1): one go
+# test, which CONTRIBUTING.md gives for running without make.
+gotest-shipped: $(LIB) $(TFLIB)
+	GOEXPERIMENT=simd go test $(GO_TAGFLAGS) ./...
 
 pytest: $(LIB) wheel
 	$(VPY) -m pytest -q python_tests
@@ -227,7 +229,7 @@ help:
 # The GPU check bundle: make gpu-bundle fills build/gpu with what a machine
 # with an NVIDIA GPU and PyTorch (no Go, no TensorFlow) needs to check gobn's
 # CUDA path: cuda.test (the Go tests of kernels/cuda as a binary: every CUDA
-# kernel against gobn's CPU kernels and a float64 reference), libgobncheck.so (internal/cmd/gpucheck:
+# kernel against gobn's CPU kernels and a float64 reference), libgobncheck.so (cmd/gpucheck:
 # the CUDA kernels behind a ctypes ABI, linking no TensorFlow, for timing)
 # and the files of tools/gpucheck. There: bash build/gpu/run.sh
 # (correctness, compute-sanitizer, speed beside PyTorch's and cuDNN's
@@ -238,10 +240,10 @@ GPU_BUNDLE := build/gpu
 GPUCHECK_LDFLAGS ?=
 GPUCHECK_SCRIPTS := $(wildcard tools/gpucheck/*.py) tools/gpucheck/run.sh
 
-$(GPU_BUNDLE)/libgobncheck.so: kernels/cuda/gobn.fatbin $(GO_SOURCES) $(wildcard internal/cmd/gpucheck/*.go)
+$(GPU_BUNDLE)/libgobncheck.so: kernels/cuda/gobn.fatbin $(GO_SOURCES) $(wildcard cmd/gpucheck/*.go)
 	@mkdir -p $(GPU_BUNDLE)
 	CGO_LDFLAGS="$(GPUCHECK_LDFLAGS)" GOEXPERIMENT=simd go build -tags cuda -buildmode=c-shared \
-		-o $@ ./internal/cmd/gpucheck
+		-o $@ ./cmd/gpucheck
 	rm -f $(GPU_BUNDLE)/libgobncheck.h
 
 $(GPU_BUNDLE)/cuda.test: kernels/cuda/gobn.fatbin $(GO_SOURCES) $(wildcard internal/tolerance/*.go)

@@ -10,7 +10,7 @@ the ratio stock/gobn, and gobn's effective bandwidth counting 12 bytes per
 float32 element (x and dy read once, dx written once: the least any kernel
 must move; a two-pass training gradient moves 20 where its second pass finds
 nothing in cache) against the machine's STREAM-style triad bandwidth
-measured in the same run (internal/cmd/triad).
+measured in the same run (cmd/triad).
 A lone call carries the cost of calling the tf.function from Python,
 alike on both sides, which pulls every ratio of the
 first table towards 1: the more the smaller the case.
@@ -375,7 +375,7 @@ def threshold(reps):
 
 
 def triad():
-    out = subprocess.run(["go", "run", "./internal/cmd/triad"], cwd=ROOT, check=True,
+    out = subprocess.run(["go", "run", "./cmd/triad"], cwd=ROOT, check=True,
                          capture_output=True, text=True).stdout
     return json.loads(out)["triad_gbs"]
 

@@ -14,7 +14,7 @@ cut short leaves what it measured:
    at least 256 MiB each, every core adding its slice (numpy gives up the
    GIL inside a ufunc), best of several rounds, counting 24 bytes an element
    as STREAM does. That is STREAM's add; its traffic, two reads and one
-   write, is the triad's (internal/cmd/triad, in Go, is make bench's).
+   write, is the triad's (cmd/triad, in Go, is make bench's).
 3. The sweep: the CPU kernels' measured constants (kernels.Tuning:
    per_worker, then wake, stream_bytes, max_chunks, chunk_grain,
    max_folds, and by_channel, the channels-first form) set through

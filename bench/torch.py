@@ -31,7 +31,7 @@ and a 3-D U-Net at batches 8 to 32, channels last and channels first:
 float32 training all of them, bfloat16 training and float32 and bfloat16
 inference some. Beside each case's times the record holds the bandwidth of
 the memory level its tensors live in, measured in the same run at the same
-footprint and thread count (internal/cmd/triad's -sizes: a triad over x, dy and dx's
+footprint and thread count (cmd/triad's -sizes: a triad over x, dy and dx's
 bytes, repeated while they stay where they are), and the bytes a call must
 move (12 a float32 element: x and dy read, dx written), so that a case short
 of its goal shows the limit it meets.
@@ -249,13 +249,13 @@ def run_child(python, side, threads, quick, only, env):
 
 def level_bandwidth(cases, threads):
     """{footprint bytes: GB/s} of a triad over each case's x, dy and dx
-    bytes at the thread count (internal/cmd/triad -sizes), the level of memory the
+    bytes at the thread count (cmd/triad -sizes), the level of memory the
     case's tensors live in between its calls."""
     sizes = sorted({3 * math.prod(c["shape"]) * (4 if c["dtype"] == "float32" else 2) for c in cases})
-    out = subprocess.run(["go", "run", "./internal/cmd/triad", "-workers", str(threads), "-sizes", ",".join(map(str, sizes))],
+    out = subprocess.run(["go", "run", "./cmd/triad", "-workers", str(threads), "-sizes", ",".join(map(str, sizes))],
                          cwd=root(), capture_output=True, text=True, env=dict(os.environ, GOEXPERIMENT="simd"))
     if out.returncode != 0:
-        raise SystemExit(f"bench.torch: internal/cmd/triad failed:\n{out.stderr[-2000:]}")
+        raise SystemExit(f"bench.torch: cmd/triad failed:\n{out.stderr[-2000:]}")
     return {int(k): v for k, v in json.loads(out.stdout)["gbs_by_bytes"].items()}
 
 

@@ -16,42 +16,50 @@ type constructionAttrs struct {
 	status *C.TF_Status
 }
 
-func (a constructionAttrs) float(name string) (float32, error) {
+// get runs read on the attr called name, as a C string, and returns the
+// error TensorFlow set in the status.
+func (a constructionAttrs) get(name string, read func(cname *C.char)) error {
 	cname := C.CString(name)
 	defer C.free(unsafe.Pointer(cname))
+	read(cname)
+	return statusError(a.status)
+}
+
+func (a constructionAttrs) float(name string) (float32, error) {
 	var v C.float
-	C.TF_OpKernelConstruction_GetAttrFloat(a.ctx, cname, &v, a.status)
-	return float32(v), statusError(a.status)
+	err := a.get(name, func(n *C.char) { C.TF_OpKernelConstruction_GetAttrFloat(a.ctx, n, &v, a.status) })
+	return float32(v), err
+}
+
+func (a constructionAttrs) int(name string) (int64, error) {
+	var v C.int64_t
+	err := a.get(name, func(n *C.char) { C.TF_OpKernelConstruction_GetAttrInt64(a.ctx, n, &v, a.status) })
+	return int64(v), err
 }
 
 func (a constructionAttrs) bool(name string) (bool, error) {
-	cname := C.CString(name)
-	defer C.free(unsafe.Pointer(cname))
 	var v C.TF_Bool
-	C.TF_OpKernelConstruction_GetAttrBool(a.ctx, cname, &v, a.status)
-	return v != 0, statusError(a.status)
+	err := a.get(name, func(n *C.char) { C.TF_OpKernelConstruction_GetAttrBool(a.ctx, n, &v, a.status) })
+	return v != 0, err
 }
 
 func (a constructionAttrs) dtype(name string) (opdef.DType, error) {
-	cname := C.CString(name)
-	defer C.free(unsafe.Pointer(cname))
 	var v C.TF_DataType
-	C.TF_OpKernelConstruction_GetAttrType(a.ctx, cname, &v, a.status)
-	return opdef.DType(v), statusError(a.status)
+	err := a.get(name, func(n *C.char) { C.TF_OpKernelConstruction_GetAttrType(a.ctx, n, &v, a.status) })
+	return opdef.DType(v), err
 }
 
 func (a constructionAttrs) string(name string) (string, error) {
-	cname := C.CString(name)
-	defer C.free(unsafe.Pointer(cname))
 	var listSize, totalSize C.int32_t
-	C.TF_OpKernelConstruction_GetAttrSize(a.ctx, cname, &listSize, &totalSize, a.status)
-	if err := statusError(a.status); err != nil {
+	err := a.get(name, func(n *C.char) {
+		C.TF_OpKernelConstruction_GetAttrSize(a.ctx, n, &listSize, &totalSize, a.status)
+	})
+	if err != nil {
 		return "", err
 	}
 	buf := make([]byte, int(totalSize)+1)
-	C.TF_OpKernelConstruction_GetAttrString(a.ctx, cname, (*C.char)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)), a.status)
-	if err := statusError(a.status); err != nil {
-		return "", err
-	}
-	return string(buf[:totalSize]), nil
+	err = a.get(name, func(n *C.char) {
+		C.TF_OpKernelConstruction_GetAttrString(a.ctx, n, (*C.char)(unsafe.Pointer(&buf[0])), C.size_t(len(buf)), a.status)
+	})
+	return string(buf[:totalSize]), err
 }

@@ -70,6 +70,21 @@ void* gobn_create(TF_OpKernelConstruction* ctx, int op, int flags);
 int gobn_enable(void);
 void gobn_shape(TF_ShapeInferenceContext* ctx, int op, TF_Status* status);
 
+// GOBN_TRAMPOLINES(i) defines op i's callbacks for registry_gen.c:
+// TensorFlow's and XLA's carry no data of their own, so each passes its
+// op's index on. A create callback a way the op's kernels are registered
+// (flags: GOBN_ON_GPU, GOBN_AS_STOCK) and an XLA FFI handler a platform
+// (host; CUDA, GOBN_ON_GPU); gobn_ops names those the op has.
+#define GOBN_CALLBACK static __attribute__((unused))
+#define GOBN_TRAMPOLINES(i) \
+  GOBN_CALLBACK void* op##i##_create0(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, i, 0); } \
+  GOBN_CALLBACK void* op##i##_create1(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, i, 1); } \
+  GOBN_CALLBACK void* op##i##_create2(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, i, 2); } \
+  GOBN_CALLBACK void* op##i##_create3(TF_OpKernelConstruction* ctx) { return gobn_create(ctx, i, 3); } \
+  GOBN_CALLBACK void op##i##_shape(TF_ShapeInferenceContext* ctx, TF_Status* status) { gobn_shape(ctx, i, status); } \
+  GOBN_CALLBACK gobn_xla_error* op##i##_xla0(gobn_xla_frame* frame) { return gobn_xla_call(frame, i, 0); } \
+  GOBN_CALLBACK gobn_xla_error* op##i##_xla1(gobn_xla_frame* frame) { return gobn_xla_call(frame, i, 1); }
+
 // A tensor of a running kernel as Go sees it, filled in by one C call
 // instead of one per field: dims holds the first GOBN_INLINE_DIMS dims (Go asks
 // TF_Dim for the rest of a tensor of higher rank).

@@ -49,7 +49,7 @@ func TestGPUKernelsWithoutDriver(t *testing.T) {
 	for _, op := range opdef.All {
 		require.NotEmpty(t, op.GPUKernels, op.Name)
 		for _, b := range op.GPUKernels {
-			k := &kernel{op: op, onGPU: true, dtype: b["T"], dataFormat: opdef.NHWC, isTraining: true, epsilon: 1e-3}
+			k := &kernel{op: op, onGPU: true, attrs: validAttrs(b["T"])}
 			dev := &fakeGPUCall{}
 			err := k.compute(gpuInputs(op, b["T"]), newRecordingAllocator().allocate, dev)
 			require.ErrorContains(t, err, "libcuda.so.1", "%s T=%s", op.Name, b["T"])
@@ -69,7 +69,7 @@ func TestGPURejectsBadInputLikeCPU(t *testing.T) {
 		}
 		var msgs []string
 		for _, onGPU := range []bool{false, true} {
-			k := &kernel{op: op, onGPU: onGPU, dtype: opdef.Float, dataFormat: opdef.NHWC, isTraining: true, epsilon: 1e-3}
+			k := &kernel{op: op, onGPU: onGPU, attrs: validAttrs(opdef.Float)}
 			err := k.compute(in, newRecordingAllocator().allocate, &fakeGPUCall{})
 			var argErr *opdef.ArgumentError
 			require.ErrorAs(t, err, &argErr, "%s on GPU=%v", op.Name, onGPU)

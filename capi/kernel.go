@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"reflect"
+	"slices"
 	"sync/atomic"
 	"unsafe"
 
@@ -19,9 +21,14 @@ type tensor struct {
 	bytes int
 }
 
-// view returns t's elements as a []E. It panics if t's byte size does not
-// match its dims and E, which would make the slice run past the buffer.
+// view returns t's elements as a []E, or nil for the zero tensor: an
+// output a call does not have (a list of none, opdef.Arg.Number). It panics
+// if t's byte size does not match its dims and E, which would make the
+// slice run past the buffer.
 func view[E any](t tensor) []E {
+	if t.dims == nil && t.data == nil {
+		return nil
+	}
 	n := 1
 	for _, d := range t.dims {
 		n *= int(d)
@@ -61,26 +68,25 @@ var (
 	scalarDims      = []int64{}
 )
 
-// kernel is one instantiated gobn op: its spec, its attrs, and whether it
-// runs the GPU kernels (TensorFlow placed it on a GPU) or the CPU ones.
+// kernel is one instantiated gobn op: its spec, its attrs (attrs_gen.go),
+// and whether it runs the GPU kernels (TensorFlow placed it on a GPU) or
+// the CPU ones.
 type kernel struct {
-	op                      opdef.Op
-	onGPU                   bool
-	calls                   *atomic.Uint64 // its entry of kernelCalls (or xlaCalls)
-	dtype                   opdef.DType    // attr T
-	dataFormat              string
-	isTraining              bool
-	epsilon                 float32 // epsilon or variance_epsilon
-	scaleAfterNormalization bool
+	op    opdef.Op
+	onGPU bool
+	calls *atomic.Uint64 // its entry of kernelCalls (or xlaCalls)
+	attrs attrs
 }
 
-// attrSource reads the attrs of a kernel: TensorFlow's at construction
-// (attrs.go), or an XLA call's (xla.go).
+// attrSource reads the attrs of a kernel, a method for each kind of attr
+// (opdef.AttrKind): TensorFlow's at construction (attrs.go), or an XLA
+// call's (xla.go).
 type attrSource interface {
 	dtype(name string) (opdef.DType, error)
 	float(name string) (float32, error)
 	bool(name string) (bool, error)
 	string(name string) (string, error)
+	int(name string) (int64, error)
 }
 
 // newKernel reads the attrs op number op declares, for a kernel registered
@@ -93,36 +99,64 @@ func newKernel(op, flags int, attrs attrSource) (*kernel, error) {
 	return k, nil
 }
 
-// readAttrs sets the attrs k's op declares from attrs, and confirms that
+// readAttrs sets the attrs k's op declares from src, and confirms that
 // k's device has a kernel for its T.
-func (k *kernel) readAttrs(attrs attrSource) error {
-	var err error
-	for _, a := range k.op.Attrs {
-		switch a.Name {
-		case "T":
-			k.dtype, err = attrs.dtype(a.Name)
-		case "epsilon", "variance_epsilon":
-			k.epsilon, err = attrs.float(a.Name)
-		case "data_format":
-			k.dataFormat, err = attrs.string(a.Name)
-		case "is_training":
-			k.isTraining, err = attrs.bool(a.Name)
-		case "scale_after_normalization":
-			k.scaleAfterNormalization, err = attrs.bool(a.Name)
+func (k *kernel) readAttrs(src attrSource) error {
+	if err := k.attrs.read(k.op, src); err != nil {
+		return err
+	}
+	return k.bound()
+}
+
+// read sets the attrs op declares from src, each in the field of a tagged
+// with its name (attrs_gen.go), read by its kind. An attr no field is
+// tagged with (attrs_gen.go is stale) is an error, not dropped; an int attr
+// that counts a list output (opdef.Arg.Number) must be 0 or 1, as gobn's
+// kernels write the list once or not at all.
+func (a *attrs) read(op opdef.Op, src attrSource) error {
+	fields := reflect.ValueOf(a).Elem()
+	for _, attr := range op.Attrs {
+		i := slices.IndexFunc(reflect.VisibleFields(fields.Type()), func(f reflect.StructField) bool {
+			return f.Tag.Get("attr") == attr.Name
+		})
+		if i < 0 {
+			return internalError("capi: " + op.Name + " has the attr " + attr.Name + ", which attrs_gen.go has no field of: run go generate ./capi")
 		}
+		value, err := readAttr(src, attr)
 		if err != nil {
 			return err
 		}
+		if n, ok := value.(int64); ok && slices.ContainsFunc(op.Outputs, func(o opdef.Arg) bool { return o.Number == attr.Name }) && (n < 0 || n > 1) {
+			return &opdef.ArgumentError{Msg: fmt.Sprintf("%s must be 0 or 1 (gobn's kernels write its list once or not at all), got %d", attr.Name, n)}
+		}
+		fields.Field(i).Set(reflect.ValueOf(value))
 	}
-	return k.bound()
+	return nil
+}
+
+// readAttr reads attr from src by its kind.
+func readAttr(src attrSource, attr opdef.Attr) (any, error) {
+	switch attr.Kind {
+	case opdef.TypeAttr:
+		return src.dtype(attr.Name)
+	case opdef.FloatAttr:
+		return src.float(attr.Name)
+	case opdef.BoolAttr:
+		return src.bool(attr.Name)
+	case opdef.StringAttr:
+		return src.string(attr.Name)
+	case opdef.IntAttr:
+		return src.int(attr.Name)
+	}
+	return nil, internalError(fmt.Sprintf("capi: the attr %s is of kind %d, which capi does not read", attr.Name, attr.Kind))
 }
 
 // bound confirms what TensorFlow's registrations promise: opdef binds k's
 // T to a kernel of k's device. It is checked once, when TensorFlow makes
 // the kernel; the devices' dispatch runs what it binds.
 func (k *kernel) bound() error {
-	if !k.op.HasKernel(k.dtype, k.onGPU) {
-		return internalError(fmt.Sprintf("%s: no %s kernel for T=%s", k.op.Name, deviceName(k.onGPU), k.dtype))
+	if !k.op.HasKernel(k.attrs.T, k.onGPU) {
+		return internalError(fmt.Sprintf("%s: no %s kernel for T=%s", k.op.Name, deviceName(k.onGPU), k.attrs.T))
 	}
 	return nil
 }
@@ -158,13 +192,13 @@ func (k *kernel) check(in []tensor) (opdef.Geometry, error) {
 	for i := range in {
 		shapes[i] = in[i].dims
 	}
-	return k.op.Check(k.dataFormat, shapes[:len(in)])
+	return k.op.Check(k.attrs.DataFormat, shapes[:len(in)])
 }
 
 // noKernel reports a T without a kernel on k's device, which bound has ruled
 // out when TensorFlow made the kernel.
 func (k *kernel) noKernel() error {
-	return internalError(fmt.Sprintf("capi: no %s kernel of %s for T=%s", deviceName(k.onGPU), k.op.Name, k.dtype))
+	return internalError(fmt.Sprintf("capi: no %s kernel of %s for T=%s", deviceName(k.onGPU), k.op.Name, k.attrs.T))
 }
 
 func deviceName(onGPU bool) string {

@@ -25,8 +25,11 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/gobn/gobn/internal/fuzzbytes"
 	"github.com/gobn/gobn/kernels"
+	"github.com/gobn/gobn/kernels/cuda"
 	"github.com/gobn/gobn/opdef"
 )
 
@@ -207,8 +210,8 @@ func concurrencyCases(rng *rand.Rand) []*computeCase {
 				}
 				for _, training := range []bool{true, false} {
 					for _, valid := range []bool{true, false} {
-						k := &kernel{op: op, dtype: dtype, dataFormat: format, isTraining: training,
-							epsilon: 1e-3, scaleAfterNormalization: training}
+						k := &kernel{op: op, attrs: attrs{T: dtype, DataFormat: format, IsTraining: training,
+							Epsilon: 1e-3, VarianceEpsilon: 1e-3, ScaleAfterNormalization: training}}
 						inputs := make([]tensor, len(op.Inputs))
 						for i, in := range op.Inputs {
 							dims := []int64{sh.c}
@@ -323,40 +326,44 @@ func elements(dims []int64, limit int64) int64 {
 	return n
 }
 
-// FuzzCompute: attr T is one of the op's kernel bindings, as TensorFlow
-// guarantees; the input dtypes need not agree with it. The mode byte steers
-// towards valid inputs (bit 0: dtypes as TensorFlow's constraints give them;
-// bit 1: activation inputs share one shape; bit 2: vector inputs sized as its
-// channels under the format; bit 3: scalars are scalars).
+// FuzzCompute: the op is named (so that a seed tests the op it was made for,
+// whatever ops are added); attr T is one of the op's kernel bindings, as
+// TensorFlow guarantees; the input dtypes need not agree with it. The mode
+// byte steers towards valid inputs (bit 0: dtypes as TensorFlow's
+// constraints give them; bit 1: activation inputs share one shape; bit 2:
+// vector inputs sized as its channels under the format; bit 3: scalars are
+// scalars).
 func FuzzCompute(f *testing.F) {
-	for op := range opdef.All {
-		f.Add([]byte{byte(op), 0x0f, 0, 0, 0, 0, 4, 2, 3, 4, 5})
-		f.Add([]byte{byte(op), 0x0f, 1, 1, 1, 0, 4, 2, 3, 4, 5})
-		f.Add([]byte{byte(op), 0x0f, 2, 2, 0, 0, 4, 0, 9, 9, 3})
-		f.Add([]byte{byte(op), 0x0f, 0, 3, 1, 0, 5, 1, 2, 3, 4, 5})
-		f.Add([]byte{byte(op), 0x07, 3, 0, 0, 0, 4, 2, 3, 4, 5})
-		f.Add([]byte{byte(op), 0x00, 0, 0, 0, 0, 4, 2, 3, 4, 5, 1, 3, 1, 3})
+	for _, op := range opdef.All {
+		f.Add(op.Name, []byte{0x0f, 0, 0, 0, 0, 4, 2, 3, 4, 5})
+		f.Add(op.Name, []byte{0x0f, 1, 1, 1, 0, 4, 2, 3, 4, 5})
+		f.Add(op.Name, []byte{0x0f, 2, 2, 0, 0, 4, 0, 9, 9, 3})
+		f.Add(op.Name, []byte{0x0f, 0, 3, 1, 0, 5, 1, 2, 3, 4, 5})
+		f.Add(op.Name, []byte{0x07, 3, 0, 0, 0, 4, 2, 3, 4, 5})
+		f.Add(op.Name, []byte{0x00, 0, 0, 0, 0, 4, 2, 3, 4, 5, 1, 3, 1, 3})
 	}
-	f.Fuzz(func(t *testing.T, data []byte) {
+	f.Fuzz(func(t *testing.T, name string, data []byte) {
+		op, ok := opdef.Named(name)
+		if !ok {
+			t.Skip("no op of that name")
+		}
 		r := fuzzbytes.New(data)
-		op := opdef.All[int(r.Byte())%len(opdef.All)]
 		mode := r.Byte()
 		binding := op.Kernels[int(r.Byte())%len(op.Kernels)]
-		k := &kernel{
-			op:                      op,
-			dtype:                   binding["T"],
-			dataFormat:              fuzzFormats[int(r.Byte())%len(fuzzFormats)],
-			isTraining:              r.Byte()%2 == 0,
-			epsilon:                 []float32{1e-3, 0, -1, float32(math.NaN())}[r.Byte()%4],
-			scaleAfterNormalization: mode&0x10 != 0,
-		}
+		k := &kernel{op: op, attrs: attrs{
+			T:          binding["T"],
+			DataFormat: fuzzFormats[int(r.Byte())%len(fuzzFormats)],
+			IsTraining: r.Byte()%2 == 0,
+			Epsilon:    []float32{1e-3, 0, -1, float32(math.NaN())}[r.Byte()%4],
+		}}
+		k.attrs.VarianceEpsilon, k.attrs.ScaleAfterNormalization = k.attrs.Epsilon, mode&0x10 != 0
 		// The activation shape, and the channel count under the format.
 		activation := make([]int64, 4+int(r.Byte()%2))
 		for i := range activation {
 			activation[i] = fuzzDims[int(r.Byte())%len(fuzzDims)]
 		}
 		channels := activation[len(activation)-1]
-		if k.dataFormat == opdef.NCHW || k.dataFormat == opdef.NCDHW {
+		if k.attrs.DataFormat == opdef.NCHW || k.attrs.DataFormat == opdef.NCDHW {
 			channels = activation[1]
 		}
 		inputs := make([]tensor, len(op.Inputs))
@@ -375,7 +382,7 @@ func FuzzCompute(f *testing.F) {
 					dims[j] = fuzzDims[int(r.Byte())%len(fuzzDims)]
 				}
 			}
-			dtype := inputDType(in, k.dtype)
+			dtype := inputDType(in, k.attrs.T)
 			if mode&1 == 0 {
 				dtype = fuzzDTypes[int(r.Byte())%len(fuzzDTypes)]
 			}
@@ -391,7 +398,7 @@ func FuzzCompute(f *testing.F) {
 		}
 		wrongDType := false
 		for i, in := range op.Inputs {
-			wrongDType = wrongDType || inputs[i].dtype != inputDType(in, k.dtype)
+			wrongDType = wrongDType || inputs[i].dtype != inputDType(in, k.attrs.T)
 		}
 		if wrongDType {
 			// TensorFlow's type constraints rule these out: Internal, naming the op.
@@ -484,7 +491,7 @@ func TestSyncComputeAllocatesNothing(t *testing.T) {
 			continue
 		}
 		for _, binding := range op.Kernels {
-			k := &kernel{op: op, dtype: binding["T"], dataFormat: opdef.NHWC, epsilon: 1e-3}
+			k := &kernel{op: op, attrs: attrs{T: binding["T"], DataFormat: opdef.NHWC, Epsilon: 1e-3}}
 			inputs := make([]tensor, len(op.Inputs))
 			for i, in := range op.Inputs {
 				dims := []int64{3}
@@ -494,11 +501,11 @@ func TestSyncComputeAllocatesNothing(t *testing.T) {
 				case slices.Equal(in.Ranks, []int{0}):
 					dims = nil // count
 				}
-				inputs[i] = newGoTensor(inputDType(in, k.dtype), dims, func(int) float64 { return 70 })
+				inputs[i] = newGoTensor(inputDType(in, k.attrs.T), dims, func(int) float64 { return 70 })
 			}
 			rec := newRecordingAllocator()
 			if err := k.compute(inputs, rec.allocate, nil); err != nil {
-				t.Fatalf("%s T=%s: %v", op.Name, k.dtype, err)
+				t.Fatalf("%s T=%s: %v", op.Name, k.attrs.T, err)
 			}
 			outputs := make([]tensor, len(op.Outputs))
 			for i := range outputs {
@@ -507,7 +514,7 @@ func TestSyncComputeAllocatesNothing(t *testing.T) {
 			allocate := func(i int, _ opdef.DType, _ []int64, _ inputSet) (tensor, error) { return outputs[i], nil }
 			var err error
 			if n := testing.AllocsPerRun(50, func() { err = k.compute(inputs, allocate, nil) }); n != 0 || err != nil {
-				t.Errorf("%s T=%s: %v allocations a call (error %v), want 0", op.Name, k.dtype, n, err)
+				t.Errorf("%s T=%s: %v allocations a call (error %v), want 0", op.Name, k.attrs.T, n, err)
 			}
 			checked++
 		}
@@ -571,7 +578,7 @@ func TestMakeOnlyWhatOpdefBinds(t *testing.T) {
 	for _, op := range opdef.All {
 		for _, onGPU := range []bool{false, true} {
 			for _, dtype := range []opdef.DType{opdef.Float, opdef.Double, opdef.Half, opdef.BFloat16, opdef.Int64} {
-				k := &kernel{op: op, onGPU: onGPU, dtype: dtype, dataFormat: opdef.NHWC}
+				k := &kernel{op: op, onGPU: onGPU, attrs: attrs{T: dtype, DataFormat: opdef.NHWC}}
 				err := k.bound()
 				if op.HasKernel(dtype, onGPU) != (err == nil) || err != nil && !isInternal(err) {
 					t.Errorf("%s T=%s onGPU=%v: %v", op.Name, dtype, onGPU, err)
@@ -579,4 +586,50 @@ func TestMakeOnlyWhatOpdefBinds(t *testing.T) {
 			}
 		}
 	}
+}
+
+// attrValues is an attrSource of values by name, as a TensorFlow
+// construction or an XLA call gives them.
+type attrValues map[string]any
+
+// valueOf returns the value of the attr called name, of type V.
+func valueOf[V any](v attrValues, name string) (V, error) {
+	x, ok := v[name].(V)
+	if !ok {
+		return x, fmt.Errorf("no %T attr %s", x, name)
+	}
+	return x, nil
+}
+
+func (v attrValues) dtype(name string) (opdef.DType, error) { return valueOf[opdef.DType](v, name) }
+func (v attrValues) float(name string) (float32, error)     { return valueOf[float32](v, name) }
+func (v attrValues) bool(name string) (bool, error)         { return valueOf[bool](v, name) }
+func (v attrValues) string(name string) (string, error)     { return valueOf[string](v, name) }
+func (v attrValues) int(name string) (int64, error)         { return valueOf[int64](v, name) }
+
+// TestReadAttrs: a kernel reads each attr its op declares by its kind, and
+// refuses one it does not know (a stale attrs_gen.go) instead of dropping
+// it.
+func TestReadAttrs(t *testing.T) {
+	v3, _ := opdef.Named("Gobn>FusedBatchNormGradV3")
+	values := attrValues{"T": opdef.Half, "U": opdef.Float, "epsilon": float32(0.25), "data_format": opdef.NCDHW,
+		"is_training": true}
+	k := &kernel{op: v3}
+	require.NoError(t, k.readAttrs(values))
+	require.Equal(t, attrs{T: opdef.Half, U: opdef.Float, Epsilon: 0.25, DataFormat: opdef.NCDHW, IsTraining: true}, k.attrs)
+
+	unknown := v3
+	unknown.Attrs = append(append([]opdef.Attr(nil), v3.Attrs...), opdef.Attr{Name: "momentum", Kind: opdef.FloatAttr})
+	values["momentum"] = float32(0.9)
+	err := (&kernel{op: unknown}).readAttrs(values)
+	require.True(t, isInternal(err), "%v", err)
+	require.ErrorContains(t, err, "Gobn>FusedBatchNormGradV3 has the attr momentum, which attrs_gen.go has no field of")
+}
+
+// TestViewOfNoTensor: an output a call does not have (a list of none) is
+// the zero tensor, which the kernels see as nil.
+func TestViewOfNoTensor(t *testing.T) {
+	require.Nil(t, view[float32](tensor{}))
+	require.NotNil(t, view[float32](tensor{dtype: opdef.Float, dims: []int64{0}}))
+	require.Equal(t, cuda.Ptr(0), ptr(tensor{}))
 }

@@ -16,21 +16,20 @@
 // attrs at construction), shapes.go (shape inference), status.go (TF_Status
 // and errors) and, with the cuda tag, cuda.go; stream.c finds TensorFlow's
 // compute stream for a GPU kernel, and stream.go decides, in plain Go,
-// whether a GPU call runs on it. In plain Go, each op family (opdef.Kind)
-// has one file that runs its ops on the CPU (package kernels) and the GPU
-// (package kernels/cuda), for TensorFlow's calls and XLA's alike:
-// fused_batch_norm_grad.go, global_normalization_grad.go, grad_reduce.go and
-// grad_apply.go. What comes before, generated from opdef into
-// families_gen.go, binds a call's inputs and outputs by name, validates
-// them, allocates the outputs with the dtypes and shapes opdef gives them,
-// and hands the call to its family's file (compute); kernel.go holds what
-// the families share.
+// whether a GPU call runs on it. In plain Go, what cmd/gencapi generates
+// from opdef and the kinds' kernels: families_gen.go binds a call's inputs
+// and outputs by name, validates them, allocates the outputs with the
+// dtypes and shapes opdef gives them, and runs each op family (opdef.Kind)
+// on the CPU (package kernels) and the GPU (package kernels/cuda), the
+// attrs (attrs_gen.go) in the fields of their names, for TensorFlow's calls
+// and XLA's alike (compute); kernel.go holds what the families share. No
+// file of capi is a kind's own.
 //
 // Building it takes a C compiler. Build flags (include path of
 // TensorFlow's headers, libtensorflow_framework) come from the environment
 // (CGO_CFLAGS, CGO_LDFLAGS) as the Makefile sets them from tf.sysconfig.
 package main
 
-//go:generate go run ../internal/gencapi
+//go:generate go run ../cmd/gencapi
 
 func main() {}

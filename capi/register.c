@@ -3,7 +3,7 @@
 //
 // tf.load_op_library collects the ops registered while dlopen runs and calls no
 // entry point, so registration happens in a constructor. It is plain C over the
-// tables that internal/gencapi generates from opdef: the Go runtime may not be
+// tables that cmd/gencapi generates from opdef: the Go runtime may not be
 // up yet, and calling into Go here can deadlock the loader on older glibc.
 // Only the kernel callbacks, which TensorFlow calls later, enter Go.
 

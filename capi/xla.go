@@ -65,6 +65,21 @@ func (x xlaFrame) buffer(list *C.gobn_xla_buffers, i int) (tensor, error) {
 	return tensor{dtype: dtype, dims: dims, data: b.data, bytes: int(n)}, nil
 }
 
+// onlyAttrsOf confirms that the call's backend_config carries no attr but
+// op's (those the custom call takes: all but the type attrs): one it does
+// not know is refused, not dropped.
+func (x xlaFrame) onlyAttrsOf(op opdef.Op) error {
+	a := &x.f.attrs
+	for i := range int(a.size) {
+		n := unsafe.Slice(a.names, a.size)[i]
+		name := C.GoStringN(n.ptr, C.int(n.len))
+		if attr, ok := op.Attr(name); !ok || attr.Kind == opdef.TypeAttr {
+			return &tfError{code: C.TF_INVALID_ARGUMENT, msg: "gobn: the XLA call of " + op.Name + " has the attr " + name + ", which the op does not take"}
+		}
+	}
+	return nil
+}
+
 // attr returns the backend_config attr called name, of the type want.
 func (x xlaFrame) attr(name string, want C.int) (unsafe.Pointer, error) {
 	a := &x.f.attrs
@@ -118,6 +133,14 @@ func (a xlaAttrs) float(name string) (float32, error) {
 	return *(*float32)(p), nil
 }
 
+func (a xlaAttrs) int(name string) (int64, error) {
+	p, err := a.frame.scalar(name, C.GOBN_XLA_S64)
+	if err != nil {
+		return 0, err
+	}
+	return *(*int64)(p), nil
+}
+
 func (a xlaAttrs) bool(name string) (bool, error) {
 	p, err := a.frame.scalar(name, C.GOBN_XLA_PRED)
 	if err != nil {
@@ -146,11 +169,10 @@ func xlaCall(frame *C.gobn_xla_frame, op int, onGPU bool) error {
 	}
 	k := &kernel{op: spec, onGPU: onGPU, calls: &xlaCalls[op][device]}
 	k.calls.Add(1)
-	operands, results := spec.XLAInputs(), spec.XLAOutputs()
-	if int(frame.args.size) != len(operands) || int(frame.rets.size) != len(results) {
+	operands := spec.XLAInputs()
+	if int(frame.args.size) != len(operands) {
 		return &tfError{code: C.TF_INVALID_ARGUMENT, msg: fmt.Sprintf(
-			"gobn: the XLA call of %s takes %d operands and returns %d results, got %d and %d",
-			spec.Name, len(operands), len(results), frame.args.size, frame.rets.size)}
+			"gobn: the XLA call of %s takes %d operands, got %d", spec.Name, len(operands), frame.args.size)}
 	}
 	in := make([]tensor, len(spec.Inputs))
 	for j, i := range operands {
@@ -159,17 +181,30 @@ func xlaCall(frame *C.gobn_xla_frame, op int, onGPU bool) error {
 			return err
 		}
 	}
+	if err := x.onlyAttrsOf(spec); err != nil {
+		return err
+	}
 	if err := k.readAttrs(xlaAttrs{frame: x, op: spec, in: in}); err != nil {
-		if isInternal(err) && !spec.HasKernel(k.dtype, onGPU) {
+		if isInternal(err) && !spec.HasKernel(k.attrs.T, onGPU) {
 			return &tfError{code: C.TF_UNIMPLEMENTED, msg: fmt.Sprintf("gobn: %s has no %s kernel for T=%s",
-				spec.Name, deviceName(onGPU), k.dtype)}
+				spec.Name, deviceName(onGPU), k.attrs.T)}
 		}
 		return err
+	}
+	var results []int // the outputs the call returns: a list only where its attr asks for it
+	for _, i := range spec.XLAOutputs() {
+		if k.attrs.has(spec.Outputs[i]) {
+			results = append(results, i)
+		}
+	}
+	if int(frame.rets.size) != len(results) {
+		return &tfError{code: C.TF_INVALID_ARGUMENT, msg: fmt.Sprintf(
+			"gobn: the XLA call of %s returns %d results, got %d", spec.Name, len(results), frame.rets.size)}
 	}
 	var count, countOut [1]int64 // BatchNormGradApply's count input, BatchNormGradReduce's output
 	for i, arg := range spec.Inputs {
 		if spec.InHostMemory(arg.Name) {
-			count[0] = perChannel(in[1].dims, k.dataFormat) // x's R: see above
+			count[0] = perChannel(in[spec.InputIndex(spec.Activation)].dims, k.attrs.DataFormat) // x's R: see above
 			in[i] = tensor{dtype: opdef.Int64, dims: scalarDims, data: unsafe.Pointer(&count[0]), bytes: 8}
 		}
 	}

@@ -31,8 +31,15 @@
 //     machine's). machine.go, machine_linux.go, machine_other.go: the
 //     Machine, read once: the cores the process may use (affinity, cgroup
 //     quota) and the caches.
-//   - grad.go: the entry points (TrainingGrad, InferenceGrad,
-//     GlobalNormalizationGrad): each plans, then runs its plan's passes.
+//   - One file a kind of op (opdef.Kind), named after it, with its args and
+//     its entry point, named after it too, each computing the kind's ops:
+//     fused_batch_norm_grad.go (FusedBatchNormGrad, which runs
+//     TrainingGrad or InferenceGrad), global_normalization_grad.go
+//     (GlobalNormalizationGrad), grad_reduce.go and grad_apply.go
+//     (GradReduce and GradApply, the synchronized (cross-replica)
+//     gradient's halves around an all-reduce). Each plans, then runs its
+//     plan's passes; terms.go holds what they share (the lengths check,
+//     1/sqrt(σ²+ε), the affine coefficients' storage).
 //   - sumpass.go: the first pass, per-channel sums of dy and dy·(x−μ)
 //     (reduce; sweep, which also writes the inference x_backprop in the
 //     same pass).
@@ -41,8 +48,6 @@
 //     after the sums.
 //   - bychannel.go: the channels-first training gradient by units of whole
 //     channels, sums and x_backprop together.
-//   - crossreplica.go: the synchronized (cross-replica) batch-norm gradient,
-//     halves around an all-reduce.
 //   - parallel.go: running a plan's passes: the calling goroutine and its
 //     helpers claim the chunks (parallel, parallelPasses), within what the
 //     cores leave (reserveHelpers); threads_linux.go: the helpers' pinned
@@ -62,10 +67,10 @@
 //     AVX512_BF16 where the CPU has it); simd_other.go where they are
 //     absent. The AVX-512 forms of the loops that simd_amd64.go writes in
 //     its lane constants are generated from them (simd512_gen_amd64.go:
-//     go generate ./kernels, which runs internal/gensimd).
+//     go generate ./kernels, which runs cmd/gensimd).
 //   - xinuse_amd64.go, xinuse_amd64.s: the tests' probe that the vector
 //     loops leave the upper register halves clear.
 //   - float16.go: Half and BFloat16; scratch.go: pooled per-call memory.
 package kernels
 
-//go:generate go run ../internal/gensimd
+//go:generate go run ../cmd/gensimd

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"testing"
 
+	"github.com/gobn/gobn/internal/recipe"
 	"github.com/gobn/gobn/internal/reference"
 	"github.com/gobn/gobn/internal/tolerance"
 	"github.com/gobn/gobn/kernels"
@@ -20,13 +22,15 @@ import (
 )
 
 // The golden set in testdata/golden holds stock TensorFlow's outputs for
-// every op, dtype, data format and mode, written by `python -m tools.golden gen`
-// (see tools/golden.py for the file format). These tests run the kernels on the
-// saved inputs and compare with the saved outputs, so the kernels are checked
-// against real stock output where TensorFlow is not installed. Regenerate
-// with:
+// every op with a stock twin, dtype, data format and mode, written by
+// `python -m tools.golden gen` (see tools/golden.py for the file format).
+// These tests run the kernels on the saved inputs and compare with the saved
+// outputs, so the kernels are checked against real stock output where
+// TensorFlow is not installed. Nothing here names a kind: a case's kernel
+// is its kind's in kinds_gen_test.go (cmd/gencuda), its args filled by
+// name. Regenerate with (--new-only: only the cases it lacks, a new op's):
 //
-//	.venv/bin/python -m tools.golden gen kernels/testdata/golden
+//	.venv/bin/python -m tools.golden gen [--new-only] kernels/testdata/golden
 //
 // Arrays of TensorFlow dtype float are float32 in the .npz, double float64,
 // and half and bfloat16 their uint16 bit patterns, which are exactly
@@ -42,20 +46,18 @@ type goldenManifest struct {
 }
 
 type goldenCase struct {
-	Name                    string            `json:"name"`
-	File                    string            `json:"file"`
-	SHA256                  string            `json:"sha256"`
-	Op                      string            `json:"op"`
-	T                       string            `json:"T"`
-	DataFormat              string            `json:"data_format"`
-	IsTraining              bool              `json:"is_training"`
-	Epsilon                 float32           `json:"epsilon"`
-	VarianceEpsilon         float32           `json:"variance_epsilon"`
-	ScaleAfterNormalization bool              `json:"scale_after_normalization"`
-	Reference               string            `json:"reference"`
-	Inputs                  []string          `json:"inputs"`
-	Outputs                 []string          `json:"outputs"`
-	Arrays                  map[string]string `json:"arrays"` // array name → TensorFlow dtype
+	Name       string            `json:"name"`
+	File       string            `json:"file"`
+	SHA256     string            `json:"sha256"`
+	Op         string            `json:"op"` // the stock twin's name
+	T          string            `json:"T"`
+	DataFormat string            `json:"data_format"`
+	Mode       string            `json:"mode"` // its kind's (internal/reference)
+	Attrs      map[string]any    `json:"attrs"`
+	Reference  string            `json:"reference"`
+	Inputs     []string          `json:"inputs"`
+	Outputs    []string          `json:"outputs"`
+	Arrays     map[string]string `json:"arrays"` // array name → TensorFlow dtype
 }
 
 func readGoldenManifest(t *testing.T) goldenManifest {
@@ -64,13 +66,13 @@ func readGoldenManifest(t *testing.T) goldenManifest {
 	require.NoError(t, err, "the golden set is committed: regenerate it with python -m tools.golden gen")
 	var m goldenManifest
 	require.NoError(t, json.Unmarshal(raw, &m))
-	require.Equal(t, 1, m.Format, "manifest format")
+	require.Equal(t, 2, m.Format, "manifest format")
 	return m
 }
 
 // TestGoldenSetCoversEveryOpDtypeFormatAndMode guards the golden set against
-// losing cases: every op gobn registers, with each of its kernel dtypes, each
-// data format and both modes (or both scale_after_normalization values).
+// losing cases: every op gobn registers with a stock twin, with each of its
+// kernel dtypes, each data format and each mode of its kind.
 func TestGoldenSetCoversEveryOpDtypeFormatAndMode(t *testing.T) {
 	have := map[string]bool{}
 	for _, c := range readGoldenManifest(t).Cases {
@@ -80,32 +82,30 @@ func TestGoldenSetCoversEveryOpDtypeFormatAndMode(t *testing.T) {
 		if op.Stock == "" {
 			continue // no stock op to take golden files from (BatchNormGradReduce, BatchNormGradApply)
 		}
+		kind, ok := reference.Kinds[string(op.Kind)]
+		require.True(t, ok, "internal/reference registers no kind %s", op.Kind)
+		formats := []string{opdef.NHWC}
+		if a, ok := op.Attr("data_format"); ok {
+			formats = a.Values
+		}
 		for _, binding := range op.Kernels {
-			T := binding["T"].String()
-			if op.Kind == opdef.GlobalNormalizationGrad {
-				for _, scaleAfter := range []bool{true, false} {
-					name := fmt.Sprintf("%s-%s-scale_after_normalization_%t", op.Stock, T, scaleAfter)
-					require.True(t, have[name], "golden set lacks %s", name)
-				}
-				continue
-			}
-			formats := []string{opdef.NHWC, opdef.NCHW}
-			if op.Stock == "FusedBatchNormGradV3" {
-				formats = append(formats, opdef.NDHWC, opdef.NCDHW)
-			}
 			for _, format := range formats {
-				for _, mode := range []string{"training", "inference"} {
-					name := fmt.Sprintf("%s-%s-%s-%s", op.Stock, T, format, mode)
-					require.True(t, have[name], "golden set lacks %s", name)
+				for _, mode := range kind.Modes {
+					name := fmt.Sprintf("%s-%s-%s-%s", op.Stock, binding["T"], format, mode.Name)
+					require.True(t, have[name], "golden set lacks %s: regenerate it (python -m tools.golden gen --new-only %s)",
+						name, goldenDir)
 				}
 			}
 		}
 	}
 }
 
-// TestKernelsMatchGoldenStockOutputs runs every golden case through the
-// kernels and compares x_backprop, scale_backprop and offset_backprop (or dx,
-// dm, dv, db and dg) with the saved outputs, within the dtype's tolerance.
+// TestKernelsMatchGoldenStockOutputs runs every golden case through its
+// op's kind's Go kernel and compares each output it writes with the saved
+// one, within the dtype's tolerance. The kernel's args are filled by name
+// (recipe.Field): the dims, the saved inputs, the attrs of the case and an
+// output for each output field; an output it has no field of must be one
+// of opdef's empty placeholders.
 func TestKernelsMatchGoldenStockOutputs(t *testing.T) {
 	m := readGoldenManifest(t)
 	t.Logf("golden set from TensorFlow %s: %d cases", m.TensorFlow, len(m.Cases))
@@ -119,85 +119,114 @@ func TestKernelsMatchGoldenStockOutputs(t *testing.T) {
 			r, err := npz.Open(path)
 			require.NoError(t, err)
 			defer r.Close()
-			g := golden{t: t, r: r, c: c}
-			switch {
-			case c.Op == "BatchNormWithGlobalNormalizationGrad" && c.T == "float":
-				checkGoldenGlobalNormalization[float32](g)
-			case c.Op == "BatchNormWithGlobalNormalizationGrad" && c.T == "half":
-				checkGoldenGlobalNormalization[kernels.Half](g)
-			case c.Op == "BatchNormWithGlobalNormalizationGrad" && c.T == "double":
-				checkGoldenGlobalNormalization[float64](g)
-			case c.T == "float":
-				checkGoldenFused[float32](g)
-			case c.T == "half":
-				checkGoldenFused[kernels.Half](g)
-			case c.T == "bfloat16":
-				checkGoldenFused[kernels.BFloat16](g)
-			default:
-				t.Fatalf("no kernel for %s with T=%s", c.Op, c.T)
-			}
+			checkGolden(golden{t: t, r: r, c: c})
 		})
 	}
 }
 
-func checkGoldenFused[T kernels.Element](g golden) {
-	c := g.c
-	dyShape, dy := readGolden[T](g, "y_backprop")
-	xShape, x := readGolden[T](g, "x")
-	scaleShape, scale := readGolden[float32](g, "scale")
-	mean1Shape, mean := readGolden[float32](g, "reserve_space_1")
-	varShape, variance := readGolden[float32](g, "reserve_space_2")
-	geo, err := opdef.CheckFusedGrad(c.DataFormat, opdef.FusedGradInputs{
-		YBackprop: dyShape, X: xShape, Scale: scaleShape, ReserveSpace1: mean1Shape, ReserveSpace2: varShape,
-	})
-	require.NoError(g.t, err)
+// checkGolden runs g's case through its kind's Go kernel and compares the
+// outputs.
+func checkGolden(g golden) {
+	t, c := g.t, g.c
+	i := slices.IndexFunc(opdef.All, func(op opdef.Op) bool { return op.Stock == c.Op })
+	require.GreaterOrEqual(t, i, 0, "no op of opdef has the stock twin %s", c.Op)
+	op := opdef.All[i]
+	kernel, ok := kindKernels[string(op.Kind)][c.T]
+	require.True(t, ok, "no Go kernel of %s for T=%s", op.Kind, c.T)
+	fn := reflect.ValueOf(kernel)
+	args := reflect.New(fn.Type().In(0)).Elem()
+
+	inputs, shapes := map[string]reflect.Value{}, make([][]int64, len(op.Inputs))
+	for j, in := range op.Inputs {
+		if field, ok := args.Type().FieldByName(recipe.Field(in.Name)); ok {
+			shapes[j], inputs[in.Name] = g.readAs(in.Name, field.Type)
+		} else {
+			shapes[j], _ = g.readFloat64(in.Name)
+		}
+	}
+	geo, err := op.Check(c.DataFormat, shapes)
+	require.NoError(t, err)
 	layout := kernels.ChannelsFirst
 	if geo.ChannelsLast {
 		layout = kernels.ChannelsLast
 	}
-	args := kernels.FusedGradArgs[T]{
-		Dims:      kernels.Dims{N: geo.N, C: geo.C, S: geo.S, Layout: layout},
-		YBackprop: dy, X: x, Scale: scale, ReserveSpace1: mean, ReserveSpace2: variance,
-		Epsilon:        c.Epsilon,
-		XBackprop:      make([]T, len(x)),
-		ScaleBackprop:  make([]float32, geo.C),
-		OffsetBackprop: make([]float32, geo.C),
+	outputs := map[string][]int64{}
+	for j := range args.NumField() {
+		field, v := args.Type().Field(j), args.Field(j)
+		name, isAttr := argOf(op, field.Name)
+		switch {
+		case field.Name == "Dims":
+			v.Set(reflect.ValueOf(kernels.Dims{N: geo.N, C: geo.C, S: geo.S, Layout: layout}))
+		case isAttr:
+			value, ok := c.Attrs[name]
+			require.True(t, ok, "%s: no attr %s", c.Name, name)
+			v.Set(reflect.ValueOf(value).Convert(field.Type))
+		case inputs[name].IsValid():
+			v.Set(inputs[name])
+		case name != "" && field.Type.Kind() == reflect.Slice:
+			out := op.Outputs[slices.IndexFunc(op.Outputs, func(a opdef.Arg) bool { return a.Name == name })]
+			if n, ok := c.Attrs[out.Number].(float64); ok && n == 0 {
+				continue // a list of none: no tensor (nil)
+			}
+			shape := shapes[out.Shape.Like]
+			outputs[name] = shape
+			v.Set(reflect.MakeSlice(field.Type, int(elementsOf(shape)), int(elementsOf(shape))))
+		default:
+			t.Fatalf("%s's args have a field %s of no arg or attr of %s", op.Kind, field.Name, op.Name)
+		}
 	}
-	if c.IsTraining {
-		kernels.TrainingGrad(args)
-	} else {
-		kernels.InferenceGrad(args)
+	fn.Call([]reflect.Value{args})
+	for _, name := range c.Outputs {
+		field := args.FieldByName(recipe.Field(name))
+		if !field.IsValid() {
+			wantShape, _ := g.readFloat64("want_" + name)
+			require.Zero(t, elementsOf(wantShape), "%s: %s's kernel writes no output %s", c.Name, op.Kind, name)
+			continue
+		}
+		g.compare(name, outputs[name], widen(field.Interface()))
 	}
-	g.compare("x_backprop", xShape, widenAll(args.XBackprop))
-	g.compare("scale_backprop", []int64{geo.C}, widenAll(args.ScaleBackprop))
-	g.compare("offset_backprop", []int64{geo.C}, widenAll(args.OffsetBackprop))
 }
 
-func checkGoldenGlobalNormalization[T kernels.Element](g golden) {
-	tShape, x := readGolden[T](g, "t")
-	mShape, m := readGolden[T](g, "m")
-	vShape, v := readGolden[T](g, "v")
-	gammaShape, gamma := readGolden[T](g, "gamma")
-	backpropShape, dy := readGolden[T](g, "backprop")
-	geo, err := opdef.CheckGlobalNormalizationGrad(opdef.GlobalNormalizationGradInputs{
-		T: tShape, M: mShape, V: vShape, Gamma: gammaShape, Backprop: backpropShape,
-	})
-	require.NoError(g.t, err)
-	C := geo.C
-	args := kernels.GlobalNormalizationArgs[T]{
-		Dims: kernels.Dims{N: geo.N, C: C, S: geo.S, Layout: kernels.ChannelsLast},
-		T:    x, M: m, V: v, Gamma: gamma, Backprop: dy,
-		VarianceEpsilon:         g.c.VarianceEpsilon,
-		ScaleAfterNormalization: g.c.ScaleAfterNormalization,
-		DX:                      make([]T, len(x)),
-		DM:                      make([]T, C), DV: make([]T, C), DB: make([]T, C), DG: make([]T, C),
+// argOf returns the name of op's arg or attr whose field of a kernel's args
+// is field, and whether it is an attr; "" where there is none. A type attr
+// is the kernel's type parameter, no field.
+func argOf(op opdef.Op, field string) (name string, isAttr bool) {
+	for _, a := range op.Attrs {
+		if a.Kind != opdef.TypeAttr && recipe.Field(a.Name) == field {
+			return a.Name, true
+		}
 	}
-	kernels.GlobalNormalizationGrad(args)
-	g.compare("dx", tShape, widenAll(args.DX))
-	g.compare("dm", []int64{C}, widenAll(args.DM))
-	g.compare("dv", []int64{C}, widenAll(args.DV))
-	g.compare("db", []int64{C}, widenAll(args.DB))
-	g.compare("dg", []int64{C}, widenAll(args.DG))
+	for _, list := range [][]opdef.Arg{op.Inputs, op.Outputs} {
+		for _, a := range list {
+			if recipe.Field(a.Name) == field {
+				return a.Name, false
+			}
+		}
+	}
+	return "", false
+}
+
+func elementsOf(shape []int64) int64 {
+	n := int64(1)
+	for _, d := range shape {
+		n *= d
+	}
+	return n
+}
+
+// widen returns a slice of a kernel's element type in float64.
+func widen(s any) []float64 {
+	switch s := s.(type) {
+	case []float32:
+		return widenAll(s)
+	case []float64:
+		return s
+	case []kernels.Half:
+		return widenAll(s)
+	case []kernels.BFloat16:
+		return widenAll(s)
+	}
+	panic(fmt.Sprintf("golden: a kernel output of %T", s))
 }
 
 // golden is one open golden case.
@@ -260,6 +289,27 @@ func readGolden[E kernels.Element](g golden, name string) ([]int64, []E) {
 		out = []E{}
 	}
 	return shape, out
+}
+
+// readAs reads the named array as a value of t, a slice of one of the
+// kernels' element types.
+func (g golden) readAs(name string, t reflect.Type) ([]int64, reflect.Value) {
+	g.t.Helper()
+	var shape []int64
+	var v any
+	switch t.Elem() {
+	case reflect.TypeFor[float32]():
+		shape, v = readGolden[float32](g, name)
+	case reflect.TypeFor[float64]():
+		shape, v = readGolden[float64](g, name)
+	case reflect.TypeFor[kernels.Half]():
+		shape, v = readGolden[kernels.Half](g, name)
+	case reflect.TypeFor[kernels.BFloat16]():
+		shape, v = readGolden[kernels.BFloat16](g, name)
+	default:
+		g.t.Fatalf("array %s: the kernel's field is %s", name, t)
+	}
+	return shape, reflect.ValueOf(v)
 }
 
 // readFloat64 reads the named array, of any golden dtype, as float64.

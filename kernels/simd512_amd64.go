@@ -12,7 +12,7 @@ import (
 // per element where the AVX2 loops are limited by them rather than by
 // memory (channels-last sums keep their accumulators in memory). Those
 // written once in the lane constants are generated (simd512_gen_amd64.go,
-// internal/gensimd); this file has the vocabulary they call at this width
+// cmd/gensimd); this file has the vocabulary they call at this width
 // and the loops of this width alone.
 
 // The vector lengths of the AVX-512 loops, in float32 and in float64 lanes.

@@ -104,7 +104,7 @@ func ptr64(s []float64) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(
 
 // The vector lengths of the AVX2 loops, in float32 and in float64 lanes.
 // The loops from load8 to narrowBFloat16 that are written in them are written
-// once: internal/gensimd derives their AVX-512 forms (simd512_gen_amd64.go)
+// once: cmd/gensimd derives their AVX-512 forms (simd512_gen_amd64.go)
 // at twice the lengths.
 const (
 	f32Lanes = 8

@@ -323,21 +323,22 @@ func FuzzCheckGlobalNormalizationGrad(f *testing.F) {
 	})
 }
 
-// FuzzCheckStaticShapes fuzzes the graph-time rules on partially known
-// shapes, within their contract (each input's rank is unknown or one the op
-// allows). They must never panic, and must be sound: when they reject, the
-// run-time rules reject every completion of the unknown ranks and dims, under
-// every data_format. One completion, decoded from the same bytes, is checked.
+// FuzzCheckStaticShapes fuzzes the graph-time rules of the op it names on
+// partially known shapes, within their contract (each input's rank is
+// unknown or one the op allows). They must never panic, and must be sound:
+// when they reject, the run-time rules (Op.Check) reject every completion of
+// the unknown ranks and dims, under every data_format the op takes. One
+// completion, decoded from the same bytes, is checked.
 func FuzzCheckStaticShapes(f *testing.F) {
-	f.Add([]byte{0, 1, 4, 2, 5, 6, 3, 1, 4, 2, 5, 7, 3})
-	f.Add([]byte{3, 1, 4, 2, 0xff, 6, 3, 1, 1, 4, 0, 1, 1, 3, 1, 4, 2, 5, 6, 3})
-	f.Add([]byte{2, 0, 0, 1, 4, 0xff, 0xff, 0xff, 0xff})
-	f.Fuzz(func(t *testing.T, data []byte) {
-		r := fuzzReader{fuzzbytes.New(data)}
-		op := opdef.All[int(r.Byte())%len(opdef.All)]
-		if op.Kind != opdef.FusedBatchNormGrad && op.Kind != opdef.GlobalNormalizationGrad {
-			t.Skipf("%s: no oracle for this kind of op", op.Name)
+	f.Add("Gobn>FusedBatchNormGrad", []byte{1, 4, 2, 5, 6, 3, 1, 4, 2, 5, 7, 3})
+	f.Add("Gobn>BatchNormWithGlobalNormalizationGrad", []byte{1, 4, 2, 0xff, 6, 3, 1, 1, 4, 0, 1, 1, 3, 1, 4, 2, 5, 6, 3})
+	f.Add("Gobn>FusedBatchNormGradV3", []byte{0, 0, 1, 4, 0xff, 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, name string, data []byte) {
+		op, ok := opdef.Named(name)
+		if !ok {
+			t.Skip("no op of that name")
 		}
+		r := fuzzReader{fuzzbytes.New(data)}
 		partial := make([][]int64, len(op.Inputs))
 		complete := make([][]int64, len(op.Inputs))
 		for i, in := range op.Inputs {
@@ -376,20 +377,13 @@ func FuzzCheckStaticShapes(f *testing.F) {
 		if !named {
 			t.Fatalf("message %q does not start with an input's name", err)
 		}
-		if op.Kind == opdef.GlobalNormalizationGrad {
-			if _, full := opdef.CheckGlobalNormalizationGrad(opdef.GlobalNormalizationGradInputs{
-				T: complete[0], M: complete[1], V: complete[2], Gamma: complete[3], Backprop: complete[4],
-			}); full == nil {
-				t.Fatalf("static rules reject %v (%v) but the run-time rules accept the completion %v", partial, err, complete)
-			}
-			return
+		formats := []string{""} // an op without data_format keeps channels last
+		if attr, ok := op.Attr("data_format"); ok {
+			formats = attr.Values
 		}
-		for _, format := range fuzzFormats {
-			if _, full := opdef.CheckFusedGrad(format, opdef.FusedGradInputs{
-				YBackprop: complete[0], X: complete[1], Scale: complete[2],
-				ReserveSpace1: complete[3], ReserveSpace2: complete[4],
-			}); full == nil {
-				t.Fatalf("static rules reject %v (%v) but the run-time rules accept the completion %v under %s", partial, err, complete, format)
+		for _, format := range formats {
+			if _, full := op.Check(format, complete); full == nil {
+				t.Fatalf("static rules reject %v (%v) but the run-time rules accept the completion %v under %q", partial, err, complete, format)
 			}
 		}
 	})

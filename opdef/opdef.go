@@ -4,6 +4,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 )
 
 // Op is the specification of one gobn op: exactly the signature of the stock
@@ -13,11 +14,14 @@ type Op struct {
 	Name string
 	// Stock is the name of the stock TensorFlow op with the same signature,
 	// or "" for an op stock TensorFlow does not have (BatchNormGradReduce,
-	// BatchNormGradApply).
+	// BatchNormGradApply). It may be an op internal to TensorFlow, whose
+	// name starts with an underscore and which tf.raw_ops does not offer
+	// (TensorFlow's grappler puts those in graphs).
 	Stock string
 	// GradientOf is the stock forward op whose gradient TensorFlow builds
 	// on Stock (tensorflow/python/ops/nn_grad.py), e.g. "FusedBatchNormV3"
-	// for FusedBatchNormGradV3; "" where Stock is.
+	// for FusedBatchNormGradV3; "" where Stock is, or where TensorFlow
+	// builds Stock by rewriting a graph rather than as a gradient.
 	GradientOf string
 	// Kind says which kernel family computes the op.
 	Kind Kind
@@ -40,37 +44,40 @@ type Op struct {
 	HostMemory []string
 }
 
-// Kind names the math an op performs.
-type Kind int
+// Kind names the math an op performs: a family of ops that one kernel of
+// each device computes. Its name, in snake case (SnakeCase), names the
+// files that hold it in each language (CONTRIBUTING.md, "Adding an op").
+type Kind string
 
+// The kinds of gobn's ops.
 const (
 	// FusedBatchNormGrad is the family of FusedBatchNormGrad, V2 and V3.
-	FusedBatchNormGrad Kind = iota
+	FusedBatchNormGrad Kind = "FusedBatchNormGrad"
 	// GlobalNormalizationGrad is BatchNormWithGlobalNormalizationGrad.
-	GlobalNormalizationGrad
+	GlobalNormalizationGrad Kind = "GlobalNormalizationGrad"
 	// GradReduce is BatchNormGradReduce, the first half of the training
 	// gradient for batch norm synchronized across replicas: the per-channel
 	// sums Σdy and Σdy·(x−μ) of one replica, and its element count R.
-	GradReduce
+	GradReduce Kind = "GradReduce"
 	// GradApply is BatchNormGradApply, the second half: x_backprop of one
 	// replica from the sums all-reduced over every replica.
-	GradApply
+	GradApply Kind = "GradApply"
 )
 
-// String returns the kind's name: FusedBatchNormGrad, GlobalNormalizationGrad,
-// GradReduce or GradApply.
-func (k Kind) String() string {
-	switch k {
-	case FusedBatchNormGrad:
-		return "FusedBatchNormGrad"
-	case GlobalNormalizationGrad:
-		return "GlobalNormalizationGrad"
-	case GradReduce:
-		return "GradReduce"
-	case GradApply:
-		return "GradApply"
+// SnakeCase returns the kind's name in snake case, e.g.
+// fused_batch_norm_grad: the name of its files.
+func (k Kind) SnakeCase() string {
+	var b strings.Builder
+	for i, r := range k {
+		if unicode.IsUpper(r) {
+			if i > 0 {
+				b.WriteByte('_')
+			}
+			r = unicode.ToLower(r)
+		}
+		b.WriteRune(r)
 	}
-	return "unknown"
+	return b.String()
 }
 
 // Arg is one input or output.
@@ -90,6 +97,11 @@ type Arg struct {
 	// nothing else references it (TensorFlow's forwarding): gobn's kernels
 	// read each element of those before they write that element of it.
 	Forward []string
+	// Number, on the op's last output, names the int attr that says how
+	// many tensors the output is (TensorFlow's "name: number * type"):
+	// gobn's ops take it as 0 or 1, so that the output is there when the
+	// attr asks for it and absent otherwise.
+	Number string
 	// Count marks the int64 scalar, in host memory on every device
 	// (HostMemory), that counts the elements per channel: an output's value
 	// is the call's R = N·S; an input's is the count over every replica,
@@ -98,8 +110,14 @@ type Arg struct {
 	Count bool
 }
 
-// Spec returns the spec string TensorFlow's op builder takes, "name: type".
-func (a Arg) Spec() string { return a.Name + ": " + a.Type }
+// Spec returns the spec string TensorFlow's op builder takes, "name: type",
+// or "name: number * type" for a list.
+func (a Arg) Spec() string {
+	if a.Number != "" {
+		return a.Name + ": " + a.Number + " * " + a.Type
+	}
+	return a.Name + ": " + a.Type
+}
 
 // ShapeRule describes an output's static shape.
 type ShapeRule struct {
@@ -125,29 +143,36 @@ type Attr struct {
 	TypeClass string
 	// Values lists the strings a StringAttr may take; empty: any.
 	Values []string
-	// Default is the attr's default, a float32, bool or string as Kind says;
-	// nil for an attr without one.
+	// Min is the least value an IntAttr may take, where it has one.
+	Min *int64
+	// Default is the attr's default, a float32, int64, bool or string as
+	// Kind says; nil for an attr without one.
 	Default any
 }
 
 // AttrKind is the type of an attr's value.
 type AttrKind int
 
-// The kinds of attr gobn's ops have.
+// The kinds of attr an op may have.
 const (
-	TypeAttr AttrKind = iota // a dtype
-	FloatAttr
-	BoolAttr
-	StringAttr
+	TypeAttr   AttrKind = iota // a dtype
+	FloatAttr                  // a float32
+	BoolAttr                   // a bool
+	StringAttr                 // a string
+	IntAttr                    // an int64
 )
 
 // Spec returns the attr as a REGISTER_OP spec string, e.g.
-// "T: {half, bfloat16, float}", "epsilon: float = 0.0001" or
-// "data_format: {'NHWC', 'NCHW'} = 'NHWC'".
+// "T: {half, bfloat16, float}", "epsilon: float = 0.0001",
+// "data_format: {'NHWC', 'NCHW'} = 'NHWC'" or "num_side_inputs: int >= 0 = 0".
 func (a Attr) Spec() string {
-	typ := map[AttrKind]string{TypeAttr: a.TypeClass, FloatAttr: "float", BoolAttr: "bool", StringAttr: "string"}[a.Kind]
+	typ := map[AttrKind]string{TypeAttr: a.TypeClass, FloatAttr: "float", BoolAttr: "bool", StringAttr: "string",
+		IntAttr: "int"}[a.Kind]
 	if allowed := a.Allowed(); allowed != "" {
 		typ = "{" + allowed + "}"
+	}
+	if a.Min != nil {
+		typ += " >= " + strconv.FormatInt(*a.Min, 10)
 	}
 	if a.Default == nil {
 		return a.Name + ": " + typ
@@ -172,12 +197,14 @@ func (a Attr) Allowed() string {
 	return ""
 }
 
-// DefaultString returns the default as a spec writes it: 0.0001, true, 'NHWC'
-// ("" without a default).
+// DefaultString returns the default as a spec writes it: 0.0001, 0, true,
+// 'NHWC' ("" without a default).
 func (a Attr) DefaultString() string {
 	switch d := a.Default.(type) {
 	case float32:
 		return strconv.FormatFloat(float64(d), 'g', -1, 32)
+	case int64:
+		return strconv.FormatInt(d, 10)
 	case bool:
 		return strconv.FormatBool(d)
 	case string:
@@ -429,6 +456,16 @@ var All = []Op{
 	},
 }
 
+// Named returns the op of All registered as name, and whether there is one.
+func Named(name string) (Op, bool) {
+	for _, op := range All {
+		if op.Name == name {
+			return op, true
+		}
+	}
+	return Op{}, false
+}
+
 // HasKernel reports whether the op has a kernel, on the GPU or the CPU, that
 // binds T to dtype.
 func (op Op) HasKernel(dtype DType, onGPU bool) bool {
@@ -494,9 +531,13 @@ func (op Op) BaseName() string { return strings.TrimPrefix(op.Name, "Gobn>") }
 
 // Kinds returns the kinds of the ops in All, each once, in the order of
 // their first op.
-func Kinds() []Kind {
+func Kinds() []Kind { return KindsOf(All) }
+
+// KindsOf returns the kinds of ops, each once, in the order of their first
+// op.
+func KindsOf(ops []Op) []Kind {
 	var kinds []Kind
-	for _, op := range All {
+	for _, op := range ops {
 		if !slices.Contains(kinds, op.Kind) {
 			kinds = append(kinds, op.Kind)
 		}

@@ -174,7 +174,7 @@ func firstOf(kind Kind) Op {
 			return op
 		}
 	}
-	panic("opdef: no op of kind " + kind.String())
+	panic("opdef: no op of kind " + string(kind))
 }
 
 // FusedGradInputs are the shapes of the inputs of FusedBatchNormGrad, V2 and V3

@@ -398,13 +398,15 @@ func TestAll(t *testing.T) {
 			assert.Equal(t, w.Name, op.Name)
 			assert.Equal(t, w.Stock, op.Stock)
 			assert.Equal(t, "Gobn>"+op.BaseName(), op.Name)
-			if op.Stock != "" {
-				assert.Equal(t, op.Stock, op.BaseName())
+			if op.Stock != "" { // an op internal to TensorFlow starts with an underscore
+				assert.Equal(t, strings.TrimPrefix(op.Stock, "_"), op.BaseName())
 			}
 			// python_tests/test_python_package.py checks GradientOf against TensorFlow's gradients.
-			assert.Equal(t, op.Stock == "", op.GradientOf == "", "GradientOf is set exactly where Stock is")
+			if op.GradientOf != "" {
+				assert.NotEmpty(t, op.Stock, "GradientOf names the forward op whose gradient Stock is")
+			}
 			assert.Equal(t, w.GradientOf, op.GradientOf)
-			assert.Equal(t, w.Kind, op.Kind.String())
+			assert.Equal(t, w.Kind, string(op.Kind))
 			assert.Equal(t, w.Inputs, argNames(op.Inputs))
 			assert.Equal(t, w.Outputs, argNames(op.Outputs))
 			var attrs, wantAttrs []string
@@ -419,7 +421,21 @@ func TestAll(t *testing.T) {
 			assert.ElementsMatch(t, w.GPUKernels, bindings(op.GPUKernels), "GPU kernels")
 			assert.ElementsMatch(t, w.HostMemory, op.HostMemory, "host memory")
 			for _, a := range append(append([]opdef.Arg(nil), op.Inputs...), op.Outputs...) {
+				if a.Number != "" {
+					attr, ok := op.Attr(a.Number)
+					assert.True(t, ok && attr.Kind == opdef.IntAttr, "%s: %s's number is no int attr", op.Name, a.Name)
+					assert.Equal(t, a.Name+": "+a.Number+" * "+a.Type, a.Spec())
+					continue
+				}
 				assert.Equal(t, a.Name+": "+a.Type, a.Spec())
+			}
+			for _, a := range op.Inputs {
+				assert.Empty(t, a.Number, "%s: %s: a list is an output", op.Name, a.Name)
+			}
+			for i, a := range op.Outputs {
+				if a.Number != "" {
+					assert.Equal(t, len(op.Outputs)-1, i, "%s: %s: a list is the last output", op.Name, a.Name)
+				}
 			}
 			for _, o := range op.Outputs {
 				if !o.Shape.Empty && !o.Shape.Scalar {
@@ -449,6 +465,20 @@ func TestAttrSpecs(t *testing.T) {
 		}
 		assert.Equal(t, w.Attrs, specs, op.Name)
 	}
+}
+
+// TestSpecForms: the spec forms of attrs and args no op of gobn's has yet,
+// as stock's REGISTER_OP writes them (_FusedBatchNormGradEx's): an int attr
+// with a minimum and a default, a string attr of any value, and an output
+// that is a list of as many tensors as an int attr says.
+func TestSpecForms(t *testing.T) {
+	assert.Equal(t, "num_side_inputs: int >= 0 = 0",
+		opdef.Attr{Name: "num_side_inputs", Kind: opdef.IntAttr, Min: new(int64(0)), Default: int64(0)}.Spec())
+	assert.Equal(t, "activation_mode: string = 'Identity'",
+		opdef.Attr{Name: "activation_mode", Kind: opdef.StringAttr, Default: "Identity"}.Spec())
+	assert.Equal(t, "side_input_backprop: num_side_inputs * T",
+		opdef.Arg{Name: "side_input_backprop", Type: "T", Number: "num_side_inputs"}.Spec())
+	assert.Equal(t, "fused_batch_norm_grad_ex", opdef.Kind("FusedBatchNormGradEx").SnakeCase())
 }
 
 func TestAllSignatures(t *testing.T) {

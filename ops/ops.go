@@ -28,7 +28,7 @@
 // checkout> env)"` sets both (docs/tfgo.md).
 package ops
 
-//go:generate go run ../internal/genops
+//go:generate go run ../cmd/genops
 
 import (
 	"fmt"

@@ -54,6 +54,7 @@ from gobn._testing import (  # noqa: E402,F401  (re-exported for the tests)
     global_norm_grad_reference,
     global_norm_inputs,
     run_stock_global_norm_grad,
+    sample,
     stock_forward_reserve_spaces,
     to_channels_last,
     tolerance,
@@ -80,6 +81,34 @@ def op_table():
         rows = json.load(f)["ops"]
     assert [row["name"] for row in rows] == list(OP_NAMES), f"{OP_TABLE_FILE} must list every op gobn registers"
     return rows
+
+
+def rejected(op, inputs):
+    """inputs of op (a record of gobn._opdefs_gen.OPS) with its first
+    per-channel input one element too long, which every op rejects with
+    InvalidArgumentError."""
+    name = next(name for name, _, ranks in op.xla_inputs if ranks == (1,))
+    v = inputs[name]
+    return dict(inputs, **{name: tf.concat([v, tf.zeros([1], v.dtype)], 0)})
+
+
+def sample_calls(fn_of, shape, every_case=False):
+    """(fn, kwargs, valid) for every op of the op table, from its kind's
+    sample builder (gobn._testing.sample) on an activation of the logical
+    channels-last shape: a valid call of each of its cases on the CPU
+    (every_case) or of its first, and the same call with rejected inputs.
+    fn_of(op) is the function that runs op (its wrapper in gobn.ops, say)."""
+    from gobn._opdefs_gen import BY_NAME
+
+    calls = []
+    for row in op_table():
+        op = BY_NAME[row["name"]]
+        found = list(cases(op, "CPU:0", {"call": shape}))
+        for i, case in enumerate(found if every_case else found[:1]):
+            made = sample(case, seed=i)
+            calls += [(fn_of(op), dict(made.inputs, **made.attrs), True),
+                      (fn_of(op), dict(rejected(op, made.inputs), **made.attrs), False)]
+    return calls
 
 
 def run_child_report(script, *args, timeout=300, **env):

@@ -56,7 +56,7 @@ from tensorflow.python.framework import kernels as kernel_registry
 
 import gobn as gobn_package
 from gobn._opdefs_gen import BY_KIND, OPS
-from gobn._testing import MODES, SAMPLES, outputs_by_name, sample
+from gobn._testing import modes, outputs_by_name, sample, stock_op
 from support import (
     CHANNELS_FIRST,
     EPSILON,
@@ -200,9 +200,8 @@ def test_matrix_covers_every_op(request):
     """Every op gobn registers has parity cases on the device in each of its
     modes (test_parity runs each in every run), and its kind a sample builder."""
     assert sorted(op.name for op in OPS) == sorted(gobn_package.OP_NAMES)
-    for op, row in zip(OPS, op_table()):
-        assert list(MODES[row["kind"]]) == row["modes"], row["name"]
-        assert callable(SAMPLES.get(op.kind)), f"{op.name}: no sample builder of kind {op.kind}"
+    for op, row in zip(OPS, op_table(), strict=True):
+        assert list(modes(op)) == row["modes"], row["name"]
         assert sorted({c.mode for c in matrix_cases(op, request.config)}) == sorted(row["modes"]), op.name
 
 
@@ -232,7 +231,7 @@ def test_parity(gobn, device, case, run, record_property):
         got, ran = run_gobn(op, lambda **kw: outputs_by_name(op, ours(**kw, **made.attrs), names), made.inputs, run,
                             device)
         if made.stock:
-            stock = getattr(tf.raw_ops, made.stock)
+            stock = stock_op(made.stock)
             try:
                 theirs = run_op(lambda **kw: outputs_by_name(op, stock(**kw, **made.attrs), names), made.inputs, run,
                                 device)

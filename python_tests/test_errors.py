@@ -4,7 +4,9 @@ Every case checks that gobn raises tf.errors.InvalidArgumentError eagerly, that
 the message names the offending tensor and rule (for the checks gobn's kernel
 makes; dtype and attr errors come from TensorFlow's op construction), and that
 a valid call afterwards still works. Where stock raises too, a second test
-checks that stock raises the same class for the same input.
+checks that stock raises the same class for the same input. Every op of the
+op table breaks each rule opdef states of its inputs (test_every_op_...);
+the fused and global-normalization ops, stock's, the rest of stock's rules.
 """
 
 import collections
@@ -13,15 +15,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from support import run_stock_global_norm_grad
+from gobn._opdefs_gen import BY_KIND, BY_NAME
+from gobn._testing import Case, modes, sample
+from support import op_table, run_stock_global_norm_grad
 
 FusedOp = collections.namedtuple("FusedOp", "gobn_name stock_name has_reserve_space_3")
 
-OPS = {
-    "v1": FusedOp("gobn_fused_batch_norm_grad", "FusedBatchNormGrad", False),
-    "v2": FusedOp("gobn_fused_batch_norm_grad_v2", "FusedBatchNormGradV2", False),
-    "v3": FusedOp("gobn_fused_batch_norm_grad_v3", "FusedBatchNormGradV3", True),
-}
+# The fused ops, by their stock twin's name.
+OPS = {op.stock: FusedOp(op.wrapper, op.stock, "reserve_space_3" in op.inputs) for op in BY_KIND["FusedBatchNormGrad"]}
 
 _rng = np.random.default_rng(2024)
 
@@ -93,17 +94,18 @@ SHAPE_CASES = [
 
 # Errors TensorFlow raises while constructing the op (dtype and attr checks):
 # (id, ops it applies to, overrides).
+V1, V2, V3 = "FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3"
 CONSTRUCTION_CASES = [
-    ("half_y_backprop_float_x", ("v2", "v3"), lambda: {"y_backprop": _float(2, 3, 4, 4, dtype=tf.float16)}),
-    ("half_x_float_y_backprop", ("v2", "v3"), lambda: {"x": _float(2, 3, 4, 4, dtype=tf.float16)}),
-    ("half_t_for_v1", ("v1",), lambda: {
+    ("half_y_backprop_float_x", (V2, V3), lambda: {"y_backprop": _float(2, 3, 4, 4, dtype=tf.float16)}),
+    ("half_x_float_y_backprop", (V2, V3), lambda: {"x": _float(2, 3, 4, 4, dtype=tf.float16)}),
+    ("half_t_for_v1", (V1,), lambda: {
         "y_backprop": _float(2, 3, 4, 4, dtype=tf.float16), "x": _float(2, 3, 4, 4, dtype=tf.float16)}),
-    ("half_scale", ("v1", "v2", "v3"), lambda: {"scale": _float(4, dtype=tf.float16)}),
-    ("half_reserve_space_1", ("v1", "v2", "v3"), lambda: {"reserve_space_1": _float(4, dtype=tf.float16)}),
-    ("double_t", ("v1", "v2", "v3"), lambda: {
+    ("half_scale", tuple(OPS), lambda: {"scale": _float(4, dtype=tf.float16)}),
+    ("half_reserve_space_1", tuple(OPS), lambda: {"reserve_space_1": _float(4, dtype=tf.float16)}),
+    ("double_t", tuple(OPS), lambda: {
         "y_backprop": _float(2, 3, 4, 4, dtype=tf.float64), "x": _float(2, 3, 4, 4, dtype=tf.float64)}),
-    ("bad_data_format", ("v1", "v2", "v3"), lambda: {"data_format": "NCWH"}),
-    ("3d_format_on_v1_v2", ("v1", "v2"), lambda: {"data_format": "NDHWC"}),
+    ("bad_data_format", tuple(OPS), lambda: {"data_format": "NCWH"}),
+    ("3d_format_on_v1_v2", (V1, V2), lambda: {"data_format": "NDHWC"}),
 ]
 
 
@@ -254,3 +256,48 @@ def test_global_norm_dtype_without_kernel_matches_stock(gobn, dtype):
         run_stock_global_norm_grad(
             **inputs, **GLOBAL_NORM_ATTRS, op=gobn.gobn_batch_norm_with_global_normalization_grad)
     assert_global_norm_still_works(gobn)
+
+
+# ---------------------------------------------------------------------------
+# Every op: each rule opdef states of its inputs (opdef.Op.Check), broken on
+# a valid call of its kind's sample builder
+
+
+def _broken(op, inputs, rule, name):
+    """inputs with the input name breaking rule: of a rank the op does not
+    allow (rank), sized other than the channels (size), or shaped other than
+    the activation (shape)."""
+    v = inputs[name]
+    if rule == "rank":
+        ranks = dict((n, r) for n, _, r in op.xla_inputs)[name]
+        return dict(inputs, **{name: tf.reshape(v, v.shape.as_list() + [1] * (max(ranks) + 1 - v.shape.rank))})
+    if rule == "size":
+        return dict(inputs, **{name: tf.concat([v, tf.zeros([1], v.dtype)], 0)})
+    return dict(inputs, **{name: tf.concat([v, v[:1]], 0)})
+
+
+def _every_op_rule_params():
+    for row in op_table():
+        op = BY_NAME[row["name"]]
+        activation = row["activation"]
+        activation_ranks = dict((n, r) for n, _, r in op.xla_inputs)[activation]
+        for name, _, ranks in op.xla_inputs:
+            if ranks:
+                yield pytest.param(op.name, "rank", name, rf"\b{name}\b.* must be ", id=f"{op.name}-{name}-rank")
+            if ranks == (1,):
+                yield pytest.param(op.name, "size", name, rf"\b{name}\b.* same number of elements as the channels",
+                                   id=f"{op.name}-{name}-size")
+            if ranks == activation_ranks and name != activation:
+                yield pytest.param(op.name, "shape", name, rf"\b{activation} and {name} must have same shape",
+                                   id=f"{op.name}-{name}-shape")
+
+
+@pytest.mark.parametrize("op_name, rule, name, message", list(_every_op_rule_params()))
+def test_every_op_rejects_what_its_rules_forbid(gobn, op_name, rule, name, message):
+    op = BY_NAME[op_name]
+    case = Case(op, tf.float32, op.data_formats[0], modes(op)[0], "small", (2, 3, 4, 5))
+    made = sample(case, seed=1)
+    call = getattr(gobn, op.wrapper)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        call(**_broken(op, made.inputs, rule, name), **made.attrs)
+    call(**made.inputs, **made.attrs)  # and a valid call still works

@@ -31,10 +31,17 @@ GO_SIGNALS = {"SIGBUS", "SIGFPE", "SIGSEGV", "SIGPIPE", "SIGURG"}
 GO_RUNTIME_ENV = {"GOGC", "GOMEMLIMIT", "GODEBUG", "GOMAXPROCS", "GOTRACEBACK"}
 
 
+def child_command(check, *args):
+    """The command of a child that runs check: started with SIGINT ignored,
+    as `nohup make test` or a background job starts this suite, so that the
+    checks hold however the suite was started (the child resets it; see
+    the end of this file)."""
+    return ["sh", "-c", 'trap "" INT; exec "$@"', "sh", sys.executable, os.path.abspath(__file__), check, *args]
+
+
 def run_child(check, *args, **kwargs):
-    env = child_env()
-    return subprocess.run([sys.executable, os.path.abspath(__file__), check, *args], capture_output=True,
-                          text=True, env=env, timeout=120, **kwargs)
+    return subprocess.run(child_command(check, *args), capture_output=True, text=True, env=child_env(), timeout=120,
+                          **kwargs)
 
 
 def reliability_section():
@@ -115,9 +122,8 @@ def test_sigint_raises_keyboard_interrupt():
 
 def test_ctrl_c_from_outside_stops_a_loop_of_ops():
     """As a terminal's Ctrl-C: SIGINT to the process while it runs ops in a loop."""
-    env = child_env()
-    proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "loop"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(child_command("loop"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=child_env())
     try:
         assert proc.stdout.readline().strip() == "ready", proc.stderr.read()[-3000:]
         time.sleep(0.5)  # let it run ops for a while
@@ -158,30 +164,11 @@ def load():
 
 
 def sample_calls(tf, lib):
-    """(fn, kwargs, valid) for every op: valid calls, and one rejected call each."""
-    import numpy as np
+    """(fn, kwargs, valid) for every op: a valid call, and a rejected one,
+    on a 4x16x16x32 activation (support.sample_calls)."""
+    import support
 
-    rng = np.random.default_rng(5)
-
-    def normal(shape, dtype=tf.float32, positive=False):
-        a = rng.standard_normal(shape)
-        return tf.constant(np.abs(a) + 0.5 if positive else a, dtype)
-
-    calls = []
-    for op, dtype in (("gobn_fused_batch_norm_grad", tf.float32), ("gobn_fused_batch_norm_grad_v2", tf.float16),
-                      ("gobn_fused_batch_norm_grad_v3", tf.bfloat16)):
-        vec = dtype if op == "gobn_fused_batch_norm_grad" else tf.float32
-        kwargs = dict(y_backprop=normal([4, 16, 16, 32], dtype), x=normal([4, 16, 16, 32], dtype),
-                      scale=normal([32], vec), reserve_space_1=normal([32], vec),
-                      reserve_space_2=normal([32], vec, True))
-        if op.endswith("v3"):
-            kwargs["reserve_space_3"] = tf.zeros([0])
-        calls += [(getattr(lib, op), kwargs, True), (getattr(lib, op), dict(kwargs, scale=normal([3], vec)), False)]
-    kwargs = dict(t=normal([4, 16, 16, 32]), m=normal([32]), v=normal([32], positive=True), gamma=normal([32]),
-                  backprop=normal([4, 16, 16, 32]), variance_epsilon=1e-3, scale_after_normalization=True)
-    calls += [(lib.gobn_batch_norm_with_global_normalization_grad, kwargs, True),
-              (lib.gobn_batch_norm_with_global_normalization_grad, dict(kwargs, m=normal([5])), False)]
-    return calls
+    return support.sample_calls(lambda op: getattr(lib, op.wrapper), (4, 16, 16, 32))
 
 
 def run_calls(tf, calls):
@@ -301,6 +288,11 @@ def child_loop():
 
 
 if __name__ == "__main__":
+    # A process started with SIGINT ignored (by nohup, or as a background job
+    # of a shell without job control) hands SIG_IGN on to its children, and
+    # Python then installs no handler of its own: each check is of a Python
+    # process as a terminal starts it, with Python's handler in place.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     check = sys.argv[1]
     {"quiet": lambda: child_quiet(sys.argv[2]), "signals": child_signals, "sigint": child_sigint,
      "loop": child_loop}[check]()

@@ -1,8 +1,8 @@
 """Leaks: 20,000 calls, valid and rejected, grow resident memory by less than 5 MB.
 
 How it is measured: a child Python (this file run as a script) loads the
-library and makes its inputs once (small tensors for every op, dtype, layout
-and mode, valid and invalid). It then runs three phases of 20,000 calls,
+library and makes its inputs once (small tensors for every case of every op
+of the op table, each dtype, layout and mode, valid and rejected). It then runs three phases of 20,000 calls,
 each after 2,000 warm-up calls of its own mix (so that TensorFlow's kernel
 cache, Python's and Go's allocators and the Go heap reach their steady size),
 reading its resident set size from /proc/self/statm (resident pages × page
@@ -72,39 +72,22 @@ def child():
 
     import gobn as package
 
-    lib = package.ops
+    import support
+
     rng = np.random.default_rng(3)
 
     def normal(shape, dtype=tf.float32, positive=False):
         a = rng.standard_normal(shape)
         return tf.constant(np.abs(a) + 0.5 if positive else a, dtype)
 
-    gobn, stock = [], []  # (fn, kwargs, valid)
-    for op, dtype in (("FusedBatchNormGrad", tf.float32), ("FusedBatchNormGradV2", tf.float16),
-                      ("FusedBatchNormGradV3", tf.bfloat16), ("FusedBatchNormGradV3", tf.float32)):
-        vec = dtype if op == "FusedBatchNormGrad" else tf.float32
-        for fmt, shape in (("NHWC", [2, 4, 4, 8]), ("NCHW", [2, 8, 4, 4])):
-            for training in (True, False):
-                kwargs = dict(y_backprop=normal(shape, dtype), x=normal(shape, dtype), scale=normal([8], vec),
-                              reserve_space_1=normal([8], vec), reserve_space_2=normal([8], vec, True),
-                              data_format=fmt, is_training=training)
-                if op.endswith("V3"):
-                    kwargs["reserve_space_3"] = tf.zeros([0])
-                bad = dict(kwargs, scale=normal([7], vec))
-                fn = getattr(lib, "gobn_" + {"FusedBatchNormGrad": "fused_batch_norm_grad",
-                                             "FusedBatchNormGradV2": "fused_batch_norm_grad_v2",
-                                             "FusedBatchNormGradV3": "fused_batch_norm_grad_v3"}[op])
-                gobn += [(fn, kwargs, True), (fn, bad, False)]
-                if op == "FusedBatchNormGradV3" and dtype == tf.float32 and training:
-                    stock += [(tf.raw_ops.FusedBatchNormGradV3, kwargs, True),
-                              (tf.raw_ops.FusedBatchNormGradV3, bad, False)]
-    for dtype in (tf.float32, tf.float16, tf.float64):
-        kwargs = dict(t=normal([2, 4, 4, 8], dtype), m=normal([8], dtype), v=normal([8], dtype, True),
-                      gamma=normal([8], dtype), backprop=normal([2, 4, 4, 8], dtype),
-                      variance_epsilon=1e-3, scale_after_normalization=True)
-        gobn += [(lib.gobn_batch_norm_with_global_normalization_grad, kwargs, True),
-                 (lib.gobn_batch_norm_with_global_normalization_grad,
-                  dict(kwargs, backprop=normal([2, 4, 5, 8], dtype)), False)]
+    # Every case of every op (support.sample_calls), valid and rejected.
+    gobn = support.sample_calls(lambda op: getattr(package.ops, op.wrapper), (2, 4, 4, 8), every_case=True)
+    # The control: stock's FusedBatchNormGradV3, valid and rejected by its kernel.
+    kwargs = dict(y_backprop=normal([2, 4, 4, 8]), x=normal([2, 4, 4, 8]), scale=normal([8]),
+                  reserve_space_1=normal([8]), reserve_space_2=normal([8], positive=True),
+                  reserve_space_3=tf.zeros([0]), data_format="NHWC", is_training=True)
+    stock = [(tf.raw_ops.FusedBatchNormGradV3, kwargs, True),
+             (tf.raw_ops.FusedBatchNormGradV3, dict(kwargs, scale=normal([7])), False)]
 
     def mix(calls, rejected):
         """Two valid calls to each rejected one (or only valid ones)."""

@@ -34,8 +34,9 @@ from support import (
     SHAPES_5D,
 )
 
-# The fused ops (gobn._opdefs_gen's records), oldest first.
-OPS = dict(zip(("v1", "v2", "v3"), BY_KIND["FusedBatchNormGrad"]))
+# The fused ops (gobn._opdefs_gen's records), oldest first, by their stock twin's name.
+OPS = {op.stock: op for op in BY_KIND["FusedBatchNormGrad"]}
+V1, V2, V3 = "FusedBatchNormGrad", "FusedBatchNormGradV2", "FusedBatchNormGradV3"
 
 
 def _cases():
@@ -87,7 +88,7 @@ def test_fused_batch_norm_grad_parity(gobn, op_key, dtype, data_format, is_train
 @pytest.mark.parametrize("mode", ["eager", "function", "over_y_backprop"])
 @pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
 def test_streamed_x_backprop_parity(gobn, data_format, mode):
-    check_fused_parity(gobn, "v3", tf.float32, data_format, True, (4, 32, 64, 256), mode, seed=53)
+    check_fused_parity(gobn, V3, tf.float32, data_format, True, (4, 32, 64, 256), mode, seed=53)
 
 
 def check_fused_parity(gobn, op_key, dtype, data_format, is_training, shape, mode, seed):
@@ -146,12 +147,12 @@ def check_fused_parity(gobn, op_key, dtype, data_format, is_training, shape, mod
 # eagerly (only the channel axis matters); gobn follows the kernel.
 
 MIXED_RANK_CASES = [
-    pytest.param("v1", "NHWC", (2, 3, 4, 5, 6), id="v1-NHWC-rank5"),
-    pytest.param("v2", "NCHW", (2, 3, 4, 5, 6), id="v2-NCHW-rank5"),
-    pytest.param("v3", "NHWC", (2, 3, 4, 5, 6), id="v3-NHWC-rank5"),
-    pytest.param("v3", "NCHW", (2, 3, 4, 5, 6), id="v3-NCHW-rank5"),
-    pytest.param("v3", "NDHWC", (2, 3, 4, 5), id="v3-NDHWC-rank4"),
-    pytest.param("v3", "NCDHW", (2, 3, 4, 5), id="v3-NCDHW-rank4"),
+    pytest.param(V1, "NHWC", (2, 3, 4, 5, 6), id="v1-NHWC-rank5"),
+    pytest.param(V2, "NCHW", (2, 3, 4, 5, 6), id="v2-NCHW-rank5"),
+    pytest.param(V3, "NHWC", (2, 3, 4, 5, 6), id="v3-NHWC-rank5"),
+    pytest.param(V3, "NCHW", (2, 3, 4, 5, 6), id="v3-NCHW-rank5"),
+    pytest.param(V3, "NDHWC", (2, 3, 4, 5), id="v3-NDHWC-rank4"),
+    pytest.param(V3, "NCDHW", (2, 3, 4, 5), id="v3-NCDHW-rank4"),
 ]
 
 
@@ -173,7 +174,7 @@ def test_mixed_rank_and_format_eager(gobn, op_key, data_format, layout_shape):
 @pytest.mark.parametrize("reserve_space_3", [[], [[1.0, 2.0], [3.0, 4.0]], 5.0], ids=["empty", "2d", "scalar"])
 def test_reserve_space_3_is_ignored(gobn, reserve_space_3):
     """V3's reserve_space_3 is not read on CPU, whatever its shape (as stock)."""
-    inputs = make_inputs(OPS["v3"], tf.float32, "NHWC", True, (2, 3, 4, 5), seed=13)
+    inputs = make_inputs(OPS[V3], tf.float32, "NHWC", True, (2, 3, 4, 5), seed=13)
     inputs["reserve_space_3"] = tf.constant(reserve_space_3, tf.float32)
     got = gobn.gobn_fused_batch_norm_grad_v3(**inputs, epsilon=EPSILON)
     stock = tf.raw_ops.FusedBatchNormGradV3(**inputs, epsilon=EPSILON)
@@ -204,13 +205,14 @@ def _op_def(name):
     return op_def
 
 
-@pytest.mark.parametrize("stock_name", [row["stock"] for row in op_table() if row["stock"]])
-def test_op_signature_matches_stock(gobn, stock_name):
-    """Inputs, outputs, attrs, attr defaults and allowed values equal stock's."""
-    ours, stock = _op_def("Gobn>" + stock_name), _op_def(stock_name)
+@pytest.mark.parametrize("name, stock_name", [(row["name"], row["stock"]) for row in op_table() if row["stock"]])
+def test_op_signature_matches_stock(gobn, name, stock_name):
+    """Inputs, outputs (a list's number attr too), attrs, attr defaults,
+    minimums and allowed values equal stock's."""
+    ours, stock = _op_def(name), _op_def(stock_name)
     for field in ("input_arg", "output_arg"):
-        assert [(a.name, a.type, a.type_attr) for a in getattr(ours, field)] == [
-            (a.name, a.type, a.type_attr) for a in getattr(stock, field)], field
+        assert [(a.name, a.type, a.type_attr, a.number_attr) for a in getattr(ours, field)] == [
+            (a.name, a.type, a.type_attr, a.number_attr) for a in getattr(stock, field)], field
     ours_attrs = {a.name: a for a in ours.attr}
     stock_attrs = {a.name: a for a in stock.attr}
     assert sorted(ours_attrs) == sorted(stock_attrs)
@@ -218,6 +220,7 @@ def test_op_signature_matches_stock(gobn, stock_name):
         mine = ours_attrs[name]
         assert mine.type == attr.type, name
         assert mine.default_value == attr.default_value, f"{name} default"
+        assert (mine.has_minimum, mine.minimum) == (attr.has_minimum, attr.minimum), f"{name} minimum"
         # gobn registers kernels for a subset of numbertype; the op's allowed set must match stock.
         assert mine.allowed_values == attr.allowed_values, f"{name} allowed values"
 

@@ -174,8 +174,8 @@ def test_global_normalization_grad_vectorized_map(scale_after, dtype):
 
 @pytest.mark.parametrize("data_format", ["NHWC", "NCHW", "NCDHW"])
 def test_grad_reduce_and_apply_vectorized_map(data_format):
-    """No stock twin: against a loop of single calls and gobn._gradients' TF-op formulas, vectorized."""
-    from gobn import _gradients
+    """No stock twin: against a loop of single calls and their kinds' TF-op formulas (compute), vectorized."""
+    from gobn import _kinds
 
     rng = np.random.default_rng(7)
     shape = SHAPES[data_format]
@@ -192,7 +192,7 @@ def test_grad_reduce_and_apply_vectorized_map(data_format):
 
     got, loop = vectorized_and_loop(gobn.ops.gobn_batch_norm_grad_reduce, {"y_backprop": dy, "x": x, "mean": mean},
                                     {}, reduce)
-    formula = vmap(lambda e: list(_gradients.grad_reduce(*e, data_format)), [dy, x, mean])
+    formula = vmap(lambda e: list(_kinds.of("GradReduce").compute(*e, data_format).values()), [dy, x, mean])
     for what, g, w, f in zip(("sum_dy", "sum_dy_xmu"), got, loop, formula):
         assert_max_close(g, w, f"{what} against a loop")
         assert_max_close(g, f, f"{what} against the formula")
@@ -206,7 +206,8 @@ def test_grad_reduce_and_apply_vectorized_map(data_format):
                      "sum_dy_xmu": sum_dy_xmu}
     got, loop = vectorized_and_loop(gobn.ops.gobn_batch_norm_grad_apply, per_iteration,
                                     {"scale": scale, "count": count}, apply)
-    formula = vmap(lambda e: _gradients.grad_apply(e[0], e[1], scale, *e[2:], count, 0.001, data_format),
+    formula = vmap(lambda e: _kinds.of("GradApply").compute(e[0], e[1], scale, *e[2:], count, 0.001,
+                                                             data_format)["x_backprop"],
                    [dy, x, mean, variance, sum_dy, sum_dy_xmu])
     assert_max_close(got[0], loop[0], "x_backprop against a loop")
     assert_max_close(got[0], formula, "x_backprop against the formula")
@@ -389,13 +390,14 @@ def test_vectorized_second_order_of_raw_op():
 
 
 def test_every_op_has_a_converter():
-    from gobn import _pfor
+    """Each op's converter is its kind's (gobn._kinds)."""
+    from gobn import _kinds, _pfor
+    from gobn._opdefs_gen import OPS
     from tensorflow.python.ops.parallel_for import pfor
 
     assert _pfor.AVAILABLE
-    assert set(_pfor.CONVERTERS) == set(gobn.OP_NAMES)
-    for name in gobn.OP_NAMES:
-        assert pfor._pfor_converter_registry.get(name) is _pfor.CONVERTERS[name], name
+    for op in OPS:
+        assert pfor._pfor_converter_registry.get(op.name) is _kinds.of(op.kind).convert, op.name
 
 
 def test_package_imports_without_pfor_registry():

@@ -64,8 +64,12 @@ def test_name_and_tags(wheel):
 
 
 def test_holds_the_package_and_the_built_library(wheel):
-    """Every module of python/gobn and the library make built, byte for byte: the wheel is not stale."""
-    modules = sorted(f for f in os.listdir(os.path.join(PYTHON_DIR, "gobn")) if f.endswith(".py"))
+    """Every module of python/gobn (its subpackages' too) and the library make built, byte for byte: the
+    wheel is not stale."""
+    package = os.path.join(PYTHON_DIR, "gobn")
+    modules = sorted(os.path.relpath(os.path.join(folder, name), package)
+                     for folder, _, names in os.walk(package) for name in names if name.endswith(".py"))
+    assert "_kinds/__init__.py" in modules
     with zipfile.ZipFile(wheel) as z:
         names = z.namelist()
         assert sorted(n[len("gobn/"):] for n in names if n.startswith("gobn/") and n.endswith(".py")) == modules

@@ -4,22 +4,26 @@
     python -m tools.golden gen DIR [--seed N]        write DIR/manifest.json and one .npz per case
     python -m tools.golden check DIR [--library P]   run gobn on every case; print a table; exit 1 on any failure
 
-`gen` runs the stock ops of the TensorFlow it is run with on seeded inputs, for
-a case matrix covering every op, dtype, data format and mode:
+`gen` runs the stock twins of gobn's ops (opdef's stock) in the TensorFlow it
+is run with, on seeded inputs, for a case matrix covering every op with a
+twin, each of its dtypes and data formats, and each mode of its kind
+(gobn._kinds: MODES); today
 
     FusedBatchNormGrad     float                   NHWC NCHW                training, inference
     FusedBatchNormGradV2   float half bfloat16     NHWC NCHW                training, inference
     FusedBatchNormGradV3   float half bfloat16     NHWC NCHW NDHWC NCDHW    training, inference
-    BatchNormWithGlobalNormalizationGrad   float half double   scale_after_normalization true, false
+    BatchNormWithGlobalNormalizationGrad   half float double   NHWC   scaled, unscaled
 
-In training the reserve spaces are stock FusedBatchNormV3's (batch mean and
-biased variance). Where stock has no usable answer, the expected outputs are an
-exact float64 reference instead, and the manifest says so ("reference":
-"float64"): inference with NCHW/NCDHW (stock's CPU kernel rejects it) and
-BatchNormWithGlobalNormalizationGrad in half (stock sums in half). The stock
-global-normalization op is deprecated at GraphDef version 9, so it runs in a
-graph of producer version 8. oneDNN is switched off so that stock is the Eigen
-kernel.
+A case's inputs and attrs are its kind's sample (gobn._kinds: sample), and
+its expected outputs stock's on them (the kind's stock_outputs where it has
+one, else its twin's op run eagerly). Where stock has no usable answer
+(stock_outputs gives None) the expected outputs are the sample's exact
+float64 reference instead, and the manifest says so ("reference":
+"float64"): today inference with NCHW/NCDHW (stock's CPU kernel rejects it)
+and BatchNormWithGlobalNormalizationGrad in half (stock sums in half). oneDNN
+is switched off so that stock is the Eigen kernel. `gen --new-only` writes
+only the cases the directory's manifest lacks (a new op's, say) and keeps
+the others as they are.
 
 `check` loads gobn (--library, else where the package finds it), runs each
 case and compares every output with the saved one within docs/design.md's
@@ -30,8 +34,9 @@ share of the tolerance used, and PASS or FAIL. A file that is missing, does
 not match the SHA-256 in the manifest, or cannot be read fails its case.
 
 File format (read by kernels/golden_test.go too):
-  manifest.json  TensorFlow version, seed, and per case: file, sha256, op,
-                 attrs, T, reference ("stock" or "float64"), input and output
+  manifest.json  TensorFlow version, seed, and per case: file, sha256, op
+                 (the stock twin's name), T, data_format, mode, attrs (by
+                 name), reference ("stock" or "float64"), input and output
                  names, output dtypes, and the TensorFlow dtype of every array.
   <case>.npz     the op's inputs under their names (y_backprop, x, ..., or
                  t, m, ...) and the expected outputs as want_<output name>.
@@ -58,22 +63,20 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import gobn  # noqa: E402
-from gobn._opdefs_gen import BY_KIND  # noqa: E402
+from gobn import _kinds  # noqa: E402
+from gobn._opdefs_gen import OPS  # noqa: E402
 from gobn._testing import (  # noqa: E402
-    CHANNELS_FIRST,
-    EPSILON,
+    Case,
     as_float64,
-    fused_inputs,
-    global_norm_inputs,
-    run_stock_global_norm_grad,
+    outputs_by_name,
+    stock_outputs,
     tolerance,
     tolerance_bound,
     tolerance_used,
 )
-from gobn._testing import global_norm_grad_reference as global_norm_reference  # noqa: E402
 
 MANIFEST = "manifest.json"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 TF_DTYPES = {"float": tf.float32, "double": tf.float64, "half": tf.float16, "bfloat16": tf.bfloat16}
 # The manifest's tolerance table, in this order: gobn._testing.TOLERANCES under the cases' T names.
@@ -84,11 +87,9 @@ TOLERANCE_NAMES = ("float", "half", "bfloat16", "double")
 SHAPE_4D = (2, 9, 11, 13)
 SHAPE_5D = (2, 3, 4, 5, 6)
 
-# The fused ops with a stock twin, by the stock name, and the global-norm op,
-# as opdef describes them (gobn._opdefs_gen).
-FUSED_OPS = {op.stock: op for op in BY_KIND["FusedBatchNormGrad"]}
-GLOBAL_NORM = BY_KIND["GlobalNormalizationGrad"][0]
-
+# The ops with a stock twin, by the twin's name (gobn._opdefs_gen).
+STOCK_OPS = {op.stock: op for op in OPS if op.stock}
+NAMES = {dtype: name for name, dtype in TF_DTYPES.items()}
 
 def dtypes_of(op):
     """The dtypes of op's T, in TOLERANCE_NAMES' order."""
@@ -139,95 +140,84 @@ def sha256(path):
 # gen
 
 
-def fused_cases():
-    for op, spec in FUSED_OPS.items():
-        for dtype in dtypes_of(spec):
-            for data_format in spec.data_formats:
-                for is_training in (True, False):
-                    mode = "training" if is_training else "inference"
-                    yield dict(name=f"{op}-{dtype}-{data_format}-{mode}", op=op, T=dtype,
-                               data_format=data_format, is_training=is_training, epsilon=EPSILON)
+def cases():
+    """Every case: (name, Case) of each op with a stock twin, in each of its
+    dtypes, data formats and its kind's modes."""
+    for stock, op in STOCK_OPS.items():
+        for dtype in dtypes_of(op):
+            for data_format in op.data_formats:
+                for mode in _kinds.of(op.kind).MODES:
+                    shape = SHAPE_4D if len(data_format) == 4 else SHAPE_5D
+                    case = Case(op, TF_DTYPES[dtype], data_format, mode, "golden", shape)
+                    yield f"{stock}-{dtype}-{data_format}-{mode}", case
 
 
-def global_norm_cases():
-    for dtype in dtypes_of(GLOBAL_NORM):
-        for scale_after in (True, False):
-            yield dict(name=f"{GLOBAL_NORM.stock}-{dtype}-scale_after_normalization_{str(scale_after).lower()}",
-                       op=GLOBAL_NORM.stock, T=dtype, variance_epsilon=EPSILON,
-                       scale_after_normalization=scale_after)
-
-
-def seed_for(case, seed):
+def seed_for(name, seed):
     """The seed of a case's inputs: the run's and its name's."""
-    return [seed, zlib.crc32(case["name"].encode())]
+    return [seed, zlib.crc32(name.encode())]
 
 
-def gen_fused(case, seed):
-    spec = FUSED_OPS[case["op"]]
-    data_format, is_training, dtype = case["data_format"], case["is_training"], case["T"]
-    shape = SHAPE_4D if data_format in ("NHWC", "NCHW") else SHAPE_5D
-    made = fused_inputs(spec, TF_DTYPES[dtype], data_format, is_training, shape, seed_for(case, seed))
-    inputs = made.inputs
-    side = dtype if "U" not in spec.attrs else "float"  # scale, reserve spaces and 1-D outputs
-    input_dtypes = {name: (dtype if name in ("y_backprop", "x") else side) for name in inputs}
-    outputs = ["x_backprop", "scale_backprop", "offset_backprop"]
-    outputs += ["reserve_space_4", "reserve_space_5"] if "reserve_space_3" in spec.inputs else ["reserve_space_3", "reserve_space_4"]
-    output_dtypes = [dtype] + [side] * 4
-
-    if is_training or data_format not in CHANNELS_FIRST:
-        want = list(getattr(tf.raw_ops, case["op"])(**inputs, **made.attrs))
-        want_dtypes, reference = output_dtypes, "stock"
-    else:  # stock's CPU kernel: "only support NHWC tensor format for now"
-        want = list(made.reference()) + [np.zeros([0]), np.zeros([0])]
-        want_dtypes, reference = ["double"] * 5, "float64"
-    return inputs, input_dtypes, outputs, output_dtypes, want, want_dtypes, reference
-
-
-def gen_global_norm(case, seed):
-    dtype = case["T"]
-    inputs = global_norm_inputs(TF_DTYPES[dtype], SHAPE_4D, seed_for(case, seed))
-    attrs = dict(variance_epsilon=EPSILON, scale_after_normalization=case["scale_after_normalization"])
-    input_dtypes = {name: dtype for name in inputs}
-    output_dtypes = [dtype] * 5
-    if dtype == "half":  # stock sums in half: compare with the exact answer instead
-        want = list(global_norm_reference(**inputs, **attrs))
-        want_dtypes, reference = ["double"] * 5, "float64"
+def gen_case(name, case, seed):
+    """The case's record for the manifest and its arrays (stock's outputs,
+    or the float64 reference where stock has none usable)."""
+    kind = _kinds.of(case.op.kind)
+    sample = kind.sample(case, seed_for(name, seed), "CPU:0")
+    want = getattr(kind, "stock_outputs", stock_outputs)(case, sample)
+    output_dtypes = {out: dtype_name(case, out) for out in case.op.outputs}
+    if want is None:
+        want = {out: expected for out, (expected, _) in sample.expected.items()}
+        want_dtypes, reference = dict.fromkeys(want, "double"), "float64"
     else:
-        want = run_stock_global_norm_grad(**inputs, **attrs)
         want_dtypes, reference = output_dtypes, "stock"
-    return inputs, input_dtypes, list(GLOBAL_NORM.outputs), output_dtypes, want, want_dtypes, reference
+    arrays, array_dtypes = {}, {}
+    for arg, value in sample.inputs.items():
+        array_dtypes[arg] = NAMES[value.dtype]
+        arrays[arg] = encode(value, array_dtypes[arg])
+    for out, value in want.items():
+        arrays["want_" + out], array_dtypes["want_" + out] = encode(value, want_dtypes[out]), want_dtypes[out]
+    record = dict(name=name, op=case.op.stock, T=NAMES[case.dtype], data_format=case.data_format, mode=case.mode,
+                  attrs=sample.attrs, reference=reference, inputs=list(sample.inputs), outputs=list(want),
+                  output_dtypes=[output_dtypes[out] for out in want], arrays=array_dtypes)
+    return record, arrays
 
 
-def gen(directory, seed):
+def dtype_name(case, output):
+    """The TensorFlow dtype name of case's output called output."""
+    kind = case.op.output_types[case.op.outputs.index(output)]
+    return NAMES[case.dtype] if kind == "T" else kind
+
+
+def gen(directory, seed, new_only=False):
     os.makedirs(directory, exist_ok=True)
-    cases = []
-    for case in list(fused_cases()) + list(global_norm_cases()):
-        make = gen_global_norm if case["op"] == GLOBAL_NORM.stock else gen_fused
-        inputs, input_dtypes, outputs, output_dtypes, want, want_dtypes, reference = make(case, seed)
-        arrays, array_dtypes = {}, {}
-        for name, value in inputs.items():
-            arrays[name], array_dtypes[name] = encode(value, input_dtypes[name]), input_dtypes[name]
-        for name, value, dtype in zip(outputs, want, want_dtypes):
-            arrays["want_" + name], array_dtypes["want_" + name] = encode(value, dtype), dtype
-        case["file"] = case["name"] + ".npz"
-        path = os.path.join(directory, case["file"])
+    kept = {}
+    if new_only and os.path.exists(os.path.join(directory, MANIFEST)):
+        with open(os.path.join(directory, MANIFEST)) as f:
+            kept = {case["name"]: case for case in json.load(f)["cases"]}
+    records, reused = [], 0
+    for name, case in cases():
+        if name in kept:
+            records.append(kept[name])
+            reused += 1
+            continue
+        record, arrays = gen_case(name, case, seed)
+        record["file"] = name + ".npz"
+        path = os.path.join(directory, record["file"])
         write_npz(path, arrays)
-        case.update(sha256=sha256(path), reference=reference, inputs=list(inputs), outputs=outputs,
-                    output_dtypes=output_dtypes, arrays=array_dtypes)
-        cases.append(case)
-        print(f"wrote {path} ({reference})")
+        record["sha256"] = sha256(path)
+        records.append(record)
+        print(f"wrote {path} ({record['reference']})")
     manifest = {
         "format": FORMAT_VERSION,
         "generator": "python -m tools.golden gen",
         "tensorflow": tf.__version__,
         "seed": seed,
         "tolerances": {k: dict(zip(("rtol", "atol"), tolerance(k))) for k in TOLERANCE_NAMES},
-        "cases": cases,
+        "cases": records,
     }
     with open(os.path.join(directory, MANIFEST), "w") as f:
         json.dump(manifest, f, indent=1, sort_keys=True)
         f.write("\n")
-    print(f"{len(cases)} cases from TensorFlow {tf.__version__} in {directory}")
+    print(f"{len(records)} cases ({reused} kept) from TensorFlow {tf.__version__} in {directory}")
 
 
 # ---------------------------------------------------------------------------
@@ -259,14 +249,12 @@ def load_case(directory, case):
 
 
 def run_gobn(ops, case, tensors):
+    """gobn's outputs of the case, in the order of its outputs."""
+    op = STOCK_OPS[case["op"]]
     inputs = {name: tensors[name] for name in case["inputs"]}
-    if case["op"] == GLOBAL_NORM.stock:
-        return list(getattr(ops, GLOBAL_NORM.wrapper)(
-            **inputs, variance_epsilon=case["variance_epsilon"],
-            scale_after_normalization=case["scale_after_normalization"]))
-    wrapper = getattr(ops, FUSED_OPS[case["op"]].wrapper)
-    return list(wrapper(**inputs, epsilon=case["epsilon"], data_format=case["data_format"],
-                        is_training=case["is_training"]))
+    result = getattr(ops, op.wrapper)(**inputs, **case["attrs"])
+    got = outputs_by_name(op, result, case["outputs"])
+    return [got[name] for name in case["outputs"]]
 
 
 def compare(case, got, tensors):
@@ -355,13 +343,15 @@ def main():
     g = commands.add_parser("gen", help="write golden files from stock TensorFlow")
     g.add_argument("dir")
     g.add_argument("--seed", type=int, default=0, help="seed of the inputs (default 0)")
+    g.add_argument("--new-only", action="store_true",
+                   help="write only the cases DIR's manifest lacks, keeping the others (a new op's, say)")
     c = commands.add_parser("check", help="run gobn on golden files and compare")
     c.add_argument("dir")
     c.add_argument("--library", help="path of libgobn.so (default: where the gobn package finds it: "
                                      "$GOBN_LIBRARY, else beside the package or the checkout's build/libgobn.so)")
     args = parser.parse_args()
     if args.command == "gen":
-        gen(args.dir, args.seed)
+        gen(args.dir, args.seed, args.new_only)
         return 0
     return check(args.dir, args.library)
 

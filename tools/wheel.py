@@ -90,6 +90,14 @@ def record_row(name, data):
     return [name, f"sha256={digest}", str(len(data))]
 
 
+def modules():
+    """The package's modules, as paths under it (its subpackages' too: _kinds/), in order."""
+    found = []
+    for folder, _, names in os.walk(PACKAGE):
+        found += [os.path.relpath(os.path.join(folder, n), PACKAGE) for n in names if n.endswith(".py")]
+    return sorted(found)
+
+
 def build(library, out_dir):
     with open(PYPROJECT, "rb") as f:
         project = tomllib.load(f)["project"]
@@ -98,10 +106,9 @@ def build(library, out_dir):
     dist_info = f"{name}-{version}.dist-info"
 
     files = []  # (archive name, bytes, executable)
-    for module in sorted(os.listdir(PACKAGE)):
-        if module.endswith(".py"):
-            with open(os.path.join(PACKAGE, module), "rb") as f:
-                files.append((f"gobn/{module}", f.read(), False))
+    for module in modules():
+        with open(os.path.join(PACKAGE, module), "rb") as f:
+            files.append((f"gobn/{module}", f.read(), False))
     with open(library, "rb") as f:
         files.append(("gobn/libgobn.so", f.read(), True))
     files.append((f"{dist_info}/METADATA", metadata(project, version).encode(), False))

@@ -1,17 +1,20 @@
-// Package cudaspec is the contract between gobn's CUDA launch layer
-// (kernels/cuda, Go) and its kernels (kernels/cuda/batchnorm.cu, CUDA C++):
-// the kernels the fatbin holds, the one struct every kernel takes, and the
-// constants both sides use. Package cuda reads it; internal/gencuda writes
-// the C side from it (kernels/cuda/params_gen.h and kernels_gen.cuh, by
-// go generate ./kernels/cuda), so that nothing on the boundary is kept in
-// step by hand.
-//
-// A kernel is a row of Kernels: adding one is adding its row (and, for a
-// new job, its device function in batchnorm.cu and its call in
-// internal/gencuda), then go generate ./kernels/cuda.
+// Package cudaspec is the form of the contract between gobn's CUDA launch
+// layer (kernels/cuda, Go) and its kernels (kernels/cuda/batchnorm.cu,
+// CUDA C++): what a kernel of the fatbin is (Kernel: its job, layout,
+// element type and vector width, the device function its body calls, the
+// outputs it writes), the one struct every kernel takes (Params), and the
+// constants both sides use. Package cuda holds the table of kernels, the
+// shared passes' and each kind's beside its launch; cmd/gencuda writes the
+// C side from them (kernels/cuda/params_gen.h and kernels_gen.cuh, by go
+// generate ./kernels/cuda), so that nothing on the boundary is kept in step
+// by hand.
 package cudaspec
 
-import "fmt"
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
 
 // Launch shapes both sides rest on.
 const (
@@ -31,29 +34,15 @@ const (
 // Job is what a kernel computes.
 type Job string
 
-// The layout kernels' jobs: each reads the activation tensors in place, in
-// one layout.
+// The jobs of the passes the kinds share; a kind's own jobs are its.
 const (
 	// Reduce leaves per-channel partial sums Σdy and Σdy·(x−μ) in the
 	// workspace.
 	Reduce Job = "reduce"
 	// Sweep is Reduce, and writes x_backprop = dy·A (the inference gradient).
 	Sweep Job = "sweep"
-	// Global is Reduce, and writes BatchNormWithGlobalNormalizationGrad's dx
-	// (channels last only; the per-channel inputs of the activations' type).
-	Global Job = "global"
 	// Apply writes x_backprop = A·(dy − M) + B·(x − μ).
 	Apply Job = "apply"
-)
-
-// The finalize kernels' jobs: each adds the partial sums of every channel
-// and forms the 1-D outputs, and the coefficients of Apply.
-const (
-	FinalizeTrain  Job = "finalize_train"  // the training gradient
-	FinalizeInfer  Job = "finalize_infer"  // the inference gradient
-	FinalizeReduce Job = "finalize_reduce" // BatchNormGradReduce
-	FinalizeApply  Job = "finalize_apply"  // BatchNormGradApply (no sums: its inputs)
-	FinalizeGlobal Job = "finalize_global" // BatchNormWithGlobalNormalizationGrad, per element type
 )
 
 // Layout is the memory order a layout kernel reads.
@@ -122,6 +111,27 @@ type Kernel struct {
 	// first) a thread loads per unrolled step, so that each thread has
 	// several loads in flight before it uses the first (Rows).
 	U int
+	// Call is what the kernel's body calls, a device function of
+	// batchnorm.cu, with Key's and U's values for {L} (the layout: cl,
+	// cf), {T} (the element type's C type), {V} and {U}: e.g.
+	// "apply_{L}<{T}, {V}, {U}>(p)".
+	Call string
+	// Outputs names the per-channel outputs the kernel writes, in the
+	// slots of Params.Out: the kernels_gen.cuh enum of its job names each
+	// slot (out::<job>::<name>), and the launch layer fills the slots by
+	// these names.
+	Outputs []string
+	// Tensors names a kind's own tensors the kernel reads or writes beyond
+	// the fields of Params the kinds share (an activation the forward op
+	// gave, a side input's gradient), in the slots of Params.Tensors,
+	// named as Outputs are (tensor::<job>::<name>).
+	Tensors []string
+}
+
+// Body returns Call with k's values in place.
+func (k Kernel) Body() string {
+	return strings.NewReplacer("{L}", string(k.Layout), "{T}", k.Elem.CType, "{V}", strconv.Itoa(k.V),
+		"{U}", strconv.Itoa(k.U)).Replace(k.Call)
 }
 
 // Rows returns U for a layout kernel. Channels last: 16 elements of x and
@@ -140,36 +150,49 @@ func Rows(l Layout, e Elem, v int) int {
 	return 16 / v
 }
 
-func layoutKernel(job Job, l Layout, e Elem, v int) Kernel {
-	return Kernel{Key: Key{Job: job, Layout: l, Elem: e, V: v}, U: Rows(l, e, v)}
-}
+// Elems are the element types of the activation tensors, in order.
+var Elems = []Elem{Float32, Float16, BFloat16}
 
-// Kernels is every kernel of the fatbin, in the order package cuda numbers
-// them: the finalize kernels, then the layout kernels of each element type
-// and vector width, then Global's.
-var Kernels = func() []Kernel {
-	ks := []Kernel{
-		{Key: Key{Job: FinalizeTrain}}, {Key: Key{Job: FinalizeInfer}},
-		{Key: Key{Job: FinalizeReduce}}, {Key: Key{Job: FinalizeApply}},
-		{Key: Key{Job: FinalizeGlobal, Elem: Float32}}, {Key: Key{Job: FinalizeGlobal, Elem: Float16}},
-	}
-	for _, e := range []Elem{Float32, Float16, BFloat16} {
+// Layouts are the layouts a layout kernel may read, in order.
+var Layouts = []Layout{ChannelsLast, ChannelsFirst}
+
+// LayoutKernels returns the kernels of a layout job: one for each of
+// layouts, each of elems and each of its widths (Widths), with U as Rows
+// gives it, each calling call.
+func LayoutKernels(job Job, call string, layouts []Layout, elems ...Elem) []Kernel {
+	var ks []Kernel
+	for _, e := range elems {
 		for _, v := range Widths(e) {
-			for _, job := range []Job{Reduce, Sweep, Apply} {
-				for _, l := range []Layout{ChannelsLast, ChannelsFirst} {
-					ks = append(ks, layoutKernel(job, l, e, v))
-				}
+			for _, l := range layouts {
+				ks = append(ks, Kernel{Key: Key{Job: job, Layout: l, Elem: e, V: v}, U: Rows(l, e, v), Call: call})
 			}
 		}
 	}
-	// BatchNormWithGlobalNormalizationGrad has no bfloat16 GPU kernel.
-	for _, e := range []Elem{Float32, Float16} {
-		for _, v := range Widths(e) {
-			ks = append(ks, layoutKernel(Global, ChannelsLast, e, v))
-		}
+	return ks
+}
+
+// FinalizeKernel returns the finalize kernel of job, calling call and
+// writing outputs (Kernel.Outputs); with elems, one for each of them.
+func FinalizeKernel(job Job, call string, outputs []string, elems ...Elem) []Kernel {
+	if len(elems) == 0 {
+		return []Kernel{{Key: Key{Job: job}, Call: call, Outputs: outputs}}
+	}
+	var ks []Kernel
+	for _, e := range elems {
+		ks = append(ks, Kernel{Key: Key{Job: job, Elem: e}, Call: call, Outputs: outputs})
 	}
 	return ks
-}()
+}
+
+// WithTensors returns ks, each naming tensors as its own (Kernel.Tensors).
+func WithTensors(ks []Kernel, tensors ...string) []Kernel {
+	out := make([]Kernel, len(ks))
+	for i, k := range ks {
+		k.Tensors = tensors
+		out[i] = k
+	}
+	return out
+}
 
 // Ptr is a device address (a CUdeviceptr; gobn_ptr in C).
 type Ptr uintptr
@@ -190,14 +213,20 @@ type Params struct {
 	// Workspace: partial sums, double [Splits][2][C] (Σdy, then Σdy·(x−μ));
 	// and Apply's coefficients, float [3][C] (A, B, mean of dy).
 	Partial, Coef Ptr
-	// Per-channel outputs, C elements each, in the finalize kernel's order.
-	Out     [5]Ptr
+	// Per-channel outputs, C elements each, in the slots the finalize
+	// kernel names (Kernel.Outputs).
+	Out [5]Ptr
+	// A kind's own tensors, in the slots its kernels name
+	// (Kernel.Tensors); no shared pass reads them.
+	Tensors [4]Ptr
 	N, C, S int64
 	// Count is R, the element count the coefficients divide by.
 	Count int64
 	// Splits is the partial sums per channel in Partial (0: the sums are
 	// zero).
-	Splits                  int32
-	Epsilon                 float32
-	ScaleAfterNormalization int32
+	Splits  int32
+	Epsilon float32
+	// Flags are a kind's own switches, as its kernels read them:
+	// BatchNormWithGlobalNormalizationGrad's scale_after_normalization (1).
+	Flags int32
 }

@@ -11,10 +11,7 @@
 // evaluates element by element; and whole, over a Shape's slices.
 package reference
 
-import (
-	"math"
-	"slices"
-)
+import "math"
 
 // Shape is an activation tensor seen as N × C × S (S the product of the
 // spatial dimensions), with the channel axis last (NHWC, NDHWC) or second
@@ -70,17 +67,6 @@ func (s Sums) Merge(o Sums) {
 		s.Dy[c] += o.Dy[c]
 		s.DyXmu[c] += o.DyXmu[c]
 	}
-}
-
-// GradReduce returns BatchNormGradReduce's sums over the elements of sh,
-// each channel's in the order of its elements.
-func GradReduce(sh Shape, dy, x, mean []float64) Sums {
-	s := NewSums(sh.C)
-	for i := range sh.Len() {
-		c := sh.Channel(i)
-		s.Add(c, dy[i], x[i], mean[c])
-	}
-	return s
 }
 
 // InvStd returns c = 1/sqrt(σ²+ε) per channel.
@@ -147,27 +133,6 @@ func (a Activation) Apply(sh Shape, dy, x []float64) (out []float64, magnitude f
 	return out, magnitude
 }
 
-// GradApply returns BatchNormGradApply's x_backprop: the training
-// x_backprop with the sums and element count of every replica,
-//
-//	x_backprop = scale·c·(dy − sum_dy/count − (x−μ)·c²·sum_dy_xmu/count)
-//
-// with c = 1/sqrt(σ²+ε). With count 0, for a tensor of no elements, it is
-// scale·c·dy, so that no term divides by zero.
-func GradApply(s Sums, count int64, scale, mean, variance []float64, epsilon float64) Activation {
-	a := inference(scale, mean, variance, epsilon)
-	if count == 0 {
-		return a
-	}
-	inv := InvStd(variance, epsilon)
-	a.MeanDy, a.Slope = make([]float64, len(inv)), make([]float64, len(inv))
-	for c := range inv {
-		a.MeanDy[c] = s.Dy[c] / float64(count)
-		a.Slope[c] = inv[c] * inv[c] * s.DyXmu[c] / float64(count)
-	}
-	return a
-}
-
 // inference returns the inference x_backprop, dy·scale·c.
 func inference(scale, mean, variance []float64, epsilon float64) Activation {
 	inv := InvStd(variance, epsilon)
@@ -176,100 +141,4 @@ func inference(scale, mean, variance []float64, epsilon float64) Activation {
 		a.Gain[c] = scale[c] * inv[c]
 	}
 	return a
-}
-
-// FusedChannels is FusedBatchNormGrad's answer per channel: x_backprop's
-// terms and the two 1-D outputs.
-type FusedChannels struct {
-	XBackprop                     Activation
-	ScaleBackprop, OffsetBackprop []float64
-}
-
-// FusedGradFromSums returns FusedBatchNormGrad's (every version's) answer
-// from a batch's sums over its count = R elements a channel, with
-// c = 1/sqrt(σ²+ε):
-//
-//	offset_backprop = Σdy
-//	scale_backprop  = c · Σdy·(x−μ)
-//	x_backprop      = scale·c · (dy − Σdy/R − (x−μ)·c²·Σdy·(x−μ)/R)   (training: GradApply)
-//	x_backprop      = dy · scale · c                                   (inference)
-func FusedGradFromSums(s Sums, count int64, scale, mean, variance []float64, epsilon float64, training bool) FusedChannels {
-	inv := InvStd(variance, epsilon)
-	f := FusedChannels{ScaleBackprop: make([]float64, len(inv)), OffsetBackprop: slices.Clone(s.Dy)}
-	for c := range inv {
-		f.ScaleBackprop[c] = inv[c] * s.DyXmu[c]
-	}
-	if training {
-		f.XBackprop = GradApply(s, count, scale, mean, variance, epsilon)
-	} else {
-		f.XBackprop = inference(scale, mean, variance, epsilon)
-	}
-	return f
-}
-
-// Fused is FusedBatchNormGrad's outputs.
-type Fused struct {
-	XBackprop, ScaleBackprop, OffsetBackprop []float64
-	// XBackpropMagnitude is the largest finite Activation.Magnitude over
-	// x_backprop's elements.
-	XBackpropMagnitude float64
-}
-
-// FusedGrad computes FusedBatchNormGrad's outputs over sh (see
-// FusedGradFromSums), the arguments in the op's order: y_backprop, x,
-// scale, reserve_space_1 (μ) and reserve_space_2 (σ²).
-func FusedGrad(sh Shape, dy, x, scale, mean, variance []float64, epsilon float64, training bool) Fused {
-	f := FusedGradFromSums(GradReduce(sh, dy, x, mean), int64(sh.PerChannel()), scale, mean, variance, epsilon, training)
-	out := Fused{ScaleBackprop: f.ScaleBackprop, OffsetBackprop: f.OffsetBackprop}
-	out.XBackprop, out.XBackpropMagnitude = f.XBackprop.Apply(sh, dy, x)
-	return out
-}
-
-// GlobalChannels is BatchNormWithGlobalNormalizationGrad's answer per
-// channel: dx's terms and the four 1-D outputs.
-type GlobalChannels struct {
-	DX             Activation
-	DM, DV, DB, DG []float64
-}
-
-// GlobalNormalizationGradFromSums returns
-// BatchNormWithGlobalNormalizationGrad's answer from the sums Σdy and
-// Σdy·(t−m) of each channel, with s = 1/sqrt(v+ε) and γ' = γ when
-// scaleAfterNormalization, 1 otherwise:
-//
-//	db = Σdy
-//	dx = dy · s · γ'
-//	dm = −db · s · γ'
-//	dg = s · Σdy·(t−m)            (0 without scale_after_normalization)
-//	dv = −½ · s³ · γ' · Σdy·(t−m)
-func GlobalNormalizationGradFromSums(sums Sums, v, gamma []float64, epsilon float64, scaleAfterNormalization bool) GlobalChannels {
-	inv := InvStd(v, epsilon)
-	C := len(inv)
-	g := GlobalChannels{DX: Activation{Gain: make([]float64, C)},
-		DM: make([]float64, C), DV: make([]float64, C), DB: slices.Clone(sums.Dy), DG: make([]float64, C)}
-	for c, s := range inv {
-		k := s // s·γ'
-		if scaleAfterNormalization {
-			k *= gamma[c]
-			g.DG[c] = s * sums.DyXmu[c]
-		}
-		g.DX.Gain[c] = k
-		g.DM[c] = -sums.Dy[c] * k
-		g.DV[c] = -0.5 * s * s * k * sums.DyXmu[c]
-	}
-	return g
-}
-
-// Global is BatchNormWithGlobalNormalizationGrad's outputs.
-type Global struct {
-	DX, DM, DV, DB, DG []float64
-}
-
-// GlobalNormalizationGrad computes BatchNormWithGlobalNormalizationGrad's
-// outputs over sh (see GlobalNormalizationGradFromSums), the arguments in
-// the op's order: t, m, v, gamma, backprop.
-func GlobalNormalizationGrad(sh Shape, t, m, v, gamma, backprop []float64, epsilon float64, scaleAfterNormalization bool) Global {
-	g := GlobalNormalizationGradFromSums(GradReduce(sh, backprop, t, m), v, gamma, epsilon, scaleAfterNormalization)
-	dx, _ := g.DX.Apply(sh, backprop, t)
-	return Global{DX: dx, DM: g.DM, DV: g.DV, DB: g.DB, DG: g.DG}
 }

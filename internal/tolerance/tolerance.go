@@ -4,7 +4,7 @@
 //
 //	|got − want| ≤ Atol·max|want| + Rtol·|want|
 //
-// with max|want| over the output. internal/genpy writes it for Python, as
+// with max|want| over the output. cmd/genpy writes it for Python, as
 // python/gobn/_tolerance_gen.py.
 package tolerance
 

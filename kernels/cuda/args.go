@@ -1,9 +1,6 @@
 package cuda
 
-import (
-	"github.com/gobn/gobn/internal/cudaspec"
-	"github.com/gobn/gobn/kernels"
-)
+import "github.com/gobn/gobn/internal/cudaspec"
 
 // DType is the element type T of an activation tensor on the device.
 type DType int
@@ -70,58 +67,4 @@ type Placement struct {
 	CheckStream    bool
 	Workspace      Ptr
 	WorkspaceBytes int64
-}
-
-// FusedGradArgs are the arguments of the FusedBatchNormGrad family on the
-// device: what stock TensorFlow's GPU kernels take.
-type FusedGradArgs struct {
-	Dims     kernels.Dims
-	DType    DType
-	Training bool
-	// YBackprop, X and XBackprop have Dims.Len() elements of DType.
-	YBackprop, X Ptr
-	// Scale, ReserveSpace1 and ReserveSpace2 are float32 [C]. Training:
-	// ReserveSpace1 is the batch mean and ReserveSpace2 the inverse standard
-	// deviation 1/sqrt(σ²+ε) that stock's GPU forward (cuDNN) saves; Epsilon
-	// is not used. Inference: the population mean and variance.
-	Scale, ReserveSpace1, ReserveSpace2 Ptr
-	Epsilon                             float32
-	// XBackprop may be YBackprop or X (in place). ScaleBackprop and
-	// OffsetBackprop are float32 [C].
-	XBackprop, ScaleBackprop, OffsetBackprop Ptr
-}
-
-// GlobalNormalizationArgs are the arguments of
-// BatchNormWithGlobalNormalizationGrad on the device: channels last, every
-// tensor of DType (Float32 or Float16).
-type GlobalNormalizationArgs struct {
-	Dims                     kernels.Dims
-	DType                    DType
-	T, M, V, Gamma, Backprop Ptr
-	VarianceEpsilon          float32
-	ScaleAfterNormalization  bool
-	// DX may be T or Backprop (in place).
-	DX, DM, DV, DB, DG Ptr
-}
-
-// GradReduceArgs are the arguments of BatchNormGradReduce on the device.
-// Mean, SumDy and SumDyXmu are float32 [C]; the count R is the caller's.
-type GradReduceArgs struct {
-	Dims               kernels.Dims
-	DType              DType
-	YBackprop, X, Mean Ptr
-	SumDy, SumDyXmu    Ptr
-}
-
-// GradApplyArgs are the arguments of BatchNormGradApply on the device. The
-// per-channel tensors are float32 [C]; Count (R over every replica) is a host
-// value, positive when the tensor is not empty.
-type GradApplyArgs struct {
-	Dims                                                 kernels.Dims
-	DType                                                DType
-	YBackprop, X, Scale, Mean, Variance, SumDy, SumDyXmu Ptr
-	Count                                                int64
-	Epsilon                                              float32
-	// XBackprop may be YBackprop or X (in place).
-	XBackprop Ptr
 }

@@ -14,8 +14,9 @@
 //   apply     x_backprop = A[c]·(dy − M[c]) + B[c]·(x − μ[c]).
 //
 // Which kernels there are, each with its element type T, vector width V and
-// rows a step U, is internal/cudaspec's table: kernels_gen.cuh lists them
-// (GOBN_KERNELS), and the end of this file defines them.
+// rows a step U, is the table of kernels/cuda (the shared passes', and each
+// kind's beside its launch): kernels_gen.cuh lists them (GOBN_KERNELS), and
+// the end of this file defines them.
 //
 // The training gradient (FusedBatchNormGrad*, is_training) is reduce,
 // finalize, apply: x and dy are read twice, and where they fit in L2 the
@@ -83,7 +84,7 @@ __device__ __forceinline__ void channel_terms(const gobn_params& p, long long c,
     a = static_cast<float>(static_cast<double>(to_float(at<const P>(p.scale)[c])) * k);
   } else if (M == kGlobal) {
     double k = inv_std(to_float(at<const P>(p.var)[c]), p.epsilon);
-    if (p.scale_after_normalization) k *= to_float(at<const P>(p.scale)[c]);
+    if (p.flags & kScaleAfterNormalization) k *= to_float(at<const P>(p.scale)[c]);
     a = static_cast<float>(k);
   }
 }
@@ -439,7 +440,7 @@ __device__ __forceinline__ long long channel_index() {
 }
 
 // global_finalize forms BatchNormWithGlobalNormalizationGrad's 1-D outputs
-// (out: dm, dv, db, dg): with s = 1/sqrt(v+ε) and γ' = γ or 1,
+// dm, dv, db and dg: with s = 1/sqrt(v+ε) and γ' = γ or 1,
 // db = Σdy, dm = −db·s·γ', dg = s·Σdy·(t−m) (or 0), dv = −½·s³·γ'·Σdy·(t−m).
 template <typename T>
 __device__ __forceinline__ void global_finalize(const gobn_params& p) {
@@ -449,14 +450,14 @@ __device__ __forceinline__ void global_finalize(const gobn_params& p) {
   if (c >= p.c || threadIdx.y != 0) return;
   const double s = inv_std(to_float(at<const T>(p.var)[c]), p.epsilon);
   double k = s, dg = 0;
-  if (p.scale_after_normalization) {
+  if (p.flags & kScaleAfterNormalization) {
     k *= to_float(at<const T>(p.scale)[c]);
     dg = s * sdx;
   }
-  at<T>(p.out[0])[c] = from_float<T>(static_cast<float>(-sdy * k));
-  at<T>(p.out[1])[c] = from_float<T>(static_cast<float>(-0.5 * s * s * k * sdx));
-  at<T>(p.out[2])[c] = from_float<T>(static_cast<float>(sdy));
-  at<T>(p.out[3])[c] = from_float<T>(static_cast<float>(dg));
+  at<T>(p.out[out::finalize_global::dm])[c] = from_float<T>(static_cast<float>(-sdy * k));
+  at<T>(p.out[out::finalize_global::dv])[c] = from_float<T>(static_cast<float>(-0.5 * s * s * k * sdx));
+  at<T>(p.out[out::finalize_global::db])[c] = from_float<T>(static_cast<float>(sdy));
+  at<T>(p.out[out::finalize_global::dg])[c] = from_float<T>(static_cast<float>(dg));
 }
 
 // The training gradient: var is reserve_space_2, the inverse standard
@@ -467,8 +468,8 @@ __device__ __forceinline__ void finalize_train(const gobn_params& p) {
   channel_sums(p, c, sdy, sdx);
   if (c >= p.c || threadIdx.y != 0) return;
   const double inv = at<const float>(p.var)[c];
-  at<float>(p.out[0])[c] = static_cast<float>(sdx * inv);
-  at<float>(p.out[1])[c] = static_cast<float>(sdy);
+  at<float>(p.out[out::finalize_train::scale_backprop])[c] = static_cast<float>(sdx * inv);
+  at<float>(p.out[out::finalize_train::offset_backprop])[c] = static_cast<float>(sdy);
   coefficients(p, c, inv, sdy, sdx);
 }
 
@@ -480,8 +481,8 @@ __device__ __forceinline__ void finalize_infer(const gobn_params& p) {
   channel_sums(p, c, sdy, sdx);
   if (c >= p.c || threadIdx.y != 0) return;
   const double inv = inv_std(at<const float>(p.var)[c], p.epsilon);
-  at<float>(p.out[0])[c] = static_cast<float>(sdx * inv);
-  at<float>(p.out[1])[c] = static_cast<float>(sdy);
+  at<float>(p.out[out::finalize_infer::scale_backprop])[c] = static_cast<float>(sdx * inv);
+  at<float>(p.out[out::finalize_infer::offset_backprop])[c] = static_cast<float>(sdy);
 }
 
 // BatchNormGradReduce: out: sum_dy, sum_dy_xmu.
@@ -490,8 +491,8 @@ __device__ __forceinline__ void finalize_reduce(const gobn_params& p) {
   double sdy, sdx;
   channel_sums(p, c, sdy, sdx);
   if (c >= p.c || threadIdx.y != 0) return;
-  at<float>(p.out[0])[c] = static_cast<float>(sdy);
-  at<float>(p.out[1])[c] = static_cast<float>(sdx);
+  at<float>(p.out[out::finalize_reduce::sum_dy])[c] = static_cast<float>(sdy);
+  at<float>(p.out[out::finalize_reduce::sum_dy_xmu])[c] = static_cast<float>(sdx);
 }
 
 // BatchNormGradApply: coef from the global sums sum_dy, sum_dy_xmu, the
@@ -505,8 +506,8 @@ __device__ __forceinline__ void finalize_apply(const gobn_params& p) {
 
 }  // namespace
 
-// The kernels, one a row of internal/cudaspec's table (kernels_gen.cuh):
-// each calls its job's device function with its T, V and U.
+// The kernels, one a row of kernels/cuda's table (kernels_gen.cuh): each
+// calls its job's device function with its T, V and U.
 #define GOBN_KERNEL(name, body) \
   extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks) name(gobn_params p) { body; }
 

@@ -67,33 +67,6 @@ func (g group) id() string {
 	return fmt.Sprintf("%s/%s/%s/%s", g.dt, g.layout, g.shapeString(), g.variant)
 }
 
-// op is a family (fused, global, reduce, apply) and its mode.
-type op struct{ family, mode string }
-
-// ops are the ops a group runs.
-func (g group) ops() []op {
-	global := g.dt != cuda.BFloat16 && g.layout == "NHWC"
-	if g.tag == "huge" { // every layout kernel's indexing past 2³¹, in half the time of every op
-		ops := []op{{"fused", "train"}, {"fused", "infer"}}
-		if global {
-			ops = append(ops, op{"global", "scale"})
-		}
-		return ops
-	}
-	ops := []op{{"fused", "train"}, {"fused", "infer"}}
-	if !strings.HasPrefix(g.variant, "inplace") {
-		ops = append(ops, op{"reduce", "-"})
-	}
-	ops = append(ops, op{"apply", "r1"})
-	if g.tag == "small" || g.tag == "sanitize" {
-		ops = append(ops, op{"apply", "r4"})
-	}
-	if global {
-		ops = append(ops, op{"global", "scale"}, op{"global", "noscale"})
-	}
-	return ops
-}
-
 var (
 	dtypes  = []cuda.DType{cuda.Float32, cuda.Float16, cuda.BFloat16}
 	small4D = []shape{sh(4, []int64{5, 7}, 1), sh(2, []int64{5, 9}, 3), sh(3, []int64{4, 4}, 7),

@@ -64,14 +64,6 @@ func (o outputResult) verdict() []string {
 	return why
 }
 
-// wants is an op's float64 reference: its per-channel outputs by name, and
-// its activation output by its terms, which compareActivation evaluates a
-// block at a time.
-type wants struct {
-	vectors    map[string][]float64
-	activation reference.Activation
-}
-
 // cursor walks the channels of consecutive elements.
 type cursor struct {
 	c, s, C, S int
@@ -124,52 +116,42 @@ func blockOf(dt cuda.DType, b []byte, lo, hi int) []float32 {
 	return widen(dt, b[lo*size(dt):hi*size(dt)], make([]float32, hi-lo))
 }
 
-// sums returns Σdy and Σdy·(x−mean) per channel, in float64.
-func sums(d kernels.Dims, dt cuda.DType, dy, x []byte, mean []float64) reference.Sums {
-	C := int(d.C)
-	parts := parallel(d.Len(), func(lo, hi int) reference.Sums {
-		s := reference.NewSums(C)
-		g, v := blockOf(dt, dy, lo, hi), blockOf(dt, x, lo, hi)
-		k := cursorAt(d, lo)
-		for i := range g {
-			s.Add(k.c, float64(g[i]), float64(v[i]), mean[k.c])
-			k.next()
-		}
-		return s
-	})
-	total := reference.NewSums(C)
-	for _, p := range parts {
-		total.Merge(p)
+// wanted returns the output want gives elements [lo, hi) of the tensors
+// elements (reference.Channelwise.Elements).
+func wanted(d kernels.Dims, elements []*tensor, images [][]byte, want func(c int, e []float64) float64, lo, hi int) []float64 {
+	blocks := make([][]float32, len(images))
+	for j, img := range images {
+		blocks[j] = blockOf(elements[j].dt, img, lo, hi)
 	}
-	return total
-}
-
-// block returns the activation output wanted of elements [lo, hi).
-func (w *wants) block(d kernels.Dims, dt cuda.DType, dy, x []byte, lo, hi int) []float64 {
-	g, v := blockOf(dt, dy, lo, hi), blockOf(dt, x, lo, hi)
-	out := make([]float64, len(g))
+	out := make([]float64, hi-lo)
+	e := make([]float64, len(images))
 	k := cursorAt(d, lo)
 	for i := range out {
-		out[i] = w.activation.At(k.c, float64(g[i]), float64(v[i]))
+		for j := range blocks {
+			e[j] = float64(blocks[j][i])
+		}
+		out[i] = want(k.c, e)
 		k.next()
 	}
 	return out
 }
 
-// compareActivation compares two sides' activation outputs with the
-// reference's want, computed twice (for max|want|, then per element)
+// compareActivation compares two sides' activation outputs, of dt, with
+// the reference's want, computed twice (for max|want|, then per element)
 // rather than held: for the tensor over 2³¹ elements it would take 17 GB.
-func compareActivation(d kernels.Dims, dt cuda.DType, w *wants, dy, x, gpu, cpu []byte, b tolerance.Bound) outputResult {
+func compareActivation(d kernels.Dims, elements []*tensor, want func(c int, e []float64) float64, dt cuda.DType,
+	gpu, cpu []byte, b tolerance.Bound) outputResult {
 	var r outputResult
+	images := elementsOf(elements)
 	for _, m := range parallel(d.Len(), func(lo, hi int) float64 {
-		return reference.MaxAbs(w.block(d, dt, dy, x, lo, hi))
+		return reference.MaxAbs(wanted(d, elements, images, want, lo, hi))
 	}) {
 		r.MaxWant = max(r.MaxWant, m)
 	}
 	for _, p := range parallel(d.Len(), func(lo, hi int) outputResult {
 		var p outputResult
 		g, c := blockOf(dt, gpu, lo, hi), blockOf(dt, cpu, lo, hi)
-		for i, want := range w.block(d, dt, dy, x, lo, hi) {
+		for i, want := range wanted(d, elements, images, want, lo, hi) {
 			p.GPU.Add(float64(g[i]), want, r.MaxWant, b)
 			p.CPU.Add(float64(c[i]), want, r.MaxWant, b)
 			p.GPUvsCPU.Add(float64(g[i]), float64(c[i]), r.MaxWant, b)

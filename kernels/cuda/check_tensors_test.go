@@ -91,7 +91,6 @@ type tensor struct {
 	pre, post  int
 	before     []byte
 	output     bool
-	outName    string // an output's name in the results: the op's own
 	activation bool   // of the activation's size (x_backprop, dx)
 	tol        string // an output's tolerance, by dtype name
 	workspace  bool
@@ -177,10 +176,13 @@ type memory interface {
 	Read(dst []byte, src uintptr) error
 }
 
-// call is one op as a target runs it: addresses in the target's memory, by
-// role (0 for an empty tensor of the plain variant).
+// call is one op as a target runs it: its kind's kernels, its mode and
+// attrs, and its tensors' addresses in the target's memory, by name (0 for
+// an empty tensor of the plain variant).
 type call struct {
-	family, mode   string
+	kind           *kindCall
+	mode           string
+	attrs          map[string]any
 	dims           kernels.Dims
 	dt             cuda.DType
 	count          int64
@@ -194,9 +196,10 @@ type call struct {
 type target struct {
 	name string
 	mem  memory
-	// invStd: the training gradient takes the inverse standard deviation
-	// as reserve_space_2 (the GPU), not the variance (the CPU kernel).
-	invStd bool
+	// gpu: the target reads the inputs a GPU kernel takes where they differ
+	// from the CPU kernel's (opCase.gpuInputs: the training gradient's
+	// inverse standard deviation, not the variance).
+	gpu bool
 	// stream is the stream a call enqueues on (the stream0 variant passes
 	// 0); workspaceBytes what a call needs (nil: none).
 	stream         uintptr
@@ -301,22 +304,22 @@ func equalAt(m memory, a uintptr, want []byte) (bool, error) {
 	return true, nil
 }
 
-// cpuTarget runs gobn's CPU kernels on host memory: the training gradient
-// takes the variance as reserve_space_2.
+// cpuTarget runs gobn's CPU kernels on host memory.
 func cpuTarget() *target {
 	m := newHostMemory()
 	return &target{name: "cpu", mem: m, run: func(c *call) error { return runCPU(m, c) }}
 }
 
-// slice returns role's n elements of E in host memory m.
-func slice[E any](m *hostMemory, c *call, role string, n int) []E {
+// slice returns the n elements of E of the tensor called name in host
+// memory m.
+func slice[E any](m *hostMemory, c *call, name string, n int) []E {
 	var e E
 	if n == 0 {
 		return []E{}
 	}
-	b, err := m.bytes(c.addr[role], n*int(unsafe.Sizeof(e)))
+	b, err := m.bytes(c.addr[name], n*int(unsafe.Sizeof(e)))
 	if err != nil {
-		panic(fmt.Sprintf("%s: %v", role, err))
+		panic(fmt.Sprintf("%s: %v", name, err))
 	}
 	return view[E](b)
 }
@@ -327,52 +330,6 @@ func runCPU(m *hostMemory, c *call) (err error) {
 			err = fmt.Errorf("panic: %v", p)
 		}
 	}()
-	switch c.dt {
-	case cuda.Float32:
-		runCPUOf[float32](m, c)
-	case cuda.Float16:
-		runCPUOf[kernels.Half](m, c)
-	default:
-		runCPUOf[kernels.BFloat16](m, c)
-	}
+	c.kind.cpu[c.dt](m, c)
 	return nil
-}
-
-func runCPUOf[T kernels.Element](m *hostMemory, c *call) {
-	n, C := c.dims.Len(), int(c.dims.C)
-	act := func(role string) []T { return slice[T](m, c, role, n) }
-	vec := func(role string) []float32 { return slice[float32](m, c, role, C) }
-	switch c.family {
-	case "fused":
-		g := kernels.FusedGradArgs[T]{
-			Dims: c.dims, YBackprop: act("dy"), X: act("x"), Scale: vec("scale"), ReserveSpace1: vec("mean"),
-			ReserveSpace2: vec("var"), Epsilon: epsilon,
-			XBackprop: act("dx"), ScaleBackprop: vec("scale_backprop"), OffsetBackprop: vec("offset_backprop"),
-		}
-		if c.mode == "train" {
-			kernels.TrainingGrad(g)
-		} else {
-			kernels.InferenceGrad(g)
-		}
-	case "global":
-		per := func(role string) []T { return slice[T](m, c, role, C) }
-		kernels.GlobalNormalizationGrad(kernels.GlobalNormalizationArgs[T]{
-			Dims: c.dims, T: act("x"), Backprop: act("dy"), M: per("m"), V: per("v"), Gamma: per("gamma"),
-			VarianceEpsilon: epsilon, ScaleAfterNormalization: c.mode == "scale",
-			DX: act("dx"), DM: per("dm"), DV: per("dv"), DB: per("db"), DG: per("dg"),
-		})
-	case "reduce":
-		kernels.GradReduce(kernels.GradReduceArgs[T]{
-			Dims: c.dims, YBackprop: act("dy"), X: act("x"), Mean: vec("mean"),
-			SumDy: vec("sum_dy"), SumDyXmu: vec("sum_dy_xmu"),
-		})
-	case "apply":
-		kernels.GradApply(kernels.GradApplyArgs[T]{
-			Dims: c.dims, YBackprop: act("dy"), X: act("x"), Scale: vec("scale"), Mean: vec("mean"),
-			Variance: vec("var"), SumDy: vec("sum_dy_in"), SumDyXmu: vec("sum_dy_xmu_in"),
-			Count: c.count, Epsilon: epsilon, XBackprop: act("dx"),
-		})
-	default:
-		panic("unknown family " + c.family)
-	}
 }

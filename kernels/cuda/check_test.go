@@ -40,15 +40,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gobn/gobn/internal/cudaspec"
-	"github.com/gobn/gobn/internal/reference"
 	"github.com/gobn/gobn/internal/tolerance"
 	"github.com/gobn/gobn/kernels"
 	"github.com/gobn/gobn/kernels/cuda"
 )
 
 const (
-	epsilon                = float32(1e-3)
 	worseFactor            = 2.0
 	worseFloor             = 0.25
 	sentinel               = -7.25 // exact in float32, half and bfloat16
@@ -58,8 +55,6 @@ const (
 	collectGarbageAtLength = 1 << 26
 )
 
-var eps64 = float64(epsilon) // the float32 epsilon, exactly
-
 // ---------------------------------------------------------------------------
 // Running a case.
 
@@ -67,14 +62,14 @@ var eps64 = float64(epsilon) // the float32 epsilon, exactly
 type row struct {
 	// the case: its name, and the parts of it
 	Case    string `json:"case"`
-	Family  string `json:"family"`
+	Kind    string `json:"kind"`
 	Mode    string `json:"mode"`
 	DType   string `json:"dtype"`
 	Layout  string `json:"layout"`
 	Shape   string `json:"shape"`
 	Variant string `json:"variant"`
 	Tag     string `json:"tag"`
-	// the op's apply count (apply only) and workspace (the GPU's)
+	// the op's count (a kind that takes one) and workspace (the GPU's)
 	Count          int64 `json:"count,omitempty"`
 	WorkspaceBytes int64 `json:"workspace_bytes"`
 	// the calls' wall times, and the kernels the GPU launched
@@ -106,130 +101,6 @@ func newGroupData(g group, guardBytes int) *groupData {
 	gd.dy.fill(seed, false, 1, 0)
 	gd.x.fill(seed+1, false, 1, 0.1)
 	return gd
-}
-
-// opCase is one op's tensors, by role, and its reference.
-type opCase struct {
-	name    string
-	call    call // family, mode, dims, dt, count
-	tensors map[string]*tensor
-	// roles a target with invStd reads from another tensor: the fused
-	// training gradient's "var" from "inv"
-	invStdRoles map[string]string
-	outputs     []*tensor
-	ref         wants
-}
-
-// newOpCase draws an op's per-channel inputs and makes its outputs and
-// reference, as check.py did.
-func newOpCase(gd *groupData, o op, guardBytes int) *opCase {
-	g, d := gd.g, gd.d
-	name := fmt.Sprintf("%s/%s/%s", o.family, o.mode, g.id())
-	seed := uint64(crc32.ChecksumIEEE([]byte(name)))
-	C, n, R := int(d.C), d.Len(), d.PerChannel()
-	off := 0
-	if g.variant == "unaligned" {
-		off = 1
-	}
-	oc := &opCase{name: name, tensors: map[string]*tensor{"dy": gd.dy, "x": gd.x}, invStdRoles: map[string]string{}}
-	oc.call = call{family: o.family, mode: o.mode, dims: d, dt: g.dt}
-	perChannel := func(role string, dt cuda.DType, uniform bool, scale, shift float64) []float64 {
-		t := newTensor(role, dt, C, off, guardBytes)
-		seed++
-		t.fill(seed, uniform, scale, shift)
-		oc.tensors[role] = t
-		return t.vector()
-	}
-	vecOut := func(role string, dt cuda.DType) *tensor {
-		t := newTensor(role, dt, C, off, guardBytes)
-		t.output, t.outName, t.tol = true, role, dt.String()
-		t.poison()
-		oc.tensors[role] = t
-		oc.outputs = append(oc.outputs, t)
-		return t
-	}
-	actOut := func(outName string) {
-		var t *tensor
-		switch g.variant {
-		case "inplace_x":
-			t = clone(gd.x, "dx")
-			oc.tensors["x"] = t
-		case "inplace_dy":
-			t = clone(gd.dy, "dx")
-			oc.tensors["dy"] = t
-		default:
-			o := 0
-			if g.variant == "unaligned" || g.variant == "unaligned_dx" {
-				o = 1
-			}
-			t = newTensor("dx", g.dt, n, o, guardBytes)
-			t.poison()
-		}
-		t.output, t.outName, t.activation, t.tol = true, outName, true, g.dt.String()
-		oc.tensors["dx"] = t
-		oc.outputs = append([]*tensor{t}, oc.outputs...)
-	}
-	var mean, scale, variance []float64
-	if o.family != "global" {
-		mean = perChannel("mean", cuda.Float32, false, 0.5, 0)
-	}
-	if o.family == "fused" || o.family == "apply" {
-		scale = perChannel("scale", cuda.Float32, false, 1, 0)
-		variance = perChannel("var", cuda.Float32, true, 1.75, 0.25)
-	}
-	dy, x := gd.dy.elems(gd.dy.before), gd.x.elems(gd.x.before)
-	switch o.family {
-	case "fused":
-		actOut("x_backprop")
-		vecOut("scale_backprop", cuda.Float32)
-		vecOut("offset_backprop", cuda.Float32)
-		f := reference.FusedGradFromSums(sums(d, g.dt, dy, x, mean), R, scale, mean, variance, eps64, o.mode == "train")
-		oc.ref = wants{activation: f.XBackprop,
-			vectors: map[string][]float64{"scale_backprop": f.ScaleBackprop, "offset_backprop": f.OffsetBackprop}}
-		if o.mode == "train" {
-			t := newTensor("inv", cuda.Float32, C, off, guardBytes)
-			e := t.elems(t.before)
-			for c, v := range reference.InvStd(variance, eps64) {
-				store(cuda.Float32, e, c, v)
-			}
-			oc.tensors["inv"] = t
-			oc.invStdRoles["var"] = "inv"
-		}
-	case "global":
-		m := perChannel("m", g.dt, false, 0.5, 0)
-		v := perChannel("v", g.dt, true, 1.75, 0.25)
-		gamma := perChannel("gamma", g.dt, false, 1, 0)
-		actOut("dx")
-		for _, r := range []string{"dm", "dv", "db", "dg"} {
-			vecOut(r, g.dt)
-		}
-		gl := reference.GlobalNormalizationGradFromSums(sums(d, g.dt, dy, x, m), v, gamma, eps64, o.mode == "scale")
-		oc.ref = wants{activation: gl.DX,
-			vectors: map[string][]float64{"dm": gl.DM, "dv": gl.DV, "db": gl.DB, "dg": gl.DG}}
-	case "reduce":
-		vecOut("sum_dy", cuda.Float32)
-		vecOut("sum_dy_xmu", cuda.Float32)
-		s := sums(d, g.dt, dy, x, mean)
-		oc.ref.vectors = map[string][]float64{"sum_dy": s.Dy, "sum_dy_xmu": s.DyXmu}
-	case "apply":
-		replicas := int64(1)
-		if o.mode == "r4" {
-			replicas = 4
-		}
-		count := R * replicas
-		if R == 0 && replicas > 1 {
-			count = 7
-		}
-		mag := math.Sqrt(float64(max(count, 1)))
-		all := reference.Sums{
-			Dy:    perChannel("sum_dy_in", cuda.Float32, false, mag, 0),
-			DyXmu: perChannel("sum_dy_xmu_in", cuda.Float32, false, mag, 0),
-		}
-		actOut("x_backprop")
-		oc.ref.activation = reference.GradApply(all, count, scale, mean, variance, eps64)
-		oc.call.count = count
-	}
-	return oc
 }
 
 // clone returns a copy of t named name.
@@ -285,9 +156,9 @@ func callOn(t *target, oc *opCase, p *placed, g group) call {
 			c.addr[role] = 0
 		}
 	}
-	if t.invStd {
-		for role, from := range oc.invStdRoles {
-			c.addr[role] = c.addr[from]
+	if t.gpu {
+		for name, from := range oc.gpuInputs {
+			c.addr[name] = c.addr[from]
 		}
 	}
 	c.stream = t.stream
@@ -375,7 +246,7 @@ func runOn(t *target, oc *opCase, g group, guardBytes int) (p *placed, kernelsRu
 
 // vectorWidth returns V of the kernel named kernel, 0 for a finalize kernel.
 func vectorWidth(kernel string) int {
-	for _, k := range cudaspec.Kernels {
+	for _, k := range cuda.Kernels() {
 		if k.Name() == kernel {
 			return k.V
 		}
@@ -387,7 +258,7 @@ func vectorWidth(kernel string) int {
 // returns its row.
 func runCase(gd *groupData, oc *opCase, under, cpu *target, guardBytes int) row {
 	g, d := gd.g, gd.d
-	r := row{Case: oc.name, Family: oc.call.family, Mode: oc.call.mode, DType: g.dt.String(), Layout: g.layout,
+	r := row{Case: oc.name, Kind: oc.call.kind.name, Mode: oc.call.mode, DType: g.dt.String(), Layout: g.layout,
 		Shape: g.shapeString(), Variant: g.variant, Tag: g.tag, Count: oc.call.count,
 		Outputs: map[string]outputResult{}, Why: []string{}}
 	pc, _, cpuMs, err := runOn(cpu, oc, g, guardBytes)
@@ -412,7 +283,7 @@ func runCase(gd *groupData, oc *opCase, under, cpu *target, guardBytes int) row 
 		if d.Len() > 0 && len(kernelsRun) == 0 {
 			r.Why = append(r.Why, "no kernel launched")
 		}
-		if g.variant == "unaligned" || (g.variant == "unaligned_dx" && oc.call.family != "reduce") {
+		if g.variant == "unaligned" || (g.variant == "unaligned_dx" && oc.call.kind.writesActivation()) {
 			var wide []string
 			for _, k := range kernelsRun {
 				if v := vectorWidth(k); v > 1 {
@@ -424,17 +295,16 @@ func runCase(gd *groupData, oc *opCase, under, cpu *target, guardBytes int) row 
 			}
 		}
 	}
-	dy, x := gd.dy.elems(gd.dy.before), gd.x.elems(gd.x.before)
 	for _, o := range oc.outputs {
 		b := tolerance.ByDType[o.tol]
 		gi, ci := o.elems(pg.images[o]), o.elems(pc.images[o])
 		var res outputResult
 		if o.activation {
-			res = compareActivation(d, g.dt, &oc.ref, dy, x, gi, ci, b)
+			res = compareActivation(d, oc.elements, oc.want.Activations[o.name], g.dt, gi, ci, b)
 		} else {
-			res = compareVector(o.dt, oc.ref.vectors[o.name], gi, ci, b)
+			res = compareVector(o.dt, oc.want.Vectors[o.name], gi, ci, b)
 		}
-		name := o.outName
+		name := o.name
 		r.Outputs[name] = res
 		for _, why := range res.verdict() {
 			r.Why = append(r.Why, name+" "+why)
@@ -523,8 +393,8 @@ groups:
 			continue
 		}
 		var ops []op
-		for _, p := range g.ops() {
-			if o.filter == nil || o.filter.MatchString(fmt.Sprintf("%s/%s/%s", p.family, p.mode, g.id())) {
+		for _, p := range opsOfGroup(g) {
+			if o.filter == nil || o.filter.MatchString(fmt.Sprintf("%s/%s/%s", p.kind.name, p.mode.Name, g.id())) {
 				ops = append(ops, p)
 			}
 		}
@@ -568,10 +438,9 @@ groups:
 	return rep
 }
 
-// summaryRow is the worst of the rows of one family, mode, dtype and
-// layout.
+// summaryRow is the worst of the rows of one kind, mode, dtype and layout.
 type summaryRow struct {
-	Family   string  `json:"family"`
+	Kind     string  `json:"kind"`
 	Mode     string  `json:"mode"`
 	DType    string  `json:"dtype"`
 	Layout   string  `json:"layout"`
@@ -594,10 +463,10 @@ func summarize(rows []row) []summaryRow {
 	by := map[[4]string]*summaryRow{}
 	var keys [][4]string
 	for _, r := range rows {
-		k := [4]string{r.Family, r.Mode, r.DType, r.Layout}
+		k := [4]string{r.Kind, r.Mode, r.DType, r.Layout}
 		s := by[k]
 		if s == nil {
-			s = &summaryRow{Family: r.Family, Mode: r.Mode, DType: r.DType, Layout: r.Layout}
+			s = &summaryRow{Kind: r.Kind, Mode: r.Mode, DType: r.DType, Layout: r.Layout}
 			by[k] = s
 			keys = append(keys, k)
 		}
@@ -621,9 +490,9 @@ func summarize(rows []row) []summaryRow {
 
 // logReport writes the summary table and the first failures.
 func logReport(t testing.TB, rep *report, show int) {
-	t.Logf("%-8s %-7s %-9s %-6s %6s %6s %9s %9s %9s", "family", "mode", "dtype", "layout", "cases", "failed", "gpu_norm", "cpu_norm", "gpu~cpu")
+	t.Logf("%-23s %-10s %-9s %-6s %6s %6s %9s %9s %9s", "kind", "mode", "dtype", "layout", "cases", "failed", "gpu_norm", "cpu_norm", "gpu~cpu")
 	for _, s := range rep.Summary {
-		t.Logf("%-8s %-7s %-9s %-6s %6d %6d %9.3g %9.3g %9.3g", s.Family, s.Mode, s.DType, s.Layout, s.Cases, s.Failed, s.GPUNorm, s.CPUNorm, s.GPUvsCPU)
+		t.Logf("%-23s %-10s %-9s %-6s %6d %6d %9.3g %9.3g %9.3g", s.Kind, s.Mode, s.DType, s.Layout, s.Cases, s.Failed, s.GPUNorm, s.CPUNorm, s.GPUvsCPU)
 	}
 	t.Logf("(norm: the largest |error| over its tolerance, <= 1 passes; the worst of the row's cases and outputs)")
 	shown := 0

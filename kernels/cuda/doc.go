@@ -4,10 +4,18 @@
 // make into gobn.fatbin (tools/cuda_fatbin.py: NVRTC, SASS for every
 // architecture TensorFlow's GPU build targets and PTX for the newest) and
 // embedded in the package when it is built with the cuda tag. Without the
-// tag every call returns an error saying so. Which kernels there are, the
-// struct they take and the launch constants are internal/cudaspec's table:
-// this package reads it, and go generate writes the C side from it
-// (params_gen.h, kernels_gen.cuh; internal/gencuda).
+// tag every call returns an error saying so. The kernels are this
+// package's table (Kernels: the shared passes', in kernels.go, and each
+// kind's, added by its file), of the form internal/cudaspec gives them,
+// with the struct they take (cudaspec.Params) and the launch constants; go
+// generate writes the C side from them (params_gen.h, kernels_gen.cuh;
+// cmd/gencuda).
+//
+// One file a kind of op (opdef.Kind), named after it: its args, its entry
+// point named after the kind (FusedBatchNormGrad, GlobalNormalizationGrad,
+// GradReduce, GradApply), its plan of launches and the kernels it adds
+// beyond the shared passes; its device functions are batchnorm.cu's, beside
+// the passes they share.
 //
 // Conventions:
 //
@@ -31,4 +39,4 @@
 //     caller's, on which a call only enqueues.
 package cuda
 
-//go:generate go run ../../internal/gencuda
+//go:generate go run ../../cmd/gencuda

@@ -35,7 +35,7 @@ var (
 	small      = flag.Bool("gpucheck.small", false, "a few small groups, every kernel, each tensor its own exact-size allocation (for compute-sanitizer)")
 	noHuge     = flag.Bool("gpucheck.no-huge", false, "leave out the tensor over 2^31 elements")
 	noResnet   = flag.Bool("gpucheck.no-resnet", false, "leave out ResNet-50's shapes")
-	filter     = flag.String("gpucheck.filter", "", "run only the cases whose name (family/mode/dtype/layout/shape/variant) matches this regular expression")
+	filter     = flag.String("gpucheck.filter", "", "run only the cases whose name (kind/mode/dtype/layout/shape/variant) matches this regular expression")
 	jsonPath   = flag.String("gpucheck.json", "", "write the results here")
 	maxSeconds = flag.Float64("gpucheck.max-seconds", 0, "start no ResNet-50 group, nor the tensor over 2^31 elements, after this many seconds (0: no limit)")
 	show       = flag.Int("gpucheck.show", 40, "failures to print")
@@ -60,12 +60,12 @@ func TestGPU(t *testing.T) {
 	stream, err := dev.NewStream()
 	require.NoError(t, err)
 	defer func() { require.NoError(t, dev.DestroyStream(stream)) }()
-	gpu := &target{name: "gpu", mem: dev, invStd: true, stream: stream, launches: cuda.Launches,
-		workspaceBytes: func(c *call) int64 { return gpuOpOf(c).workspaceBytes },
+	gpu := &target{name: "gpu", mem: dev, gpu: true, stream: stream, launches: cuda.Launches,
+		workspaceBytes: func(c *call) int64 { return c.kind.gpu(c).workspaceBytes },
 		run: func(c *call) error {
 			// checked as TensorFlow's stream is: a non-blocking stream of the primary context passes
 			pl := cuda.Placement{Stream: cuda.Stream(c.stream), CheckStream: true, Workspace: cuda.Ptr(c.workspace), WorkspaceBytes: c.workspaceBytes}
-			if err := gpuOpOf(c).run(pl); err != nil {
+			if err := c.kind.gpu(c).run(pl); err != nil {
 				return err
 			}
 			return dev.Synchronize() // what the kernels left, an illegal address say, surfaces here
@@ -137,39 +137,4 @@ func argv() []string {
 		out = append(out, a)
 	}
 	return out
-}
-
-// gpuOp is a call as the cuda package runs it: the workspace it needs, and
-// the call on a placement.
-type gpuOp struct {
-	workspaceBytes int64
-	run            func(cuda.Placement) error
-}
-
-func bind[A interface{ WorkspaceBytes() int64 }](a A, run func(A, cuda.Placement) error) gpuOp {
-	return gpuOp{a.WorkspaceBytes(), func(pl cuda.Placement) error { return run(a, pl) }}
-}
-
-// gpuOpOf returns c's op for the cuda package.
-func gpuOpOf(c *call) gpuOp {
-	a := c.addr
-	p := func(role string) cuda.Ptr { return cuda.Ptr(a[role]) }
-	switch c.family {
-	case "fused":
-		return bind(cuda.FusedGradArgs{Dims: c.dims, DType: c.dt, Training: c.mode == "train",
-			YBackprop: p("dy"), X: p("x"), Scale: p("scale"), ReserveSpace1: p("mean"), ReserveSpace2: p("var"),
-			Epsilon: epsilon, XBackprop: p("dx"), ScaleBackprop: p("scale_backprop"), OffsetBackprop: p("offset_backprop")},
-			cuda.FusedGrad)
-	case "global":
-		return bind(cuda.GlobalNormalizationArgs{Dims: c.dims, DType: c.dt, T: p("x"), M: p("m"), V: p("v"),
-			Gamma: p("gamma"), Backprop: p("dy"), VarianceEpsilon: epsilon, ScaleAfterNormalization: c.mode == "scale",
-			DX: p("dx"), DM: p("dm"), DV: p("dv"), DB: p("db"), DG: p("dg")}, cuda.GlobalNormalizationGrad)
-	case "reduce":
-		return bind(cuda.GradReduceArgs{Dims: c.dims, DType: c.dt, YBackprop: p("dy"), X: p("x"), Mean: p("mean"),
-			SumDy: p("sum_dy"), SumDyXmu: p("sum_dy_xmu")}, cuda.GradReduce)
-	default:
-		return bind(cuda.GradApplyArgs{Dims: c.dims, DType: c.dt, YBackprop: p("dy"), X: p("x"), Scale: p("scale"),
-			Mean: p("mean"), Variance: p("var"), SumDy: p("sum_dy_in"), SumDyXmu: p("sum_dy_xmu_in"),
-			Count: c.count, Epsilon: epsilon, XBackprop: p("dx")}, cuda.GradApply)
-	}
 }

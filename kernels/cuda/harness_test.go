@@ -12,6 +12,7 @@ import (
 	"github.com/gobn/gobn/internal/reference"
 	"github.com/gobn/gobn/internal/tolerance"
 	"github.com/gobn/gobn/kernels/cuda"
+	"github.com/gobn/gobn/opdef"
 )
 
 // The check of check_test.go run on the CPU alone: gobn's CPU kernels on
@@ -38,17 +39,23 @@ func TestCheckPassesOnCPU(t *testing.T) {
 	rep := runCheck(checkOptions{groups: groups, guardBytes: defaultGuardBytes, log: t.Logf}, under, cpuTarget())
 	logReport(t, rep, 20)
 	require.True(t, rep.OK)
-	// every family, mode, dtype and layout ran, and the variants
+	// every kind of opdef in every mode ran, and every dtype, layout and variant
 	seen := map[string]bool{}
 	for _, r := range rep.Rows {
-		seen[r.Family+"/"+r.Mode] = true
+		seen[r.Kind+"/"+r.Mode] = true
 		seen[r.DType] = true
 		seen[r.Layout] = true
 		seen[r.Variant] = true
 	}
-	for _, k := range []string{"fused/train", "fused/infer", "reduce/-", "apply/r1", "apply/r4", "global/scale",
-		"global/noscale", "float", "half", "bfloat16", "NHWC", "NCHW", "NDHWC", "NCDHW", "plain", "unaligned",
-		"unaligned_dx", "inplace_x", "inplace_dy", "stream0"} {
+	want := []string{"float", "half", "bfloat16", "NHWC", "NCHW", "NDHWC", "NCDHW", "plain", "unaligned",
+		"unaligned_dx", "inplace_x", "inplace_dy", "stream0"}
+	require.Len(t, kinds, len(opdef.Kinds()))
+	for _, kind := range opdef.Kinds() {
+		for _, m := range reference.Kinds[string(kind)].Modes {
+			want = append(want, string(kind)+"/"+m.Name)
+		}
+	}
+	for _, k := range want {
 		require.True(t, seen[k], "no case of %s ran", k)
 	}
 }
@@ -87,22 +94,22 @@ func TestCheckCatchesFaults(t *testing.T) {
 		want   string
 	}{
 		{"a wrong element", func(m *hostMemory, c *call) {
-			e := element(m, c, "dx", c.dt, last(c))
+			e := element(m, c, "x_backprop", c.dt, last(c))
 			store(c.dt, e, 0, load(c.dt, e, 0)+1)
 		}, "x_backprop gpu: 1 elements out of tolerance (0 NaN)"},
 		{"an element left unwritten", func(m *hostMemory, c *call) {
-			store(c.dt, element(m, c, "dx", c.dt, 0), 0, math.NaN())
+			store(c.dt, element(m, c, "x_backprop", c.dt, 0), 0, math.NaN())
 		}, "x_backprop gpu: 1 elements out of tolerance (1 NaN)"},
 		{"a write past the end", func(m *hostMemory, c *call) {
-			store(c.dt, element(m, c, "dx", c.dt, c.dims.Len()), 0, 0)
-		}, "dx gpu: guard elements overwritten"},
+			store(c.dt, element(m, c, "x_backprop", c.dt, c.dims.Len()), 0, 0)
+		}, "x_backprop gpu: guard elements overwritten"},
 		{"a write before the start", func(m *hostMemory, c *call) {
 			store(cuda.Float32, element(m, c, "scale_backprop", cuda.Float32, -1), 0, 0)
 		}, "scale_backprop gpu: guard elements overwritten"},
 		{"an input written", func(m *hostMemory, c *call) {
-			e := element(m, c, "dy", c.dt, 0)
+			e := element(m, c, "y_backprop", c.dt, 0)
 			store(c.dt, e, 0, load(c.dt, e, 0)*2)
-		}, "input dy changed (gpu)"},
+		}, "input y_backprop changed (gpu)"},
 		{"a per-channel input written", func(m *hostMemory, c *call) {
 			store(cuda.Float32, element(m, c, "scale", cuda.Float32, 0), 0, 3)
 		}, "input scale changed (gpu)"},
@@ -119,7 +126,7 @@ func TestCheckCatchesFaults(t *testing.T) {
 	for _, f := range faults {
 		t.Run(f.name, func(t *testing.T) {
 			rep := runCheck(checkOptions{groups: groups, guardBytes: defaultGuardBytes, log: t.Logf,
-				filter: regexp.MustCompile(`^fused/train/`)}, faultyCPU(f.inject), cpuTarget())
+				filter: regexp.MustCompile(`^FusedBatchNormGrad/training/`)}, faultyCPU(f.inject), cpuTarget())
 			require.Len(t, rep.Rows, len(groups))
 			require.False(t, rep.OK)
 			_, err := json.Marshal(rep) // NaN and infinite errors too
@@ -167,7 +174,7 @@ func TestCheckCatchesDeviceFaults(t *testing.T) {
 			tg.launches = func() map[string]uint64 { return map[string]uint64{"gobn_sweep_cl_f16_v8": n} }
 		}, func(r row) bool { return r.Variant == "unaligned" }, "unaligned pointers, yet vector kernels ran"},
 		{"the variance where the inverse standard deviation belongs", func(tg *target) {
-			tg.invStd = true // the CPU kernel then reads 1/sqrt(var+eps) as the variance
+			tg.gpu = true // the CPU kernel then reads 1/sqrt(var+eps) as the variance
 		}, func(row) bool { return true }, "x_backprop gpu:"},
 	}
 	for _, f := range faults {
@@ -175,7 +182,7 @@ func TestCheckCatchesDeviceFaults(t *testing.T) {
 			under := faultyCPU(func(*hostMemory, *call) {})
 			f.bad(under)
 			rep := runCheck(checkOptions{groups: groups, guardBytes: defaultGuardBytes, log: t.Logf,
-				filter: regexp.MustCompile(`^fused/train/`)}, under, cpuTarget())
+				filter: regexp.MustCompile(`^FusedBatchNormGrad/training/`)}, under, cpuTarget())
 			require.Len(t, rep.Rows, len(groups))
 			require.False(t, rep.OK)
 			for _, r := range rep.Rows {

@@ -90,11 +90,11 @@ func deviceFor(ordinal int) (*device, error) {
 	if d, ok := devices.byOrdinal[ordinal]; ok {
 		return d, nil
 	}
-	d := &device{functions: make([]C.gobn_cu_function, len(kernelNames))}
+	d := &device{functions: make([]C.gobn_cu_function, len(kernelNames()))}
 	if r := C.gobn_cuda_device_open(C.int(ordinal), fatbinC(), &d.d); r != 0 {
 		return nil, fmt.Errorf("gobn: loading the GPU kernels on device %d: %w", ordinal, cudaError(r))
 	}
-	for i, name := range kernelNames {
+	for i, name := range kernelNames() {
 		cname := C.CString(name)
 		r := C.gobn_cuda_function(&d.d, cname, &d.functions[i])
 		C.free(unsafe.Pointer(cname))
@@ -152,7 +152,7 @@ func execute(p plan, pl Placement, anchor Ptr) error {
 	var failed C.int
 	r := C.gobn_cuda_run(&d.d, C.uintptr_t(pl.Stream), &ls[0], C.int(len(ls)), &failed)
 	for _, l := range p.launches[:launched(int(failed), r, len(ls))] {
-		launches[l.kernel].Add(1)
+		launches()[l.kernel].Add(1)
 	}
 	if pl.Stream == 0 {
 		synchronized.Add(1)
@@ -165,7 +165,7 @@ func execute(p plan, pl Placement, anchor Ptr) error {
 		case int(failed) == len(ls):
 			what = "waiting for the kernels"
 		case failed >= 0:
-			what = "launching " + kernelNames[p.launches[failed].kernel]
+			what = "launching " + kernelNames()[p.launches[failed].kernel]
 		}
 		return fmt.Errorf("gobn: CUDA on device %d: %s: %w", int(ordinal), what, cudaError(r))
 	}

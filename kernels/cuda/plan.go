@@ -132,16 +132,6 @@ func (g geometry) kernel(job cudaspec.Job, t DType) kernelID {
 	return kernelFor(cudaspec.Key{Job: job, Layout: layout, Elem: t.elem(), V: int(g.v)})
 }
 
-// finalizeKernel returns the finalize kernel of job (and element type t,
-// for FinalizeGlobal).
-func finalizeKernel(job cudaspec.Job, t DType) kernelID {
-	key := cudaspec.Key{Job: job}
-	if job == cudaspec.FinalizeGlobal {
-		key.Elem = t.elem()
-	}
-	return kernelFor(key)
-}
-
 // workspace is where a plan's arrays lie in its workspace: byte offsets,
 // and the total.
 type workspace struct {
@@ -165,12 +155,13 @@ func finalizeLaunch(k kernelID, C int64, p params) launch {
 }
 
 // reducePlan plans the calls built on a reduce: job's layout kernel
-// (reduce, sweep or global) leaves each channel's partial sums, finalize
-// forms the 1-D outputs (and the coefficients), and for training apply
-// writes x_backprop. A tensor with no elements runs finalize alone, its sums
-// being zero. base holds the call's tensors and scalars; ptrs are the
-// activation tensors' addresses, whose alignment sets the vector width.
-func reducePlan(d kernels.Dims, t DType, job cudaspec.Job, finalize kernelID, withApply bool, base params, ptrs ...Ptr) plan {
+// (reduce, sweep or a kind's own) leaves each channel's partial sums,
+// finalize forms the 1-D outputs (and the coefficients), and apply's layout
+// kernel, where apply is not "", writes x_backprop from them (training's).
+// A tensor with no elements runs finalize alone, its sums being zero. base
+// holds the call's tensors and scalars; ptrs are the activation tensors'
+// addresses, whose alignment sets the vector width.
+func reducePlan(d kernels.Dims, t DType, job cudaspec.Job, finalize kernelID, apply cudaspec.Job, base params, ptrs ...Ptr) plan {
 	C := d.C
 	if d.Len() == 0 {
 		w := workspaceLayout(0, C)
@@ -184,90 +175,10 @@ func reducePlan(d kernels.Dims, t DType, job cudaspec.Job, finalize kernelID, wi
 		{kernel: g.kernel(job, t), grid: g.grid, block: g.block, params: base},
 		finalizeLaunch(finalize, C, base),
 	}}
-	if withApply {
-		p.launches = append(p.launches, launch{kernel: g.kernel(cudaspec.Apply, t), grid: g.grid, block: g.block, params: base})
+	if apply != "" {
+		p.launches = append(p.launches, launch{kernel: g.kernel(apply, t), grid: g.grid, block: g.block, params: base})
 	}
 	return p
-}
-
-func (a FusedGradArgs) plan() (plan, error) {
-	base, err := callParams(a.Dims, a.DType, params{
-		Dy: a.YBackprop, X: a.X, DX: a.XBackprop,
-		Mean: a.ReserveSpace1, Scale: a.Scale, Var: a.ReserveSpace2,
-		Out:     [5]Ptr{a.ScaleBackprop, a.OffsetBackprop},
-		Epsilon: a.Epsilon,
-	})
-	if err != nil || a.Dims.C == 0 {
-		return plan{}, err // no channels: nothing to launch
-	}
-	if a.Training {
-		return reducePlan(a.Dims, a.DType, cudaspec.Reduce, finalizeKernel(cudaspec.FinalizeTrain, a.DType), true, base,
-			a.YBackprop, a.X, a.XBackprop), nil
-	}
-	// Inference: x_backprop does not depend on the sums; the sweep writes it.
-	return reducePlan(a.Dims, a.DType, cudaspec.Sweep, finalizeKernel(cudaspec.FinalizeInfer, a.DType), false, base,
-		a.YBackprop, a.X, a.XBackprop), nil
-}
-
-func (a GlobalNormalizationArgs) plan() (plan, error) {
-	sa := int32(0)
-	if a.ScaleAfterNormalization {
-		sa = 1
-	}
-	base, err := callParams(a.Dims, a.DType, params{
-		Dy: a.Backprop, X: a.T, DX: a.DX, Mean: a.M, Scale: a.Gamma, Var: a.V,
-		Out:     [5]Ptr{a.DM, a.DV, a.DB, a.DG},
-		Epsilon: a.VarianceEpsilon, ScaleAfterNormalization: sa,
-	})
-	if err != nil {
-		return plan{}, err
-	}
-	if a.Dims.Layout != kernels.ChannelsLast {
-		return plan{}, fmt.Errorf("gobn: BatchNormWithGlobalNormalizationGrad is channels-last only")
-	}
-	if a.DType == BFloat16 {
-		return plan{}, fmt.Errorf("gobn: BatchNormWithGlobalNormalizationGrad has no bfloat16 GPU kernel")
-	}
-	if a.Dims.C == 0 {
-		return plan{}, nil
-	}
-	return reducePlan(a.Dims, a.DType, cudaspec.Global, finalizeKernel(cudaspec.FinalizeGlobal, a.DType), false, base,
-		a.Backprop, a.T, a.DX), nil
-}
-
-func (a GradReduceArgs) plan() (plan, error) {
-	base, err := callParams(a.Dims, a.DType, params{
-		Dy: a.YBackprop, X: a.X, Mean: a.Mean,
-		Out: [5]Ptr{a.SumDy, a.SumDyXmu},
-	})
-	if err != nil || a.Dims.C == 0 {
-		return plan{}, err // no channels: nothing to launch
-	}
-	return reducePlan(a.Dims, a.DType, cudaspec.Reduce, finalizeKernel(cudaspec.FinalizeReduce, a.DType), false, base,
-		a.YBackprop, a.X), nil
-}
-
-func (a GradApplyArgs) plan() (plan, error) {
-	d, C := a.Dims, a.Dims.C
-	base, err := callParams(d, a.DType, params{
-		Dy: a.YBackprop, X: a.X, DX: a.XBackprop,
-		Mean: a.Mean, Scale: a.Scale, Var: a.Variance,
-		SumDy: a.SumDy, SumDyXmu: a.SumDyXmu, Epsilon: a.Epsilon,
-	})
-	if err != nil || d.Len() == 0 {
-		return plan{}, err
-	}
-	if a.Count <= 0 {
-		return plan{}, fmt.Errorf("gobn: count %d, want a positive count", a.Count)
-	}
-	g := layoutGeometry(d, a.DType, targetBlocks, a.YBackprop, a.X, a.XBackprop)
-	w := workspaceLayout(0, C)
-	// The sums are over every replica: so is the count.
-	base.Count, base.Coef = a.Count, Ptr(w.coef)
-	return plan{workspace: w.total, launches: []launch{
-		finalizeLaunch(finalizeKernel(cudaspec.FinalizeApply, a.DType), C, base),
-		{kernel: g.kernel(cudaspec.Apply, a.DType), grid: g.grid, block: g.block, params: base},
-	}}, nil
 }
 
 // callParams checks the call's dims and dtype, then completes base, its
@@ -296,19 +207,6 @@ func checkDims(d kernels.Dims, t DType) error {
 	return nil
 }
 
-// WorkspaceBytes returns the device memory the call needs for the args'
-// dims, dtype and addresses (the vector width depends on their alignment).
-func (a FusedGradArgs) WorkspaceBytes() int64 { p, _ := a.plan(); return p.workspace }
-
-// WorkspaceBytes is as FusedGradArgs.WorkspaceBytes.
-func (a GlobalNormalizationArgs) WorkspaceBytes() int64 { p, _ := a.plan(); return p.workspace }
-
-// WorkspaceBytes is as FusedGradArgs.WorkspaceBytes.
-func (a GradReduceArgs) WorkspaceBytes() int64 { p, _ := a.plan(); return p.workspace }
-
-// WorkspaceBytes is as FusedGradArgs.WorkspaceBytes.
-func (a GradApplyArgs) WorkspaceBytes() int64 { p, _ := a.plan(); return p.workspace }
-
 // bind places the plan's workspace arrays at ws.
 func (p *plan) bind(ws Ptr) {
 	for i := range p.launches {
@@ -316,4 +214,36 @@ func (p *plan) bind(ws Ptr) {
 		l.Partial += ws
 		l.Coef += ws
 	}
+}
+
+// anchor returns the first non-zero address: one the call writes, which
+// tells the device.
+func anchor(ptrs ...Ptr) Ptr {
+	for _, p := range ptrs {
+		if p != 0 {
+			return p
+		}
+	}
+	return 0
+}
+
+// planner is a kind's args: the launches of a call of them.
+type planner interface{ plan() (plan, error) }
+
+// run runs the plan of a's call on the device that holds written, the
+// addresses it writes (the first not zero tells the device).
+func run(a planner, pl Placement, written ...Ptr) error {
+	p, err := a.plan()
+	if err != nil {
+		return err
+	}
+	return execute(p, pl, anchor(written...))
+}
+
+// workspaceOf returns the device memory a's call needs: its plan's for the
+// args' dims, dtype and addresses (the vector width depends on their
+// alignment).
+func workspaceOf(a planner) int64 {
+	p, _ := a.plan()
+	return p.workspace
 }

@@ -45,7 +45,7 @@ func TestPlansCoverEveryElement(t *testing.T) {
 		if tc.align == 1 {
 			base += Ptr(tc.t.Size())
 		}
-		args := FusedGradArgs{Dims: tc.d, DType: tc.t, Training: true, YBackprop: base, X: base + 1<<30, XBackprop: base + 2<<30,
+		args := FusedGradArgs{Dims: tc.d, DType: tc.t, IsTraining: true, YBackprop: base, X: base + 1<<30, XBackprop: base + 2<<30,
 			Scale: 1 << 40, ReserveSpace1: 1<<40 + 1<<20, ReserveSpace2: 1<<40 + 2<<20, ScaleBackprop: 1 << 41, OffsetBackprop: 1<<41 + 1<<20}
 		p, err := args.plan()
 		require.NoError(t, err, name)
@@ -55,7 +55,7 @@ func TestPlansCoverEveryElement(t *testing.T) {
 		}
 		if tc.d.Len() == 0 {
 			require.Len(t, p.launches, 1, name)
-			require.Equal(t, "gobn_finalize_train", kernelNames[p.launches[0].kernel], name)
+			require.Equal(t, "gobn_finalize_train", kernelNames()[p.launches[0].kernel], name)
 			require.Zero(t, p.launches[0].params.Splits, name)
 			continue
 		}
@@ -111,7 +111,7 @@ func TestPlansPerOp(t *testing.T) {
 	d := kernels.Dims{N: 8, C: 64, S: 56 * 56, Layout: kernels.ChannelsLast}
 	names := launchNames
 	const a = Ptr(1 << 32)
-	p, err := FusedGradArgs{Dims: d, DType: Float16, Training: false, YBackprop: a, X: a, XBackprop: a}.plan()
+	p, err := FusedGradArgs{Dims: d, DType: Float16, IsTraining: false, YBackprop: a, X: a, XBackprop: a}.plan()
 	require.NoError(t, err)
 	require.Equal(t, []string{"gobn_sweep_cl_f16_v8", "gobn_finalize_infer"}, names(p))
 	p, err = GlobalNormalizationArgs{Dims: d, DType: Float32, Backprop: a, T: a, DX: a}.plan()
@@ -139,7 +139,7 @@ func TestUnrolledLoopRuns(t *testing.T) {
 		g := layoutGeometry(d, dt, targetBlocks, 1<<32)
 		require.Equal(t, int64(4), g.v)
 		for _, job := range []cudaspec.Job{cudaspec.Reduce, cudaspec.Sweep, cudaspec.Apply} {
-			k := cudaspec.Kernels[g.kernel(job, dt)]
+			k := Kernels()[g.kernel(job, dt)]
 			require.Equal(t, 8, k.U, k.Name())
 			require.Greater(t, d.N*d.S/(g.splits*int64(g.block[1])), int64(k.U), k.Name())
 		}
@@ -150,7 +150,7 @@ func TestUnrolledLoopRuns(t *testing.T) {
 func launchNames(p plan) []string {
 	var n []string
 	for _, l := range p.launches {
-		n = append(n, kernelNames[l.kernel])
+		n = append(n, kernelNames()[l.kernel])
 	}
 	return n
 }
@@ -162,9 +162,9 @@ func TestWithoutDriver(t *testing.T) {
 		t.Skip("a GPU driver is present: this test is for machines without one")
 	}
 	d := kernels.Dims{N: 2, C: 3, S: 4, Layout: kernels.ChannelsLast}
-	a := FusedGradArgs{Dims: d, DType: Float32, Training: true, YBackprop: 1 << 20, X: 1 << 21, XBackprop: 1 << 22,
+	a := FusedGradArgs{Dims: d, DType: Float32, IsTraining: true, YBackprop: 1 << 20, X: 1 << 21, XBackprop: 1 << 22,
 		ScaleBackprop: 1 << 23, OffsetBackprop: 1 << 24}
-	err := FusedGrad(a, Placement{Workspace: 1 << 25, WorkspaceBytes: a.WorkspaceBytes()})
+	err := FusedBatchNormGrad(a, Placement{Workspace: 1 << 25, WorkspaceBytes: a.WorkspaceBytes()})
 	require.Error(t, err)
 	if Built {
 		require.ErrorContains(t, err, "libcuda.so.1")

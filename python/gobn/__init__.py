@@ -28,7 +28,7 @@ only there), from beside this package (where the wheel installs it), or from
 ``build/libgobn.so`` of the checkout this package sits in (see gobn._library).
 
 Importing gobn also registers second-order gradients for the ``Gobn>`` ops
-(see ``gobn._gradients``), so double backprop through them works.
+(each kind's, see ``gobn._kinds``), so double backprop through them works.
 
 SavedModels of gobn's layers and of ``gobn.fused_batch_norm`` hold stock ops
 only: they load, serve and convert to TFLite without gobn (see gobn._saving).
@@ -49,7 +49,7 @@ from gobn import _supported
 # unsupported release may lack; this names the release instead.
 _supported.check_tensorflow(tf.__version__)
 
-from gobn import _gradients  # noqa: E402,F401  (registers the Gobn> gradients and pfor converters)
+from gobn import _kinds  # noqa: E402,F401  (registers the Gobn> gradients and pfor converters)
 from gobn import _library  # noqa: E402
 from gobn._enable import enable  # noqa: E402
 from gobn._functional import FusedBatchNormOutput, SyncBatchNormOutput, fused_batch_norm, sync_batch_norm  # noqa: E402

@@ -11,14 +11,11 @@ FusedBatchNormV2, FusedBatchNormV3 and BatchNormWithGlobalNormalization
 (each stock twin's ``gradient_of`` in opdef) at the functions below: each is stock's (tensorflow/python/ops/nn_grad.py) with
 the ``Gobn>`` op in place of the stock gradient op, fed the same tensors,
 under XLA and with oneDNN on; elsewhere (oneDNN off) stock's own function,
-whose gradient op runs gobn's kernel.
+whose gradient op runs gobn's kernel. How a forward op's tensors feed its
+gradient op, and how that op's outputs become the forward inputs'
+gradients, is the op's kind's to say (its stock_inputs and
+stock_gradients, gobn._kinds).
 
-- Training: x, scale and the forward's reserve spaces, which the CPU forward
-  fills alike with oneDNN on or off: the batch mean and the biased variance
-  (python_tests/test_enable.py checks it on oneDNN's forward).
-- Inference: the population mean and variance. Stock transposes
-  channels-first inputs to channels-last here, for its CPU kernel, which
-  rejects NCHW inference; gobn's kernels take every layout as it is.
 - Under XLA, where gobn's kernels cannot run inside it (gobn._xla: before
   TensorFlow 2.17), stock's function, as XLA compiles stock's gradient op.
 - Traced for a SavedModel (gobn._saving) the stock function runs too, so
@@ -37,7 +34,7 @@ import threading
 from tensorflow.python.framework import ops
 from tensorflow.python.ops import control_flow_util
 
-from gobn import _saving, _xla
+from gobn import _kinds, _opdef, _saving, _xla
 from gobn._opdefs_gen import OPS
 
 _lock = threading.Lock()
@@ -62,55 +59,29 @@ def _on_gobn(op):
     return xla or _onednn, xla
 
 
-def _fused_inputs(op, grads):
-    """The inputs of a FusedBatchNormGrad* op, in its order, for the forward op
-    op: the incoming y gradient, x, scale, the statistics (training: the
-    batch mean and biased variance the forward saved; inference: the
-    population statistics it was given) and, from V3 on, its reserve_space_3."""
-    statistics = op.outputs[3:5] if op.get_attr("is_training") else op.inputs[3:5]
-    return [grads[0], op.inputs[0], op.inputs[1], *statistics, *op.outputs[5:]]
-
-
-def _fused_outputs(outputs):
-    """The forward's input gradients: x, scale and offset get the op's first
-    three outputs; mean and variance get none, as in stock."""
-    return (*outputs[:3], None, None)
-
-
-def _global_norm_inputs(op, grads):
-    """The inputs of BatchNormWithGlobalNormalizationGrad: the forward's t, m,
-    v and gamma (its inputs but beta), then the incoming gradient."""
-    t, m, v, _beta, gamma = op.inputs
-    return [t, m, v, gamma, grads[0]]
-
-
-# How each family's gradient op is fed from a forward op and its incoming
-# gradients, and how its outputs become the forward inputs' gradients (the
-# global-norm op's five are those of t, m, v, beta and gamma, in order).
-_PLUMBING = {
-    "FusedBatchNormGrad": (_fused_inputs, _fused_outputs),
-    "GlobalNormalizationGrad": (_global_norm_inputs, tuple),
-}
-
-
-def _gradient(spec, inputs, gradients):
-    """The gradient of spec.gradient_of on gobn's op spec: its inputs by
-    position (inputs), its attrs those of the forward op of the same names,
-    its outputs made the forward's gradients by gradients."""
+def _gradient(spec):
+    """The gradient of spec.gradient_of on gobn's op spec: its inputs its
+    kind's stock_inputs (gobn._kinds), its attrs those of the forward op of
+    the same names, its outputs made the forward's gradients by its kind's
+    stock_gradients."""
+    kind = _kinds.of(spec.kind)
 
     def grad(op, *grads):
         on_gobn, xla = _on_gobn(op)
         if not on_gobn or _saving.saving():
             return _stock[op.type]["type"](op, *grads)
-        args = dict(zip(spec.inputs, inputs(op, grads)))
+        args = kind.stock_inputs(op, grads)
         args.update((name, op.get_attr(name)) for name, _ in spec.xla_attrs)  # all but the type attrs
-        return gradients(_xla.call(spec.name, xla, **args))
+        result = _xla.call(spec.name, xla, **args)
+        outputs = result._asdict() if hasattr(result, "_asdict") else {spec.outputs[0]: result}
+        gradients = kind.stock_gradients(outputs)
+        return [gradients.get(name) for name in _opdef.input_names(op)]
 
     return grad
 
 
 # Each forward op, and the function that gives its gradient on gobn.
-GRADIENTS = {spec.gradient_of: _gradient(spec, *_PLUMBING[spec.kind]) for spec in OPS if spec.gradient_of}
+GRADIENTS = {spec.gradient_of: _gradient(spec) for spec in OPS if spec.gradient_of}
 
 
 def install(onednn):

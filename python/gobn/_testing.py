@@ -20,6 +20,7 @@ the dtype's row of TOLERANCES.
 """
 
 import collections
+import functools
 
 import numpy as np
 import tensorflow as tf
@@ -210,17 +211,6 @@ def assert_as_accurate(got, stock, reference, dtype, what="output"):
 
 EPSILON = 1e-3  # the cases' epsilon (and variance_epsilon)
 
-# How each kind's cases run: fused gradients in training and inference, the
-# global-normalization one with and without scale_after_normalization, the
-# synchronized halves in training (their statistics are the replicas').
-MODES = {
-    "FusedBatchNormGrad": ("training", "inference"),
-    "GlobalNormalizationGrad": ("scaled", "unscaled"),
-    "GradReduce": ("training",),
-    "GradApply": ("training",),
-}
-
-
 def device_type(device):
     """"CPU" or "GPU": the type of a device name in any case ("GPU:0",
     "/device:CPU:0", "/DEVICE:GPU:0", or a tensor's full name)."""
@@ -233,9 +223,16 @@ def dtypes_on(op, device):
     return op.gpu_dtypes if device_type(device) == "GPU" else op.dtypes
 
 
+def modes(op):
+    """The modes of op's cases: its kind's MODES (gobn._kinds)."""
+    from gobn import _kinds
+
+    return _kinds.of(op.kind).MODES
+
+
 class Case(collections.namedtuple("Case", "op dtype data_format mode shape_name shape")):
-    """One case of an op: dtype (a tf.DType), data format, mode (MODES) and a
-    named logical channels-last shape (N, [D,] H, W, C)."""
+    """One case of an op: dtype (a tf.DType), data format, mode (one of its
+    kind's MODES) and a named logical channels-last shape (N, [D,] H, W, C)."""
 
     __slots__ = ()
 
@@ -256,7 +253,7 @@ def cases(op, device, shapes, dtypes=None):
         if dtypes is not None and name not in dtypes:
             continue
         for data_format in op.data_formats:
-            for mode in MODES[op.kind]:
+            for mode in modes(op):
                 for shape_name, shape in shapes.items():
                     if len(shape) == len(data_format):
                         yield Case(op, tf.as_dtype(name), data_format, mode, shape_name, tuple(shape))
@@ -374,44 +371,65 @@ def global_norm_inputs(dtype, shape, seed, device="CPU:0"):
 class Sample(collections.namedtuple("Sample", "inputs attrs expected stock")):
     """A case's call (sample): inputs, the op's tensor inputs by arg name;
     attrs, its attrs by name; expected, {output name: (float64 reference,
-    the dtype whose tolerance applies)}; stock, the stock twin (a
-    tf.raw_ops name) that takes the same inputs and attrs, to record beside
-    gobn, or None."""
+    the dtype whose tolerance applies)}; stock, the name of the stock twin
+    (stock_op) that takes the same inputs and attrs, to record beside gobn,
+    or None."""
 
     __slots__ = ()
 
 
-def fused_sample(case, seed, device):
-    """A fused gradient's case: fused_inputs and fused_grad_reference;
-    x_backprop by T's tolerance, the 1-D outputs (computed in float32 or
-    better) by float32's; stock's twin beside it."""
-    made = fused_inputs(case.op, case.dtype, case.data_format, case.is_training, case.shape, seed, device)
-    x_backprop, scale_backprop, offset_backprop = made.reference()
-    expected = {"x_backprop": (x_backprop, case.dtype), "scale_backprop": (scale_backprop, tf.float32),
-                "offset_backprop": (offset_backprop, tf.float32)}
-    return Sample(made.inputs, made.attrs, expected, case.op.stock)
+def stock_op(name):
+    """Stock's op called name as a function of its inputs and attrs by name,
+    tf.raw_ops': an op internal to TensorFlow (its name starts with an
+    underscore), which tf.raw_ops leaves out, gets one made from its
+    registered OpDef as tf.load_op_library makes an op library's, which
+    names its ops without the underscore in a graph (a name scope cannot
+    start with one)."""
+    if hasattr(tf.raw_ops, name):
+        return getattr(tf.raw_ops, name)
+    if name not in _STOCK_OPS:
+        import importlib.machinery
+        import importlib.util
+
+        from tensorflow.core.framework import op_def_pb2
+        from tensorflow.python.framework import _pywrap_python_op_gen, op_def_registry
+
+        op_def = op_def_registry.get(name)
+        if op_def is None:
+            raise ValueError(f"TensorFlow registers no op {name}")
+        module = importlib.util.module_from_spec(importlib.machinery.ModuleSpec("gobn_stock_" + name, None))
+        exec(_pywrap_python_op_gen.GetPythonWrappers(op_def_pb2.OpList(op=[op_def]).SerializeToString()),  # noqa: S102
+             module.__dict__)
+        _STOCK_OPS[name] = functools.partial(module.__dict__[name], name=name.lstrip("_"))
+    return _STOCK_OPS[name]
 
 
-GLOBAL_NORM_SCALED = {"scaled": True, "unscaled": False}  # scale_after_normalization of each mode
+_STOCK_OPS = {}
 
 
-def global_norm_sample(case, seed, device):
-    """BatchNormWithGlobalNormalizationGrad's case: global_norm_inputs and
-    global_norm_grad_reference, every output by T's tolerance. Stock's twin
-    runs only in a graph of producer version 8 (global_norm_session), not
-    eagerly nor in a tf.function: none to record here."""
-    inputs = global_norm_inputs(case.dtype, case.shape, seed, device)
-    attrs = dict(variance_epsilon=EPSILON, scale_after_normalization=GLOBAL_NORM_SCALED[case.mode])
-    want = global_norm_grad_reference(**inputs, **attrs)
-    return Sample(inputs, attrs, {name: (w, case.dtype) for name, w in zip(("dx", "dm", "dv", "db", "dg"), want)},
-                  None)
+def stock_outputs(case, sample):
+    """Stock's outputs of a sample of case on the CPU, by name: its stock
+    twin's (sample.stock) run eagerly; None without one, or where stock
+    has no CPU kernel of it (an internal op of the GPU, say). A kind whose
+    twin runs otherwise, or gives no usable answer in some cases, says so
+    in its own stock_outputs (gobn._kinds), which tools/golden.py calls
+    instead."""
+    if sample.stock is None:
+        return None
+    try:
+        with tf.device("CPU:0"):
+            result = stock_op(sample.stock)(**sample.inputs, **sample.attrs)
+    except tf.errors.NotFoundError:  # "Could not find device for node": no CPU kernel
+        return None
+    return outputs_by_name(case.op, result, case.op.outputs)
 
 
 def sync_inputs(case, seed, device):
     """The synchronized halves' inputs (fused_inputs of a training gradient
     with the replicas' statistics, drawn) and the training gradient's
     reference over them: (FusedInputs, x_backprop, sum_dy, sum_dy_xmu,
-    count), the sums those of fused_grad_reference and count the rows."""
+    count), the sums those of fused_grad_reference and count the rows. The
+    sample builders of GradReduce and GradApply (gobn._kinds) share them."""
     made = fused_inputs(BY_KIND["FusedBatchNormGrad"][-1], case.dtype, case.data_format, True, case.shape, seed, device,
                         forward_statistics=False)
     x_backprop, scale_backprop, sum_dy = made.reference()
@@ -420,44 +438,14 @@ def sync_inputs(case, seed, device):
     return made, x_backprop, sum_dy, sum_dy_xmu, count
 
 
-def reduce_sample(case, seed, device):
-    """BatchNormGradReduce's case: its sums are the training gradient's
-    (sync_inputs), by float32's tolerance, and its count exact."""
-    made, _, sum_dy, sum_dy_xmu, count = sync_inputs(case, seed, device)
-    inputs = {"y_backprop": made.inputs["y_backprop"], "x": made.inputs["x"], "mean": made.inputs["reserve_space_1"]}
-    expected = {"sum_dy": (sum_dy, tf.float32), "sum_dy_xmu": (sum_dy_xmu, tf.float32),
-                "count": (np.float64(count), tf.int64)}
-    return Sample(inputs, {"data_format": case.data_format}, expected, None)
-
-
-def apply_sample(case, seed, device):
-    """BatchNormGradApply's case: given the reference's sums (sync_inputs),
-    its x_backprop is the training gradient's, by T's tolerance."""
-    made, x_backprop, sum_dy, sum_dy_xmu, count = sync_inputs(case, seed, device)
-    with tf.device(device):
-        inputs = {"y_backprop": made.inputs["y_backprop"], "x": made.inputs["x"], "scale": made.inputs["scale"],
-                  "mean": made.inputs["reserve_space_1"], "variance": made.inputs["reserve_space_2"],
-                  "sum_dy": tf.constant(sum_dy, tf.float32), "sum_dy_xmu": tf.constant(sum_dy_xmu, tf.float32),
-                  "count": tf.constant(count, tf.int64)}
-    attrs = {"epsilon": EPSILON, "data_format": case.data_format}
-    return Sample(inputs, attrs, {"x_backprop": (x_backprop, case.dtype)}, None)
-
-
-# Each kind's sample builder: (case, seed, device) -> Sample. A new kind
-# needs its own (and its modes in MODES); a new op of a kind has one.
-SAMPLES = {
-    "FusedBatchNormGrad": fused_sample,
-    "GlobalNormalizationGrad": global_norm_sample,
-    "GradReduce": reduce_sample,
-    "GradApply": apply_sample,
-}
-
-
 def sample(case, seed, device="CPU:0"):
-    """The Sample of case (a Case) with seeded inputs on device."""
-    if case.mode not in MODES[case.op.kind]:
-        raise ValueError(f"{case.op.name} has no mode {case.mode!r}: {MODES[case.op.kind]}")
-    return SAMPLES[case.op.kind](case, seed, device)
+    """The Sample of case (a Case) with seeded inputs on device, by its
+    kind's sample builder (gobn._kinds)."""
+    from gobn import _kinds
+
+    if case.mode not in modes(case.op):
+        raise ValueError(f"{case.op.name} has no mode {case.mode!r}: {modes(case.op)}")
+    return _kinds.of(case.op.kind).sample(case, seed, device)
 
 
 def outputs_by_name(op, result, names):

@@ -16,10 +16,12 @@ and XlaCallModule refines them when XLA compiles, so an unknown batch works.
 What the custom call takes is opdef's to say (``gobn._opdefs_gen``: the
 ``xla_*`` fields): the op's inputs and outputs but those a GPU kernel keeps
 in host memory, whose values XLA would hold in device memory, and but the
-placeholder outputs, made here; the attrs but T and U, in its
-``backend_config``. So BatchNormGradReduce's count is computed here from x's
+placeholder outputs, made here; a list output where its attr asks for it;
+the attrs but T and U, in its ``backend_config``. What stands in for an
+arg in host memory is the op's kind's to say (gobn._kinds: its xla_inputs
+and xla_host_outputs): BatchNormGradReduce's count is computed from x's
 shape, and BatchNormGradApply's handler takes x's own per-channel count R,
-the sums passed to it scaled here by R / count.
+the sums passed to it scaled by R / count.
 
 When to emit it: while a function is traced for XLA
 (``control_flow_util.GraphOrParentsInXlaContext``), or when the caller knows
@@ -45,10 +47,11 @@ import warnings
 import numpy as np
 import tensorflow as tf
 from tensorflow.compiler.tf2xla.python import xla as tf_xla
+from tensorflow.python.framework import op_def_registry
 from tensorflow.python.framework import ops as tf_ops
 from tensorflow.python.ops import control_flow_util
 
-from gobn import _library
+from gobn import _library, _opdef
 from gobn._opdefs_gen import BY_NAME, CHANNELS_FIRST
 
 # XlaCallModule's serialization version: 9 is in every supported release
@@ -156,9 +159,13 @@ def _first_t(op):
 def _attr(kind, value):
     if kind == "float":
         return f"{_float_bits(value)} : f32"
+    if kind == "int":
+        return f"{int(value)} : i64"
     if kind == "bool":
         return "true" if value else "false"
-    return '"' + value + '"'  # one of the op's allowed values: letters only
+    if not value.isalnum():  # a name (a data format, a mode): MLIR's string needs no escape
+        raise ValueError(f"gobn: a string attr of an XLA call must be letters and digits, got {value!r}")
+    return '"' + value + '"'
 
 
 def _tensor_type(rank, element):
@@ -166,11 +173,13 @@ def _tensor_type(rank, element):
 
 
 @functools.lru_cache(maxsize=256)
-def module_text(op_name, operands, attrs, platforms, legacy):
+def module_text(op_name, operands, results, attrs, platforms, legacy):
     """The StableHLO module of one call of op_name's handler.
 
-    operands: (rank, element type) of each operand; attrs: (name, kind,
-    value) of each backend_config attr; platforms: XlaCallModule's (a
+    operands: (rank, element type) of each operand; results: (name, the
+    operand whose shape it takes) of each result, those of op.xla_outputs
+    the call has; attrs: (name, kind, value) of each backend_config attr;
+    platforms: XlaCallModule's (a
     platform index comes first with more than one); legacy: API 0.0's form
     of a typed-FFI call (api_version 1 and mhlo.backend_config: TensorFlow
     2.17's StableHLO has no api_version 4).
@@ -181,8 +190,8 @@ def module_text(op_name, operands, attrs, platforms, legacy):
     kinds = dict(zip(op.outputs, op.output_types))
     params = ["%platform: tensor<i32>"] if len(platforms) > 1 else []
     params += [f"%a{i}: {_tensor_type(rank, element)}" for i, (rank, element) in enumerate(operands)]
-    body, shapes, results = [], [], []
-    for j, (output, like) in enumerate(op.xla_outputs):
+    body, shapes, result_types = [], [], []
+    for j, (output, like) in enumerate(results):
         # Result j's shape: the dimensions of its input, as a tensor<rank x i32>.
         i = names.index(like)
         rank, element = operands[i]
@@ -194,10 +203,11 @@ def module_text(op_name, operands, attrs, platforms, legacy):
                     f"({', '.join(['tensor<1xi32>'] * rank)}) -> tensor<{rank}xi32>")
         shapes.append(f"tensor<{rank}xi32>")
         kind = kinds[output]
-        results.append(_tensor_type(rank, t if kind == "T" else _ELEMENT_TYPES[tf.as_dtype(kind)]))
+        result_types.append(_tensor_type(rank, t if kind == "T" else _ELEMENT_TYPES[tf.as_dtype(kind)]))
     config = "{" + ", ".join(f"{name} = {_attr(kind, value)}" for name, kind, value in attrs) + "}"
     config = f"api_version = 1 : i32, mhlo.backend_config = {config}" if legacy else \
         f"api_version = 4 : i32, backend_config = {config}"
+    results = result_types
     n, m = len(operands), len(results)
     call_args = [f"%a{i}" for i in range(n)] + [f"%s{j}" for j in range(m)]
     operand_types = [_tensor_type(rank, element) for rank, element in operands] + shapes
@@ -217,10 +227,11 @@ def module_text(op_name, operands, attrs, platforms, legacy):
 
 
 class _Recorded:
-    """What gobn's gradient functions (gobn._gradients) read of an op, for a
-    call built here: its inputs, outputs and attrs."""
+    """What the kinds' gradients (gobn._kinds) read of an op, for a call of
+    spec built here: its OpDef, inputs, outputs and attrs."""
 
-    def __init__(self, inputs, outputs, attrs):
+    def __init__(self, spec, inputs, outputs, attrs):
+        self.op_def = op_def_registry.get(spec.name)
         self.inputs, self.outputs, self._attrs = list(inputs), list(outputs), attrs
 
     def get_attr(self, name):
@@ -237,7 +248,7 @@ def _output_type(op):
     return _OUTPUTS[op.name]
 
 
-def _per_channel(x, data_format):
+def per_channel(x, data_format):
     """R, the elements per channel of x, as an int64 scalar."""
     shape = tf.shape(x, out_type=tf.int64)
     axis = 1 if data_format in CHANNELS_FIRST else x.shape.rank - 1
@@ -268,52 +279,56 @@ def _convert(op, args):
 def emit(op, args):
     """op's outputs for args (every input and attr, by name), through XlaCallModule.
 
-    The call's gradient is op's own (gobn._gradients), so second-order
-    gradients work as they do on the op.
+    The call's gradient is op's own (its kind's, gobn._kinds), so
+    second-order gradients work as they do on the op.
     """
-    from gobn import _gradients
+    from gobn import _kinds
 
+    kind = _kinds.of(op.kind)
     attrs = {name: args[name] for name, _ in op.xla_attrs}
     inputs = _convert(op, args)
     data_format = attrs.get("data_format", "NHWC")
+    lists = dict(op.lists)
+    # The results the call has: a list where its attr asks for it.
+    results = tuple((name, like) for name, like in op.xla_outputs if name not in lists or attrs[lists[name]] > 0)
 
     @tf.custom_gradient
     def call(*values):
-        given = dict(zip(op.inputs, values))
-        if "count" in op.host_memory and "count" in given:  # BatchNormGradApply: see the module's doc
-            ratio = tf.cast(_per_channel(given["x"], data_format), tf.float32) / tf.cast(given["count"], tf.float32)
-            given["sum_dy"], given["sum_dy_xmu"] = given["sum_dy"] * ratio, given["sum_dy_xmu"] * ratio
-        operands = [_ranked(given[name], ranks, data_format) for name, _, ranks in op.xla_inputs]
+        given = dict(zip(op.inputs, values, strict=True))
+        # An input in host memory (see the module's doc): its kind says what the call takes instead.
+        taken = kind.xla_inputs(given, attrs) if set(op.host_memory) & set(op.inputs) else given
+        operands = [_ranked(taken[name], ranks, data_format) for name, _, ranks in op.xla_inputs]
         platforms = ["CPU", "CUDA"] if status()["handlers"]["cuda"] else ["CPU"]
         legacy = status()["api_version"] == "0.0"
-        text = module_text(op.name, tuple((v.shape.rank, _ELEMENT_TYPES[v.dtype]) for v in operands),
+        text = module_text(op.name, tuple((v.shape.rank, _ELEMENT_TYPES[v.dtype]) for v in operands), results,
                            tuple((name, kind, attrs[name]) for name, kind in op.xla_attrs), tuple(platforms), legacy)
-        shapes = {name: v.shape for (name, _, _), v in zip(op.xla_inputs, operands)}
+        shapes = {name: v.shape for (name, _, _), v in zip(op.xla_inputs, operands, strict=True)}
         t = given[_first_t(op)].dtype
-        kinds = dict(zip(op.outputs, op.output_types))
-        tout = [t if kinds[name] == "T" else tf.as_dtype(kinds[name]) for name, _ in op.xla_outputs]
-        results = tf_xla.call_module(operands, version=MODULE_VERSION, module=text.encode(), Tout=tout,
-                                     Sout=[shapes[like] for _, like in op.xla_outputs], platforms=platforms)
-        by_name = dict(zip((name for name, _ in op.xla_outputs), results))
+        types = dict(zip(op.outputs, op.output_types, strict=True))
+        tout = [t if types[name] == "T" else tf.as_dtype(types[name]) for name, _ in results]
+        returned = tf_xla.call_module(operands, version=MODULE_VERSION, module=text.encode(), Tout=tout,
+                                      Sout=[shapes[like] for _, like in results], platforms=platforms)
+        by_name = dict(zip((name for name, _ in results), returned, strict=True))
+        if set(op.host_memory) & set(op.outputs):  # its kind says what an output in host memory holds
+            by_name.update(kind.xla_host_outputs(given, attrs))
         outputs = []
-        for name, kind in zip(op.outputs, op.output_types):
+        for name in op.outputs:
             if name in by_name:
                 outputs.append(by_name[name])
-            elif name in op.host_memory:  # BatchNormGradReduce's count
-                outputs.append(_per_channel(given["x"], data_format))
-            else:  # a placeholder
-                outputs.append(tf.zeros([0], t if kind == "T" else tf.as_dtype(kind)))
+            elif name not in lists:  # a placeholder (a list not asked for has no tensor)
+                outputs.append(tf.zeros([0], t if types[name] == "T" else tf.as_dtype(types[name])))
 
         def grad(*grads):
-            recorded = _Recorded(values, outputs, attrs)
-            return _gradients.GRADIENTS[op.kind](recorded, *grads)
+            return kind.gradient(_Recorded(op, values, outputs, attrs), *grads)
 
         return outputs, grad
 
-    outputs = call(*(inputs[name] for name in op.inputs))
+    flat = call(*(inputs[name] for name in op.inputs))
+    recorded = _Recorded(op, [], flat, attrs)
+    by_name = _opdef.by_output_name(recorded, flat)
     if len(op.outputs) == 1:
-        return outputs[0]
-    return _output_type(op)(*outputs)
+        return by_name[op.outputs[0]]
+    return _output_type(op)(**by_name)
 
 
 def run(op, original, args, xla=False):

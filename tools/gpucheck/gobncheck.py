@@ -1,9 +1,9 @@
-"""ctypes binding of libgobncheck.so (internal/cmd/gpucheck), for bench.py.
+"""ctypes binding of libgobncheck.so (cmd/gpucheck), for bench.py.
 
 The library runs a call of an op family's CUDA path (device pointers, a
 CUstream, a workspace; the kernels/cuda package) and answers its workspace
 query, each taking the call as a gobncheck_call struct (Call here). See the
-package doc of internal/cmd/gpucheck for each family's scalars and tensors.
+package doc of cmd/gpucheck for each family's scalars and tensors.
 """
 
 import argparse
@@ -96,7 +96,7 @@ class Lib:
     @staticmethod
     def call(family, dtype, layout, N, C, S, scalars, ptrs):
         """The Call of family on tensors N x C x S at the device addresses
-        ptrs, with its scalars (the package doc of internal/cmd/gpucheck
+        ptrs, with its scalars (the package doc of cmd/gpucheck
         lists each family's), for gpu() and workspace(); built once, so
         that timing a call times no building of it."""
         code, fields, ntensors = _FAMILIES[family]

@@ -36,9 +36,24 @@ const minUnitRun = 1024
 // trainingByChannel is TrainingGrad by channel units as plan p has them; t
 // has Mean set.
 func trainingByChannel[T Element](s *scratch, p Plan, g FusedGradArgs[T], t affine) {
+	byChannel(s, p, g, t, false)
+}
+
+// sweepByChannel is InferenceGrad's sweep by channel units as plan p has
+// them: each unit's channels summed over their planes and their x_backprop
+// written by t (scale only, its A set) block by block in the same pass, as
+// sweep does by chunks. It returns the sums.
+func sweepByChannel[T Element](s *scratch, p Plan, g FusedGradArgs[T], t affine) (sumDy, sumDyXc []float64) {
+	return byChannel(s, p, g, t, true)
+}
+
+// byChannel runs g's gradient by channel units as plan p has them, the
+// training form or, with sweep, the inference one, and returns the sums.
+func byChannel[T Element](s *scratch, p Plan, g FusedGradArgs[T], t affine, sweep bool) (sumDy, sumDyXc []float64) {
 	C := int(g.Dims.C)
 	sums := s.float64s(2 * C)
-	job := byChannelJob[T]{g: g, t: t.withFloat32(s), sumDy: sums[:C:C], sumDyXc: sums[C:], per: p.UnitChannels, blk: p.SumsBlock}
+	job := byChannelJob[T]{g: g, t: t.withFloat32(s), sumDy: sums[:C:C], sumDyXc: sums[C:], per: p.UnitChannels, blk: p.SumsBlock,
+		sweep: sweep}
 	if job.t.f32 != nil {
 		job.t.f32.Stream = p.Stream
 	}
@@ -50,11 +65,12 @@ func trainingByChannel[T Element](s *scratch, p Plan, g FusedGradArgs[T], t affi
 		for u := range p.Units {
 			job.run(u)
 		}
-		return
+		return job.sumDy, job.sumDyXc
 	}
 	shared := new(byChannelJob[T]) // only a job that helpers share is copied to the heap
 	*shared = job
 	parallel(crewOf(p), p.Units, p.Units, 1, false, func(_, u, _ int) { shared.run(u) })
+	return job.sumDy, job.sumDyXc
 }
 
 // byChannelJob is trainingByChannel's work, in units of per channels.
@@ -67,6 +83,9 @@ type byChannelJob[T Element] struct {
 	// channelSums sums them).
 	lanes    []float64
 	per, blk int
+	// sweep: the inference form, x_backprop written by t as the sums
+	// are formed (sweepByChannel).
+	sweep bool
 }
 
 // planeLanes is the float64 lanes of a channel's sums in simdPlaneLanes:
@@ -123,36 +142,52 @@ func (j *byChannelJob[T]) run(u int) {
 	if fused {
 		bx, bdx = any(x).([]BFloat16), any(dx).([]BFloat16)
 	}
-	j.planes(c0, c1, func(lo, hi, blk int) {
+	t := j.t
+	C, S := int(d.C), int(d.S)
+	// sums32/64 and apply32/64 are a block's sums and dx; in the sweep
+	// both run on each block, else the sums of every block of the unit's
+	// channels come first, then their coefficients, then the dx.
+	apply32 := func(off int, dy, x, dx []float32) { applyAffine(d, off, t, dy, x, dx) }
+	apply64 := func(off int, dy, x, dx []float64) { applyAffine(d, off, t, dy, x, dx) }
+	sums64 := func(off int, dy, x, _ []float64) { channelSums(d, off, dy, x, mean, a, b) }
+	sumsPass := func(lo, hi, blk int) {
 		if fused { // in the blocks forBlocks would convert
 			mean32 := j.t.f32.Mean[:len(j.t.f32.Mean)+meanPad]
-			for b := lo; b < hi; b += blk {
-				e := min(b+blk, hi)
-				simdPlaneLanesBFloat16(int(d.C), int(d.S), b, bdy[b:e], bx[b:e], mean32, lanes)
+			for o := lo; o < hi; o += blk {
+				e := min(o+blk, hi)
+				simdPlaneLanesBFloat16(C, S, o, bdy[o:e], bx[o:e], mean32, lanes)
+				if j.sweep {
+					simdApplyPlanesBFloat16(C, S, o/S%C, o%S, t.f32, bdy[o:e], bx[o:e], bdx[o:e])
+				}
 			}
 			return
 		}
-		forBlocks(lo, hi, blk, dy, x, nil, sums32,
-			func(off int, dy, x, _ []float64) { channelSums(d, off, dy, x, mean, a, b) })
-	})
+		if j.sweep {
+			forBlocks(lo, hi, blk, dy, x, dx,
+				func(off int, dy, x, dx []float32) { sums32(off, dy, x, nil); apply32(off, dy, x, dx) },
+				func(off int, dy, x, dx []float64) { sums64(off, dy, x, nil); apply64(off, dy, x, dx) })
+			return
+		}
+		forBlocks(lo, hi, blk, dy, x, nil, sums32, sums64)
+	}
+	j.planes(c0, c1, sumsPass)
 	if lanes != nil {
 		reducePlaneLanes(lanes, c0, c1, a, b)
 	}
+	if j.sweep {
+		return
+	}
 	j.g.coefficients(j.t, a, b, c0, c1)
 	j.t.round32(c0, c1)
-	t := j.t
 	j.planes(c0, c1, func(lo, hi, blk int) {
 		if fused {
-			C, S := int(d.C), int(d.S)
-			for b := lo; b < hi; b += blk {
-				e := min(b+blk, hi)
-				simdApplyPlanesBFloat16(C, S, b/S%C, b%S, t.f32, bdy[b:e], bx[b:e], bdx[b:e])
+			for o := lo; o < hi; o += blk {
+				e := min(o+blk, hi)
+				simdApplyPlanesBFloat16(C, S, o/S%C, o%S, t.f32, bdy[o:e], bx[o:e], bdx[o:e])
 			}
 			return
 		}
-		forBlocks(lo, hi, blk, dy, x, dx,
-			func(off int, dy, x, dx []float32) { applyAffine(d, off, t, dy, x, dx) },
-			func(off int, dy, x, dx []float64) { applyAffine(d, off, t, dy, x, dx) })
+		forBlocks(lo, hi, blk, dy, x, dx, apply32, apply64)
 	})
 	if t.f32 != nil && t.f32.Stream {
 		simdFence() // before parallel reports the unit done (see applyJob.run)

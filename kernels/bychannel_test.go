@@ -52,6 +52,31 @@ func TestTrainingGradByChannel(t *testing.T) {
 	eachElement(t, testTrainingGradByChannel[float32], testTrainingGradByChannel[float64], testTrainingGradByChannel[kernels.Half], testTrainingGradByChannel[kernels.BFloat16])
 }
 
+// The inference gradient's sweep by channel units (sweepByChannel) on the
+// same cases, both ways, against the float64 reference
+// (TestFusedGradIndependentOfWorkers holds its bits whatever the workers).
+func testInferenceGradByChannel[T kernels.Element](t *testing.T) {
+	rng := rand.New(rand.NewPCG(59, uint64(len(typeName[T]()))))
+	for _, sc := range byChannelCases {
+		for _, on := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/byChannel=%v", sc.name, on), func(t *testing.T) {
+				defer kernels.SetByChannel(kernels.SetByChannel(on))
+				in := newFusedInputs[T](rng, false, kernels.ChannelsFirst, sc)
+				require.Equal(t, on, kernels.SweepsByChannel[T](in.dims))
+				kernels.ResetSplitStats()
+				checkFused(t, false, in, 1e-5)
+				if _, wide := any(in.x).([]float64); on && !wide && kernels.PlaneLanesInUse() {
+					require.NotZero(t, kernels.PlaneLaneUnits(), "the units' planes were not summed in lanes")
+				}
+			})
+		}
+	}
+}
+
+func TestInferenceGradByChannel(t *testing.T) {
+	eachElement(t, testInferenceGradByChannel[float32], testInferenceGradByChannel[float64], testInferenceGradByChannel[kernels.Half], testInferenceGradByChannel[kernels.BFloat16])
+}
+
 // TestByChannelOnlyWhere checks the gradients that keep the two passes over
 // the whole tensor: channels last, one chunk, samples too short for a
 // unit's runs, and channels for fewer units than chunks.

@@ -29,6 +29,12 @@ func ByChannel[T Element](d Dims) bool {
 	return TrainingPlan[T](d, nil, nil, nil).Form == FormByChannel
 }
 
+// SweepsByChannel reports whether InferenceGrad over d runs by channel
+// units (sweepByChannel).
+func SweepsByChannel[T Element](d Dims) bool {
+	return plan[T](d, jobSweep, nil, nil, nil).Form == FormByChannel
+}
+
 // TrainingPlan returns the plan of TrainingGrad over d's dy, x and dx, on
 // the current machine with the current tuning; InferencePlan InferenceGrad's.
 func TrainingPlan[T Element](d Dims, dy, x, dx []T) Plan { return plan(d, jobTraining, dy, x, dx) }

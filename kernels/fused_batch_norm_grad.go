@@ -175,7 +175,12 @@ func InferenceGrad[T Element](g FusedGradArgs[T]) {
 	}
 	// x_backprop does not depend on the sums: one pass can do both (sweep).
 	p := plan(g.Dims, jobSweep, g.YBackprop, g.X, g.XBackprop)
-	sumDy, sumDyXc := sweep(s, p, g.YBackprop, g.X, g.XBackprop, mean, &t)
+	var sumDy, sumDyXc []float64
+	if p.Form == FormByChannel {
+		sumDy, sumDyXc = sweepByChannel(s, p, g, t)
+	} else {
+		sumDy, sumDyXc = sweep(s, p, g.YBackprop, g.X, g.XBackprop, mean, &t)
+	}
 	for c := range mean {
 		g.OffsetBackprop[c] = float32(sumDy[c])
 		g.ScaleBackprop[c] = float32(sumDyXc[c] * inv[c])

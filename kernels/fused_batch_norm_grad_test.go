@@ -146,7 +146,8 @@ func TestFusedGradAffinePasses(t *testing.T) {
 }
 
 // TestFusedGradIndependentOfWorkers checks that the outputs are bit-equal
-// whatever the number of workers, and for by-channel units and the fold's
+// whatever the number of workers, and for by-channel units (training and
+// inference) and the fold's
 // ranges whatever their size: the partial sums of the chunks are added in
 // chunk order, whichever worker formed them and whichever range of channels
 // added them up, and each channel's sums run over whole planes in one order
@@ -170,7 +171,7 @@ func TestFusedGradIndependentOfWorkers(t *testing.T) {
 		for _, l := range layouts {
 			for _, form := range []struct {
 				training, byChannel bool
-			}{{true, true}, {true, false}, {false, false}} {
+			}{{true, true}, {true, false}, {false, true}, {false, false}} {
 				training := form.training
 				t.Run(fmt.Sprintf("C=%d/%s/training=%v/byChannel=%v", sc.C, l.name, training, form.byChannel), func(t *testing.T) {
 					defer kernels.SetByChannel(kernels.SetByChannel(form.byChannel))
@@ -197,7 +198,7 @@ func TestFusedGradIndependentOfWorkers(t *testing.T) {
 						if p.Workers > 1 {
 							requireSplit(t, p)
 						}
-						require.Equal(t, training && form.byChannel && l.layout == kernels.ChannelsFirst, p.Form == kernels.FormByChannel, what)
+						require.Equal(t, form.byChannel && l.layout == kernels.ChannelsFirst, p.Form == kernels.FormByChannel, what)
 						if shape.folds && p.Form != kernels.FormByChannel && run.cores > 1 {
 							require.Greater(t, p.Folds, 1, what)
 							require.Equal(t, uint64(1), kernels.FoldSplits(), "%s: the sums were added up in one range", what)
@@ -216,7 +217,7 @@ func TestFusedGradIndependentOfWorkers(t *testing.T) {
 						require.Equal(t, firstPlan.Align, p.Align, what)
 						require.Equal(t, first, [3][]float32{dx, scaleBp, offsetBp}, what)
 					}
-					if training && form.byChannel && l.layout == kernels.ChannelsFirst {
+					if form.byChannel && l.layout == kernels.ChannelsFirst {
 						require.GreaterOrEqual(t, len(units), shape.units, "unit counts: %v", units)
 					}
 				})

@@ -302,8 +302,8 @@ const (
 	// x_backprop chunk by chunk (training; inference over wide rows beyond
 	// the tiles).
 	FormPasses Form = iota
-	// FormByChannel runs a channels-first training gradient by units of
-	// whole channels (bychannel.go).
+	// FormByChannel runs a channels-first gradient by units of whole
+	// channels (bychannel.go): training, and inference's sweep.
 	FormByChannel
 	// FormSweep sums and writes a scale-only x_backprop in one pass (sweep).
 	FormSweep
@@ -469,6 +469,9 @@ func planFor(c call, m Machine, t Tuning) Plan {
 		p.Form = FormSweep
 		if cl && d.C >= splitRowC && bytes > maxTiledBytes {
 			p.Form = FormPasses // faster there although it reads dy twice (sweep)
+		}
+		if t.ByChannel && !cl && byChannelShape(d, n/grain) {
+			p.Form = FormByChannel // each channel's planes summed in lanes (sweepByChannel)
 		}
 	case jobReduce:
 		p.Form = FormSums

@@ -46,12 +46,12 @@
 //   - applypass.go: the second pass, x_backprop from the coefficients
 //     (applyAll, applyJob); for an NHWC training gradient this is the pass
 //     after the sums.
-//   - bychannel.go: the channels-first training gradient by units of whole
-//     channels, sums and x_backprop together.
+//   - bychannel.go: the channels-first training and inference gradients
+//     by units of whole channels, sums and x_backprop together.
 //   - parallel.go: running a plan's passes: the calling goroutine and its
 //     helpers claim the chunks (parallel, parallelPasses), within what the
 //     cores leave (reserveHelpers); threads_linux.go: the helpers' pinned
-//     threads.
+//     threads, which poll for the next call's task in a burst of calls.
 //   - blocks.go: the block sizes plans choose from, and the walk over a
 //     range block by block (forBlocks).
 //   - convert.go: element conversions (widen, narrow, toFloat64,

@@ -7,7 +7,9 @@ import "unsafe"
 // summed over their N runs, their coefficients formed, and their x_backprop
 // written while the unit's dy and x are still in cache. Memory then serves
 // dy and x once (8 bytes a float32 element, and 4 for x_backprop streamed),
-// where two passes over a tensor larger than the cache read them twice.
+// where two passes over a tensor larger than the cache read them twice. An
+// inference gradient of that shape runs by the same units, summing each
+// block and writing its x_backprop (A·dy) at once (sweepByChannel).
 //
 // Each channel's sums are formed by one goroutine over whole planes (a plane
 // longer than a block in pieces that start at the plane's start), sample by
@@ -22,7 +24,7 @@ import "unsafe"
 // (docs/performance.md, "Block and range sizes").
 
 // SetByChannel sets the tuning's ByChannel, which switches the by-channel
-// form of channels-first training gradients on or off, and returns the
+// form of channels-first gradients on or off, and returns the
 // previous setting (tests and benchmarks).
 func SetByChannel(on bool) bool {
 	return setTuningField(func(t *Tuning) *bool { return &t.ByChannel }, on)
@@ -73,7 +75,7 @@ func byChannel[T Element](s *scratch, p Plan, g FusedGradArgs[T], t affine, swee
 	return job.sumDy, job.sumDyXc
 }
 
-// byChannelJob is trainingByChannel's work, in units of per channels.
+// byChannelJob is byChannel's work, in units of per channels.
 type byChannelJob[T Element] struct {
 	g              FusedGradArgs[T]
 	t              affine
@@ -139,38 +141,42 @@ func (j *byChannelJob[T]) run(u int) {
 	bdy, fused := any(dy).([]BFloat16) // bfloat16 planes converted in the vector loops
 	fused = fused && lanes != nil && simdPlaneLanesBFloat16 != nil
 	var bx, bdx []BFloat16
+	var mean32 []float32
 	if fused {
 		bx, bdx = any(x).([]BFloat16), any(dx).([]BFloat16)
+		mean32 = j.t.f32.Mean[:len(j.t.f32.Mean)+meanPad]
 	}
 	t := j.t
 	C, S := int(d.C), int(d.S)
-	// sums32/64 and apply32/64 are a block's sums and dx; in the sweep
-	// both run on each block, else the sums of every block of the unit's
-	// channels come first, then their coefficients, then the dx.
+	// A block's sums and dx, in the blocks forBlocks would convert. In
+	// the sweep both run on each block; else the sums of every block of
+	// the unit's channels come first, then their coefficients, then dx.
+	fusedBlocks := func(lo, hi, blk int, sums, apply bool) {
+		for o := lo; o < hi; o += blk {
+			e := min(o+blk, hi)
+			if sums {
+				simdPlaneLanesBFloat16(C, S, o, bdy[o:e], bx[o:e], mean32, lanes)
+			}
+			if apply {
+				simdApplyPlanesBFloat16(C, S, o/S%C, o%S, t.f32, bdy[o:e], bx[o:e], bdx[o:e])
+			}
+		}
+	}
 	apply32 := func(off int, dy, x, dx []float32) { applyAffine(d, off, t, dy, x, dx) }
 	apply64 := func(off int, dy, x, dx []float64) { applyAffine(d, off, t, dy, x, dx) }
 	sums64 := func(off int, dy, x, _ []float64) { channelSums(d, off, dy, x, mean, a, b) }
-	sumsPass := func(lo, hi, blk int) {
-		if fused { // in the blocks forBlocks would convert
-			mean32 := j.t.f32.Mean[:len(j.t.f32.Mean)+meanPad]
-			for o := lo; o < hi; o += blk {
-				e := min(o+blk, hi)
-				simdPlaneLanesBFloat16(C, S, o, bdy[o:e], bx[o:e], mean32, lanes)
-				if j.sweep {
-					simdApplyPlanesBFloat16(C, S, o/S%C, o%S, t.f32, bdy[o:e], bx[o:e], bdx[o:e])
-				}
-			}
-			return
-		}
-		if j.sweep {
+	j.planes(c0, c1, func(lo, hi, blk int) {
+		switch {
+		case fused:
+			fusedBlocks(lo, hi, blk, true, j.sweep)
+		case j.sweep:
 			forBlocks(lo, hi, blk, dy, x, dx,
 				func(off int, dy, x, dx []float32) { sums32(off, dy, x, nil); apply32(off, dy, x, dx) },
 				func(off int, dy, x, dx []float64) { sums64(off, dy, x, nil); apply64(off, dy, x, dx) })
-			return
+		default:
+			forBlocks(lo, hi, blk, dy, x, nil, sums32, sums64)
 		}
-		forBlocks(lo, hi, blk, dy, x, nil, sums32, sums64)
-	}
-	j.planes(c0, c1, sumsPass)
+	})
 	if lanes != nil {
 		reducePlaneLanes(lanes, c0, c1, a, b)
 	}
@@ -181,10 +187,7 @@ func (j *byChannelJob[T]) run(u int) {
 	j.t.round32(c0, c1)
 	j.planes(c0, c1, func(lo, hi, blk int) {
 		if fused {
-			for o := lo; o < hi; o += blk {
-				e := min(o+blk, hi)
-				simdApplyPlanesBFloat16(C, S, o/S%C, o%S, t.f32, bdy[o:e], bx[o:e], bdx[o:e])
-			}
+			fusedBlocks(lo, hi, blk, false, true)
 			return
 		}
 		forBlocks(lo, hi, blk, dy, x, dx, apply32, apply64)

@@ -81,7 +81,10 @@ type affine struct {
 // affine32 is affine in float32. Its four arrays lie one after the other in
 // one buffer, with meanPad float32s more after Mean (layAffine32), so that
 // the vector loops may broadcast any channel's coefficient from a vector
-// load of four (broadcastAt8) without a scalar instruction.
+// load of four (broadcastAt8) without a scalar instruction. Such a load of
+// a unit's last channel reads the next unit's first three, which another
+// worker may be writing (round32): the lanes it reads past the channel are
+// dropped by the broadcast, so the race changes no result.
 type affine32 struct {
 	A, B, MeanDy, Mean []float32
 	ScaleOnly          bool

@@ -84,8 +84,8 @@ type Tuning struct {
 	// non-temporal stores; 0 leaves a quarter of the last-level cache (see
 	// streamFrom).
 	StreamBytes int
-	// ByChannel runs channels-first training gradients by channel units
-	// (bychannel.go); Affine runs each range of a two-pass gradient's second
+	// ByChannel runs channels-first training and inference gradients by
+	// channel units (bychannel.go); Affine runs each range of a two-pass gradient's second
 	// pass on the worker that summed it (pass.affine).
 	ByChannel, Affine bool
 	// MaxChunks, where positive, lowers maxChunks. Like ByChannel it
@@ -102,12 +102,14 @@ type Tuning struct {
 	// finer.
 	ChunkGrain int
 	// Spin is how long, in microseconds, a pinned helper thread polls for
-	// its next task after each task before it sleeps on its futex
-	// (threads_linux.go); 0 sleeps at once, and SetTuning caps it at
-	// maxSpin. A call that finds its helpers
-	// polling hands them their shares without waking them, which takes
-	// tens of microseconds on a many-core server, at the cost of the time
-	// polled away from TensorFlow's own threads on those cores.
+	// its next task after a task of a call in a burst, before it sleeps on
+	// its futex (threads_linux.go), and the gap between calls that makes
+	// them a burst (inBurst): a call that finds its helpers polling hands
+	// them their shares without waking them, which takes tens of
+	// microseconds, at the cost of the time polled away from TensorFlow's
+	// own threads on those cores; a call in a burst splits finer
+	// (perWorkerFor) for its helpers will poll. 0 turns both off, and
+	// SetTuning caps it at maxSpin.
 	Spin int
 	// MaxFolds, where positive, caps Plan.Folds: 1 adds up the chunks'
 	// sums on the calling goroutine alone, while the helpers wait (as
@@ -567,8 +569,8 @@ func planFor(c call, m Machine, t Tuning) Plan {
 // many-core machine's workers idle, where the two passes' chunks share.
 const minUnits = 16
 
-// byChannelShape reports whether a channels-first training gradient of d,
-// of grains chunk grains, runs by channel units: two grains or more, and
+// byChannelShape reports whether a channels-first gradient of d, of grains
+// chunk grains, runs by channel units: two grains or more, and
 // channels for min(grains, minUnits) units. It depends on the shape alone,
 // as the arithmetic must.
 func byChannelShape(d Dims, grains int) bool {
@@ -598,7 +600,8 @@ func streamFrom(m Machine, t Tuning) int {
 // the call writes none), on the current machine with the current tuning.
 func plan[T Element](d Dims, j job, dy, x, dx []T) Plan {
 	var zero T
-	c := call{dims: d, job: j, polling: helpersPolling(), burst: inBurst(CurrentTuning().Spin)}
+	// A burst counts only where the helpers are pinned threads, which poll.
+	c := call{dims: d, job: j, polling: helpersPolling(), burst: inBurst(CurrentTuning().Spin) && helperThreadsUsable()}
 	switch any(zero).(type) {
 	case float32:
 		c.size = 4

@@ -370,18 +370,27 @@ func TestBFloat16PlanesMatchFloat32Planes(t *testing.T) {
 				require.Equal(t, math.Float64bits(want[k]), math.Float64bits(got[k]), "wide=%v C=%d S=%d c=%d pos=%d n=%d: lane %d", wide, C, S, c, pos, n, k)
 			}
 			aff := paddedAffine32(randomF32(rng, C), randomF32(rng, C), randomF32(rng, C), randomF32(rng, C))
-			aff.A[0] = 3e38 // dx overflows to infinity
+			aff.A[0] = 3e38                // dx overflows to infinity
+			const guard = BFloat16(0x7777) // past n it must stay so
+			guarded := func(v []BFloat16) []BFloat16 {
+				g := make([]BFloat16, n+16)
+				copy(g, v)
+				for k := n; k < len(g); k++ {
+					g[k] = guard
+				}
+				return g
+			}
 			for _, scaleOnly := range []bool{false, true} {
 				aff.ScaleOnly = scaleOnly
 				dx32, wantDx := make([]float32, n), make([]BFloat16, n)
 				applyPlanes(C, S, c, pos, aff, dy32, x32, dx32)
 				simdNarrowBFloat16(wantDx, dx32)
-				gotDx := make([]BFloat16, n)
-				simdApplyPlanesBFloat16(C, S, c, pos, aff, dy, x, gotDx)
-				require.Equal(t, wantDx, gotDx, "wide=%v C=%d S=%d c=%d pos=%d n=%d scaleOnly=%v", wide, C, S, c, pos, n, scaleOnly)
-				inPlace := append(make([]BFloat16, 0, n), dy...)
-				simdApplyPlanesBFloat16(C, S, c, pos, aff, inPlace, x, inPlace)
-				require.Equal(t, wantDx, inPlace, "wide=%v C=%d S=%d c=%d pos=%d n=%d scaleOnly=%v, dx over dy", wide, C, S, c, pos, n, scaleOnly)
+				gotDx := guarded(nil)
+				simdApplyPlanesBFloat16(C, S, c, pos, aff, dy, x, gotDx[:n])
+				require.Equal(t, guarded(wantDx), gotDx, "wide=%v C=%d S=%d c=%d pos=%d n=%d scaleOnly=%v", wide, C, S, c, pos, n, scaleOnly)
+				inPlace := guarded(dy)
+				simdApplyPlanesBFloat16(C, S, c, pos, aff, inPlace[:n], x, inPlace[:n])
+				require.Equal(t, guarded(wantDx), inPlace, "wide=%v C=%d S=%d c=%d pos=%d n=%d scaleOnly=%v, dx over dy", wide, C, S, c, pos, n, scaleOnly)
 			}
 		})
 	})

@@ -409,10 +409,10 @@ func widenBFloat16x16(dst []float32, src []BFloat16) {
 	n := len(src)
 	dst = dst[:n]
 	ps, pd := unsafe.Pointer(unsafe.SliceData(src)), ptr32(dst)
+	by16 := archsimd.BroadcastUint32x16(16)
 	j := 0
 	for ; j+f32Lanes512 <= n; j += f32Lanes512 {
-		u := archsimd.LoadUint16x16((*[f32Lanes512]uint16)(unsafe.Add(ps, 2*j)))
-		store16(u.ExtendToUint32().ShiftAllLeft(16).AsFloat32x16(), pd, j)
+		store16(loadBF16x16(ps, j, by16), pd, j)
 	}
 	archsimd.ClearAVXUpperBits()
 	for ; j < n; j++ {
@@ -425,20 +425,10 @@ func narrowBFloat16x16(dst []BFloat16, src []float32) {
 	n := len(src)
 	dst = dst[:n]
 	ps, pd := ptr32(src), unsafe.Pointer(unsafe.SliceData(dst))
-	absMask, inf := archsimd.BroadcastUint32x16(0x7fffffff), archsimd.BroadcastInt32x16(0x7f800000)
-	bias, one, quiet := archsimd.BroadcastUint32x16(0x7fff), archsimd.BroadcastUint32x16(1), archsimd.BroadcastUint32x16(0x40)
-	// The shifts take their count from a vector (VPSRLVD): ShiftAllRight
-	// with a constant count loads it with a legacy-SSE MOVQ on every pass,
-	// which stalls for the AVX/SSE transition on Intel CPUs (go test -bench
-	// 'TrainingGrad$/BFloat16' shows it).
-	by16 := archsimd.BroadcastUint32x16(16)
+	k := newBF16Rounding16()
 	j := 0
 	for ; j+f32Lanes512 <= n; j += f32Lanes512 {
-		u := load16(ps, j).AsUint32x16()
-		isNaN := u.And(absMask).AsInt32x16().Greater(inf)
-		hi := u.ShiftRight(by16)
-		rounded := u.Add(bias).Add(hi.And(one)).ShiftRight(by16)
-		storeBF16x16(hi.Or(quiet).Merge(rounded, isNaN), pd, j)
+		storeBF16x16(roundBF16x16(load16(ps, j), &k), pd, j)
 	}
 	archsimd.ClearAVXUpperBits()
 	for ; j < n; j++ {

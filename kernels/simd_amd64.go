@@ -651,9 +651,13 @@ func loadBF16x8(p unsafe.Pointer, i int, by16 archsimd.Uint32x8) archsimd.Float3
 	return archsimd.LoadUint16x8((*[f32Lanes]uint16)(unsafe.Add(p, 2*i))).ExtendToUint32().ShiftLeft(by16).AsFloat32x8()
 }
 
-// roundBF16x8 returns v's lanes rounded to bfloat16 as narrowBFloat16
-// rounds them (to nearest even, NaN kept quiet), each in the low half of
-// its lane, with k's constants (newBF16Rounding8, made once a loop).
+// roundBF16x8 returns v's lanes rounded to bfloat16 as BFloat16FromFloat32
+// rounds them (to nearest even by adding 0x7fff plus the lowest kept bit,
+// NaN kept quiet), each in the low half of its lane, with k's constants
+// (newBF16Rounding8, made once a loop). The shifts take their count from a
+// vector (VPSRLVD): ShiftAllRight with a constant count loads it with a
+// legacy-SSE MOVQ on every pass, which stalls for the AVX/SSE transition on
+// Intel CPUs (go test -bench 'TrainingGrad$/BFloat16' shows it).
 func roundBF16x8(v archsimd.Float32x8, k *bf16Rounding8) archsimd.Uint32x8 {
 	u := v.AsUint32x8()
 	isNaN := u.And(k.abs).AsInt32x8().Greater(k.inf)
@@ -930,10 +934,10 @@ func widenBFloat16(dst []float32, src []BFloat16) {
 	n := len(src)
 	dst = dst[:n]
 	ps, pd := unsafe.Pointer(unsafe.SliceData(src)), ptr32(dst)
+	by16 := archsimd.BroadcastUint32x8(16)
 	j := 0
 	for ; j+f32Lanes <= n; j += f32Lanes {
-		u := archsimd.LoadUint16x8((*[f32Lanes]uint16)(unsafe.Add(ps, 2*j)))
-		store8(u.ExtendToUint32().ShiftAllLeft(16).AsFloat32x8(), pd, j)
+		store8(loadBF16x8(ps, j, by16), pd, j)
 	}
 	archsimd.ClearAVXUpperBits()
 	for ; j < n; j++ {
@@ -941,27 +945,16 @@ func widenBFloat16(dst []float32, src []BFloat16) {
 	}
 }
 
-// narrowBFloat16 is BFloat16FromFloat32 over a slice, eight at a time:
-// round to nearest even by adding 0x7fff plus the lowest kept bit, and NaN
-// kept quiet.
+// narrowBFloat16 is BFloat16FromFloat32 over a slice, eight at a time
+// (roundBF16x8).
 func narrowBFloat16(dst []BFloat16, src []float32) {
 	n := len(src)
 	dst = dst[:n]
 	ps, pd := ptr32(src), unsafe.Pointer(unsafe.SliceData(dst))
-	absMask, inf := archsimd.BroadcastUint32x8(0x7fffffff), archsimd.BroadcastInt32x8(0x7f800000)
-	bias, one, quiet := archsimd.BroadcastUint32x8(0x7fff), archsimd.BroadcastUint32x8(1), archsimd.BroadcastUint32x8(0x40)
-	// The shifts take their count from a vector (VPSRLVD): ShiftAllRight
-	// with a constant count loads it with a legacy-SSE MOVQ on every pass,
-	// which stalls for the AVX/SSE transition on Intel CPUs (go test -bench
-	// 'TrainingGrad$/BFloat16' shows it).
-	by16 := archsimd.BroadcastUint32x8(16)
+	k := newBF16Rounding8()
 	j := 0
 	for ; j+f32Lanes <= n; j += f32Lanes {
-		u := load8(ps, j).AsUint32x8()
-		isNaN := u.And(absMask).AsInt32x8().Greater(inf)
-		hi := u.ShiftRight(by16)
-		rounded := u.Add(bias).Add(hi.And(one)).ShiftRight(by16)
-		storeBF16x8(hi.Or(quiet).Merge(rounded, isNaN), pd, j)
+		storeBF16x8(roundBF16x8(load8(ps, j), &k), pd, j)
 	}
 	archsimd.ClearAVXUpperBits()
 	for ; j < n; j++ {

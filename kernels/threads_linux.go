@@ -70,6 +70,15 @@ var helperThreadsPolling atomic.Int32
 // helpersPolling returns how many helper threads poll for a task now.
 func helpersPolling() int { return int(helperThreadsPolling.Load()) }
 
+// helperThreadsUsable reports whether calls may hand their shares to the
+// pinned threads: while GOMAXPROCS leaves a P for the caller and one more
+// besides one per thread (NumCPU counts the CPUs the process may use, as
+// startHelperThreads does; a process without room never starts them).
+// Elsewhere helpers are goroutines, which do not poll.
+func helperThreadsUsable() bool {
+	return runtime.GOMAXPROCS(0) >= min(runtime.NumCPU(), maxHelperThreads)+2
+}
+
 // onHelperThreads hands fn(0), fn(1), ... to up to n free pinned threads on
 // CPUs other than the caller's, and returns how many it handed: fn(i) for i
 // from that count on is the caller's to run. With wake positive the caller
@@ -81,9 +90,7 @@ func helpersPolling() int { return int(helperThreadsPolling.Load()) }
 // threads are used only while GOMAXPROCS leaves a P for the caller and one
 // more besides one per thread (capi sets 2·cores+4).
 func onHelperThreads(n, wake int, poll bool, fn func(int)) int {
-	// NumCPU counts the CPUs the process may use, as startHelperThreads
-	// does: a process without room for the threads never starts them.
-	if n == 0 || runtime.GOMAXPROCS(0) < min(runtime.NumCPU(), maxHelperThreads)+2 {
+	if n == 0 || !helperThreadsUsable() {
 		return 0
 	}
 	helperThreads.once.Do(startHelperThreads)
@@ -93,19 +100,19 @@ func onHelperThreads(n, wake int, poll bool, fn func(int)) int {
 	}
 	cpu := currentCPU()
 	crew := make([]*helperThread, 0, min(n, len(all)))
-	// Threads that poll first, which start at once, then those asleep.
-	for _, polling := range []bool{true, false} {
+	// Threads that poll first, which start at once, then any free one.
+	for _, first := range []bool{true, false} {
 		for _, t := range all {
 			if len(crew) == n {
 				break
 			}
 			if t.cpu == cpu && cpu >= 0 {
-				if polling && !t.asleep.Load() {
-					t.nap.Store(true)
+				if first && !t.busy.Load() && !t.asleep.Load() {
+					t.nap.Store(true) // polling where it cannot help this call
 				}
 				continue
 			}
-			if t.asleep.Load() == polling || !t.busy.CompareAndSwap(false, true) {
+			if (first && t.asleep.Load()) || !t.busy.CompareAndSwap(false, true) {
 				continue
 			}
 			crew = append(crew, t)

@@ -8,8 +8,10 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -219,6 +221,7 @@ func waitHelperThreadsFree(t *testing.T) {
 // and hands it its share without a wake.
 func TestBurstLeavesHelpersPolling(t *testing.T) {
 	all := helperThreadsOrSkip(t)
+	pinTestThread(t, allowedCPUs()[0]) // every call from one CPU: the helper of one call is the next's too
 	prevMachine := setMachine(Machine{Cores: 2, L2: 2 << 20, L3: 32 << 20, L3Cores: 2})
 	defer setMachine(prevMachine)
 	prevTuning := CurrentTuning()
@@ -261,4 +264,52 @@ func TestBurstLeavesHelpersPolling(t *testing.T) {
 	TrainingGrad(g)
 	idle(t, all)
 	require.Eventually(t, asleep, 5*time.Second, time.Millisecond)
+}
+
+// pinTestThread locks the test's goroutine to its thread and pins that to
+// cpu, until the test ends, when the thread gets its CPUs back.
+func pinTestThread(t *testing.T, cpu int) {
+	runtime.LockOSThread()
+	cpus := allowedCPUs()
+	require.True(t, pinThread(cpu), "pinning the test's thread to CPU %d", cpu)
+	t.Cleanup(func() {
+		var m cpuMask
+		for _, c := range cpus {
+			m[c/64] |= 1 << (c % 64)
+		}
+		syscall.RawSyscall(syscall.SYS_SCHED_SETAFFINITY, 0, unsafe.Sizeof(m), uintptr(unsafe.Pointer(&m)))
+		runtime.UnlockOSThread()
+	})
+}
+
+// A call that runs on the CPU of a thread that polls has that thread stop
+// polling and sleep (nap): it cannot help the call, and would take turns
+// with it on the CPU; the call's share goes to a thread on another CPU.
+func TestCallOnAPollingThreadsCPUNaps(t *testing.T) {
+	all := helperThreadsOrSkip(t)
+	if len(all) < 2 {
+		t.Skip("one helper thread: no other CPU for the call's share")
+	}
+	th := all[0]
+	pinTestThread(t, th.cpu)
+	prev := CurrentTuning()
+	defer SetTuning(prev)
+	tu := prev
+	tu.Spin = 1_000_000 // a second, past maxSpin (stored as it is): the thread would poll through the test
+	tuning.Store(&tu)
+	require.True(t, th.busy.CompareAndSwap(false, true))
+	th.fn, th.arg, th.poll = func(int) {}, 0, true
+	th.wake.Add(1)
+	th.rouse()
+	require.Eventually(t, func() bool { return !th.busy.Load() && !th.asleep.Load() && helpersPolling() > 0 },
+		5*time.Second, time.Millisecond, "the thread did not start polling")
+	var ran sync.WaitGroup
+	ran.Add(1)
+	handed := onHelperThreads(1, 0, false, func(int) { ran.Done() })
+	require.Equal(t, 1, handed, "the call's share went to no thread")
+	ran.Wait()
+	start := time.Now()
+	require.Eventually(t, th.asleep.Load, 5*time.Second, time.Millisecond, "the polling thread on the call's CPU did not nap")
+	require.Less(t, time.Since(start), 500*time.Millisecond, "the thread slept only when its poll of a second ran out")
+	idle(t, all)
 }

@@ -95,9 +95,18 @@ func TestVectorLoopsClearUpperHalves(t *testing.T) {
 			requireUpperClear(t, name+" narrowBFloat16x16")
 		}
 		lanes, mean32 := make([]float64, planeLanes*3), make([]float32, 3+meanPad)
+		bdy, bx, bdx := make([]BFloat16, n), make([]BFloat16, n), make([]BFloat16, n)
 		for _, S := range []int{n / 4, 49, 7} {
 			simdPlaneLanes(3, S, 0, dy, x, mean32, lanes)
 			requireUpperClear(t, name+" simdPlaneLanes")
+			simdPlaneLanesBFloat16(3, S, 0, bdy, bx, mean32, lanes)
+			requireUpperClear(t, name+" simdPlaneLanesBFloat16")
+			for _, scaleOnly := range []bool{false, true} {
+				t32 := paddedAffine32(a[:3], b[:3], mdy[:3], mu[:3])
+				t32.ScaleOnly = scaleOnly
+				simdApplyPlanesBFloat16(3, S, 0, 0, t32, bdy, bx, bdx)
+				requireUpperClear(t, name+" simdApplyPlanesBFloat16")
+			}
 		}
 		// Runs with and without a masked tail, at either width.
 		for _, S := range []int{n / 4, n/4 - 1, 49, 7} {

@@ -42,8 +42,8 @@ cut short leaves what it measured:
    stock again and gobn in processes of their own, in lockstep), gobn with
    the sweep's tuning and, as gobn_plan, with its workers capped at half the
    cores (what TensorFlow's own pools then have to themselves), or with
-   --steps-plan's settings added instead (--steps-plan spin=100 times the
-   helper threads' polling in a step). Then rounds of TensorFlow's profiler
+   --steps-plan's settings added instead (--steps-plan spin=0 times a step
+   without the helper threads' polls in bursts of calls). Then rounds of TensorFlow's profiler
    on stock's and gobn's steps give the batch-norm gradient's share of
    stock's step, and so what the gradient alone can make of the step
    (bench/models.py's gradient_bound): the goal of a faster step is then
@@ -96,8 +96,8 @@ STAGES = [("per_worker", ["per_worker=0", "per_worker=32768", "per_worker=65536"
           ("max_folds", ["max_folds=0", "max_folds=1"]),
           ("by_channel", ["by_channel=1", "by_channel=0"])]
 # The cases a stage is scored on, where not all: by_channel changes only
-# channels-first training gradients.
-STAGE_CASES = {"by_channel": lambda name: "training NCHW" in name}
+# channels-first gradients.
+STAGE_CASES = {"by_channel": lambda name: " NC" in name}
 
 
 def parse_args(argv=None):
@@ -111,7 +111,7 @@ def parse_args(argv=None):
     p.add_argument("--no-sweep", action="store_true", help="keep the library's tuning")
     p.add_argument("--no-steps", action="store_true", help="skip the training steps")
     p.add_argument("--steps-plan", metavar="SPEC",
-                   help="the steps' gobn_plan config adds this tuning to the run's (e.g. spin=100) instead of "
+                   help="the steps' gobn_plan config adds this tuning to the run's (e.g. spin=0) instead of "
                         "capping gobn's workers at half the cores")
     p.add_argument("--only", default="", help="only the per-call cases whose name contains this")
     p.add_argument("--report", metavar="JSON", help="print a record's tables (markdown) and exit")

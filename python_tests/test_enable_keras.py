@@ -84,3 +84,25 @@ def test_readme_one_line_block_runs_as_written(child, keras):
     run = child["readme"][keras]
     assert run["calls"] == 4, run  # 2 epochs of 2 batches, one batch norm
     assert "BatchNormGradV3" in run["printed"], run["printed"]
+
+
+def test_other_keras_backends_are_left_alone():
+    """Keras 3 on another backend than TensorFlow (JAX, PyTorch) runs no
+    TensorFlow op, so enable() leaves its BatchNormalization alone. The
+    backend is reported as JAX's in a fresh child (neither JAX nor PyTorch
+    is installed here); the TensorFlow backend's class is replaced, as the
+    other tests show."""
+    import subprocess
+    import sys
+
+    from support import child_env
+
+    code = ("import keras\n"
+            "keras.backend.backend = lambda: 'jax'\n"
+            "import gobn\n"
+            "before = keras.layers.BatchNormalization.call\n"
+            "gobn.enable()\n"
+            "print(keras.layers.BatchNormalization.call is before)\n")
+    done = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split()[-1] == "True", done.stdout

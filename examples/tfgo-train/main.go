@@ -30,7 +30,7 @@ import (
 )
 
 // float32's tolerance in gobn's docs/design.md, for one value:
-// |gobn − stock| ≤ (atol + rtol)·|stock|.
+// |gobn − stock| ≤ atol + rtol·|stock|.
 const rtol, atol = 1e-4, 1e-5
 
 // The shapes: a batch of N images of H×W pixels with C channels, F filters.
@@ -55,7 +55,7 @@ func main() {
 	ok := true
 	for i := range stock.losses {
 		s, g := float64(stock.losses[i]), float64(gobn.losses[i])
-		close := math.Abs(g-s) <= (atol+rtol)*math.Abs(s)
+		close := math.Abs(g-s) <= atol+rtol*math.Abs(s)
 		ok = ok && close
 		fmt.Printf("%4d  %-12.9g  %-12.9g  %s\n", i+1, s, g, verdict(close))
 	}

@@ -190,9 +190,11 @@ def _enable_stock_layers():
     back to the stock code where gobn's layer does. Layers made before and
     after are covered; subclasses other than gobn's keep their own code.
     Keras 2 (the ``keras`` of TensorFlow 2.14 and 2.15) needs nothing: its
-    layer runs stock's fused op, whose gradient enable() covers.
+    layer runs stock's fused op, whose gradient enable() covers; nor does
+    Keras 3 on another backend than TensorFlow (JAX, PyTorch), whose layers
+    gobn's TensorFlow ops cannot run, and which is left alone.
     """
-    if _KERAS3:
+    if _KERAS3 and keras.backend.backend() == "tensorflow":
         keras.layers.BatchNormalization.call = _enabled_call
 
 

@@ -16,12 +16,9 @@ import "unsafe"
 // sample, and its x_backprop in the same pieces: the same arithmetic
 // whatever the units, so the plan may size them by the cores and the caches
 // and the result still does not depend on them nor on how many goroutines
-// ran. A unit has at most unitElems elements (2^18
-// float32: 2 MiB of dy and x, which stay in L2 or L3 between the unit's two
-// passes; units sized for L2 make runs too short for the prefetcher to
-// follow well), and there are units enough for every worker
-// (unitsPerWorker). BenchmarkTrainingGradByChannel chose the size
-// (docs/performance.md, "Block and range sizes").
+// ran. A unit has at most an eighth of a core's L2 in bytes of one tensor
+// (unitFor: its dy, x and x_backprop stay in L2 between its two passes),
+// and there are units enough for every worker (unitsPerWorker).
 
 // SetByChannel sets the tuning's ByChannel, which switches the by-channel
 // form of channels-first gradients on or off, and returns the

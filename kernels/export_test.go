@@ -29,6 +29,12 @@ func ByChannel[T Element](d Dims) bool {
 	return TrainingPlan[T](d, nil, nil, nil).Form == FormByChannel
 }
 
+// SetUnitElems sets the tuning's UnitElems (0: from the L2) and returns the
+// previous value.
+func SetUnitElems(n int) int {
+	return setTuningField(func(t *Tuning) *int { return &t.UnitElems }, n)
+}
+
 // SweepsByChannel reports whether InferenceGrad over d runs by channel
 // units (sweepByChannel).
 func SweepsByChannel[T Element](d Dims) bool {

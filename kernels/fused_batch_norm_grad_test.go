@@ -153,7 +153,7 @@ func TestFusedGradAffinePasses(t *testing.T) {
 // added them up, and each channel's sums run over whole planes in one order
 // whatever unit holds the channel. The machines have 1, 2 and 8 cores; the
 // least a worker takes is 2^16 elements, then 2^14 (more workers, and more
-// by-channel units). The wide case's sums are added up in ranges
+// by-channel units), and units are the L2's or of 2^18 elements. The wide case's sums are added up in ranges
 // (Plan.Folds) from 2 cores on; its 1999 channels end past the last whole
 // vector.
 func TestFusedGradIndependentOfWorkers(t *testing.T) {
@@ -179,9 +179,11 @@ func TestFusedGradIndependentOfWorkers(t *testing.T) {
 					var first [3][]float32
 					var firstPlan kernels.Plan
 					units := map[int]bool{}
-					for i, run := range []struct{ cores, perWorker int }{{1, 1 << 16}, {2, 1 << 16}, {8, 1 << 16}, {8, 1 << 14}} {
+					for i, run := range []struct{ cores, perWorker, unitElems int }{
+						{1, 1 << 16, 0}, {2, 1 << 16, 0}, {8, 1 << 16, 0}, {8, 1 << 14, 0}, {2, 1 << 16, 1 << 18}} {
 						onMachine(t, run.cores)
 						prevPer := kernels.SetMinElementsPerWorker(run.perWorker)
+						prevUnit := kernels.SetUnitElems(run.unitElems)
 						p := kernels.TrainingPlan(in.dims, in.dy, in.x, nil)
 						if !training {
 							p = kernels.InferencePlan[float32](in.dims)
@@ -189,7 +191,8 @@ func TestFusedGradIndependentOfWorkers(t *testing.T) {
 						kernels.ResetSplitStats()
 						dx, scaleBp, offsetBp := runFused(t, training, in)
 						kernels.SetMinElementsPerWorker(prevPer)
-						what := fmt.Sprintf("cores=%d perWorker=%d: %+v", run.cores, run.perWorker, p)
+						kernels.SetUnitElems(prevUnit)
+						what := fmt.Sprintf("cores=%d perWorker=%d unitElems=%d: %+v", run.cores, run.perWorker, run.unitElems, p)
 						parts := p.Chunks
 						if p.Form == kernels.FormByChannel {
 							parts = p.Units

@@ -412,12 +412,11 @@ const (
 	// float64 added up one after the other between the passes (four at a
 	// time, addVector), are an 8th of its elements at most.
 	minChunkRows = 16
-	// unitElems is the most float32 elements of a by-channel unit (half as
-	// many of Half or BFloat16): 2 MiB of dy and x, which stay in L2 or L3
-	// between the unit's two passes. BenchmarkTrainingGradByChannel chose
-	// it (docs/performance.md). Units are also at most a quarter of the
-	// last-level cache's share of one CPU in bytes of one tensor, so that
-	// as many units as workers stay there together.
+	// unitElems bounds the float32 elements of a by-channel unit (half as
+	// many of Half or BFloat16), which unitFor takes from the core's L2.
+	// Units are also at most a quarter of the last-level cache's share of
+	// one CPU in bytes of one tensor, so that as many units as workers stay
+	// there together.
 	unitElems = 1 << 18
 	// unitsPerWorker: units enough that a worker whose helpers start late
 	// is not left with a share it must run alone.
@@ -451,7 +450,7 @@ func planFor(c call, m Machine, t Tuning) Plan {
 		}
 		per = perWorkerFor(cores, polling)
 	}
-	grain, unit := chunkGrain, unitElems
+	grain, unit := chunkGrain, unitFor(m)
 	if t.UnitElems > 0 {
 		unit = t.UnitElems
 	}
@@ -561,6 +560,24 @@ func planFor(c call, m Machine, t Tuning) Plan {
 		p.Stream = pd.Layout == ChannelsLast && pd.C%8 == 0 || pd.Layout != ChannelsLast && pd.S%8 == 0
 	}
 	return p
+}
+
+// unitFor returns the most float32 elements of a by-channel unit on m: an
+// eighth of a core's L2 in bytes of one tensor (2^16 elements of a 2 MiB
+// L2, 2^15 of 1 MiB), so that a unit's dy, x and x_backprop, three eighths
+// of it, are still in L2 when its second pass reads them, and a call has
+// units enough that workers which start at different times end together;
+// at most unitElems, 2^16 where the machine reports no L2. On a 2-core Xeon
+// VM's 2 MiB L2, chains of make bench-torch's NCHW float32 training cases
+// at two workers took 0.37-0.78 of one worker's time with units of 2^16
+// (1.0 to 2.7 times the units), 0.39-0.87 with units of 2^18, what L3 held
+// between the passes before (plans alternated in one process); at one
+// worker the two were level within the noise.
+func unitFor(m Machine) int {
+	if m.L2 <= 0 {
+		return 1 << 16
+	}
+	return max(minUnitRun, min(unitElems, m.L2/32))
 }
 
 // minUnits is the fewest units a channels-first gradient must allow (its

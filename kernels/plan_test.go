@@ -208,14 +208,15 @@ func TestPlanTable(t *testing.T) {
 	}
 	rows := []row{
 		// NCHW 8x64x28x28 float32 training: by channel from two chunks on,
-		// one worker from the default 2^18 elements a worker, units of 2^18
-		// elements or, on the EPYCs' 2 MiB of L3 a CPU, 2^17.
+		// one worker from the default 2^18 elements a worker, units of an
+		// eighth of the L2 in bytes of a tensor (2^16 elements of 2 MiB,
+		// 2^15 of the EPYCs' 1 MiB).
 		{planShape{8, 64, 784, ChannelsFirst, 4}, jobTraining, 1 << 18, FormByChannel, 6,
-			[4]int{1, 1, 1, 1}, [4]int{2, 2, 4, 4}, [4]bool{}, 32},
+			[4]int{1, 1, 1, 1}, [4]int{7, 7, 13, 13}, [4]bool{}, 10},
 		// 2^16 elements a worker: six workers where the cores allow, two
-		// units each (at most 32: runs of two planes of 784).
+		// units each at least (at most 32: runs of two planes of 784).
 		{planShape{8, 64, 784, ChannelsFirst, 4}, jobTraining, 1 << 16, FormByChannel, 6,
-			[4]int{2, 6, 6, 6}, [4]int{4, 11, 11, 11}, [4]bool{}, 6},
+			[4]int{2, 6, 6, 6}, [4]int{7, 11, 13, 13}, [4]bool{}, 6},
 		// NHWC 16x28x28x64: twelve chunks of four or five sums blocks of
 		// 256 rows; three workers at 2^18 a worker, twelve at 2^16.
 		{planShape{16, 64, 784, ChannelsLast, 4}, jobTraining, 1 << 18, FormPasses, 12,
@@ -239,13 +240,13 @@ func TestPlanTable(t *testing.T) {
 			[4]int{2, 3, 3, 3}, [4]int{}, [4]bool{}, 0},
 		// NCHW 8x2048x7x7: units of at least 21 channels (runs of 1029).
 		{planShape{8, 2048, 49, ChannelsFirst, 4}, jobTraining, 1 << 18, FormByChannel, 12,
-			[4]int{2, 3, 3, 3}, [4]int{4, 6, 7, 7}, [4]bool{}, 342},
+			[4]int{2, 3, 3, 3}, [4]int{13, 13, 25, 25}, [4]bool{}, 158},
 		// The default, from the cores: 2^18 elements a worker on 2, 2^16
 		// on 16 and more (perWorkerFor).
 		{planShape{16, 64, 784, ChannelsLast, 4}, jobTraining, 0, FormPasses, 12,
 			[4]int{2, 12, 12, 12}, [4]int{}, [4]bool{}, 0},
 		{planShape{8, 64, 784, ChannelsFirst, 4}, jobTraining, 0, FormByChannel, 6,
-			[4]int{1, 6, 6, 6}, [4]int{2, 11, 11, 11}, [4]bool{}, 6},
+			[4]int{1, 6, 6, 6}, [4]int{7, 11, 13, 13}, [4]bool{}, 6},
 		// NHWC 1x7x7x64: the calling thread alone.
 		{planShape{1, 64, 49, ChannelsLast, 4}, jobTraining, 1 << 18, FormPasses, 1,
 			[4]int{1, 1, 1, 1}, [4]int{}, [4]bool{}, 0},

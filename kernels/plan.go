@@ -143,20 +143,30 @@ const defaultSpin = 100
 
 // perWorkerFor returns the least float32 elements a worker takes on a
 // machine of the given cores, with polling helper threads polling for a
-// task. The cost model: a call of T on one worker takes about T/w + d on w,
-// d the time its helpers take to start (the calling thread works from the
-// start, and claims what late helpers leave), so helpers pay where T > w·d.
-// A helper asleep must be woken: d is some tens of microseconds on a
-// virtual machine's idle CPU (more on a busy one), and the caller pays the
-// system call that wakes it; so on few cores a worker takes 2^19/cores
-// elements, from 2^16 to 2^18, shares of a hundred microseconds or more. A
-// helper that polls starts within a microsecond, and a share of 2^16
-// elements (a chunk, chunkGrain) pays. Both ends were measured on chains of
-// FusedBatchNormGradV3 in one tf.function: 2 cores by make bench-torch, 16
-// by bench/manycore.py's sweep (bench/manycore.json; docs/performance.md,
-// "The plan").
-func perWorkerFor(cores, polling int) int {
+// task, in a call of two passes (passes: its sums, their fold, then its
+// x_backprop) or of one. The cost model: a call of T on one worker takes
+// about T/w + d + b on w, d the time its helpers take to start (the calling
+// thread works from the start, and claims what late helpers leave) and b
+// what its passes' ends cost (each waits for the last worker's last range),
+// so helpers pay where T > w·(d + b). A helper asleep must be woken: d is
+// some tens of microseconds on a virtual machine's idle CPU (more on a busy
+// one), and the caller pays the system call that wakes it; so on few cores
+// a worker takes 2^19/cores elements, from 2^16 to 2^18, shares of a
+// hundred microseconds or more. A helper that polls starts within a
+// microsecond: a call of one pass (by channel units, a sweep) pays from
+// shares of 2^16 elements (a chunk, chunkGrain), one of two passes from
+// 2^17, its three ends costing more. Both ends were measured on chains of
+// FusedBatchNormGradV3 in one tf.function: asleep, 2 cores by make bench's
+// oneDNN table and 16 by bench/manycore.py's sweep (bench/manycore.json;
+// docs/performance.md, "The plan"); polling, 2 cores by make bench-torch's
+// cases, plans alternated chain by chain in one process (NHWC 8x7x7x512 and
+// 16x7x7x320, of 2^17 to 2^18 elements, ran no faster on two workers than
+// on one; NCHW 8x512x7x7 by channel took 0.78 of one's time).
+func perWorkerFor(cores, polling int, passes bool) int {
 	if polling > 0 {
+		if passes {
+			return 1 << 17
+		}
 		return 1 << 16
 	}
 	return max(1<<16, min(1<<18, (1<<19)/max(1, cores)))
@@ -442,20 +452,12 @@ func planFor(c call, m Machine, t Tuning) Plan {
 		cores = min(cores, t.Workers)
 	}
 	p := Plan{Period: pd, L: L, Elements: n, Workers: 1, Folds: 1, Cores: cores, Wake: t.Wake, Burst: c.burst}
-	per := t.PerWorker
-	if per <= 0 {
-		polling := c.polling
-		if c.burst {
-			polling = max(polling, 1) // what it wakes now polls for the next call
-		}
-		per = perWorkerFor(cores, polling)
-	}
 	grain, unit := chunkGrain, unitFor(m)
 	if t.UnitElems > 0 {
 		unit = t.UnitElems
 	}
 	if c.half {
-		grain, per, unit = grain/2, max(1, per/2), unit/2
+		grain, unit = grain/2, unit/2
 	}
 	grain = max(grain, minChunkRows*L)
 	bytes := n * c.size
@@ -481,6 +483,17 @@ func planFor(c call, m Machine, t Tuning) Plan {
 	}
 	if n == 0 {
 		return p
+	}
+	per := t.PerWorker
+	if per <= 0 {
+		polling := c.polling
+		if c.burst {
+			polling = max(polling, 1) // what it wakes now polls for the next call
+		}
+		per = perWorkerFor(cores, polling, p.Form == FormPasses)
+	}
+	if c.half {
+		per = max(1, per/2)
 	}
 
 	// The arithmetic: the sums' blocks, and chunks of whole blocks.

@@ -307,52 +307,58 @@ func TestPlanFolds(t *testing.T) {
 }
 
 // TestPlanWorkersAtTheCrossover holds the plan's choice of workers either
-// side of the crossover of its cost model (perWorkerFor) on the 2-core VM
-// and the 16-core Xeon, float32 NHWC and NCHW training: with its helpers
-// asleep and the call alone, two workers from 2^19 elements on 2 cores (a
-// helper woken late still pays on 2^18 elements each) and one below; with
-// a helper polling, or the call in a burst that leaves its helpers polling,
-// two from 2^17 (two chunks of 2^16, which a helper that starts at once
-// shares) and one below; on 16 cores, 2^16 elements a worker either way.
+// side of the crossovers of its cost model (perWorkerFor) on the 2-core VM
+// and the 16-core Xeon, float32 training: with its helpers asleep and the
+// call alone, two workers from 2^19 elements on 2 cores (a helper woken
+// late still pays on 2^18 elements each) and one below; with a helper
+// polling, or the call in a burst that leaves its helpers polling, two
+// from 2^18 for NHWC's two passes and from 2^17 for NCHW's by-channel units
+// (two chunks of 2^16, the least that runs by channel), one below; on 16
+// cores, asleep, 2^16 elements a worker.
 func TestPlanWorkersAtTheCrossover(t *testing.T) {
 	xeon := planMachines[1].m
 	vm := planMachines[0].m
 	for _, r := range []struct {
-		m           Machine
-		polling     int
-		burst       bool
-		below, at   int // elements: N·S with C = 64
-		belowW, atW int
+		m         Machine
+		polling   int
+		burst     bool
+		layout    Layout
+		below, at int // elements: N·S with C = 64
 	}{
-		{vm, 0, false, 1<<19 - 64*64, 1 << 19, 1, 2},
-		{vm, 1, false, 1<<17 - 64*64, 1 << 17, 1, 2},
-		{vm, 0, true, 1<<17 - 64*64, 1 << 17, 1, 2},
-		{xeon, 0, false, 1<<17 - 64*64, 1 << 17, 1, 2},
-		{xeon, 1, false, 1<<17 - 64*64, 1 << 17, 1, 2},
+		{vm, 0, false, ChannelsLast, 1<<19 - 64*64, 1 << 19},
+		{vm, 0, false, ChannelsFirst, 1<<19 - 64*64, 1 << 19},
+		{vm, 1, false, ChannelsLast, 1<<18 - 64*64, 1 << 18},
+		{vm, 0, true, ChannelsLast, 1<<18 - 64*64, 1 << 18},
+		{vm, 1, false, ChannelsFirst, 1<<17 - 64*64, 1 << 17},
+		{vm, 0, true, ChannelsFirst, 1<<17 - 64*64, 1 << 17},
+		{xeon, 0, false, ChannelsLast, 1<<17 - 64*64, 1 << 17},
+		{xeon, 0, false, ChannelsFirst, 1<<17 - 64*64, 1 << 17},
 	} {
-		for _, layout := range []Layout{ChannelsLast, ChannelsFirst} {
-			for _, n := range []int{r.below, r.at} {
-				c := planCall(planShape{1, 64, int64(n / 64), layout, 4}, jobTraining, false)
-				c.polling, c.burst = r.polling, r.burst
-				p := planFor(c, r.m, DefaultTuning())
-				want := r.atW
-				if n < r.at {
-					want = r.belowW
-				}
-				require.Equal(t, want, p.Workers, "%d elements, %v, %d cores, polling %d, burst %v: %+v",
-					n, layout, r.m.Cores, r.polling, r.burst, p)
-				require.Equal(t, r.burst, p.Burst)
+		for _, n := range []int{r.below, r.at} {
+			c := planCall(planShape{1, 64, int64(n / 64), r.layout, 4}, jobTraining, false)
+			c.polling, c.burst = r.polling, r.burst
+			p := planFor(c, r.m, DefaultTuning())
+			want := 2
+			if n < r.at {
+				want = 1
 			}
+			require.Equal(t, want, p.Workers, "%d elements, %v, %d cores, polling %d, burst %v: %+v",
+				n, r.layout, r.m.Cores, r.polling, r.burst, p)
+			require.Equal(t, r.burst, p.Burst)
 		}
 	}
 }
 
 // TestPerWorkerFor: with helpers asleep, 2^18 elements a worker on 2
-// cores, 2^16 from 8 on; with one polling, 2^16 on any.
+// cores, 2^16 from 8 on; with one polling, 2^17 for a call of two passes
+// and 2^16 for one of one, on any.
 func TestPerWorkerFor(t *testing.T) {
 	for cores, want := range map[int]int{0: 1 << 18, 1: 1 << 18, 2: 1 << 18, 4: 1 << 17, 8: 1 << 16, 16: 1 << 16, 128: 1 << 16} {
-		require.Equal(t, want, perWorkerFor(cores, 0), "%d cores", cores)
-		require.Equal(t, 1<<16, perWorkerFor(cores, 1), "%d cores, a helper polling", cores)
+		for _, passes := range []bool{false, true} {
+			require.Equal(t, want, perWorkerFor(cores, 0, passes), "%d cores", cores)
+		}
+		require.Equal(t, 1<<17, perWorkerFor(cores, 1, true), "%d cores, a helper polling, two passes", cores)
+		require.Equal(t, 1<<16, perWorkerFor(cores, 1, false), "%d cores, a helper polling, one pass", cores)
 	}
 }
 

@@ -215,7 +215,7 @@ func waitHelperThreadsFree(t *testing.T) {
 }
 
 // A call that comes alone leaves its helpers asleep, and on 2 cores splits
-// no tensor of 2^17 elements; the next call, in a burst after it, splits
+// no tensor of 2^18 elements; the next call, in a burst after it, splits
 // that tensor (its plan counts on its helper polling after it) and its
 // helper polls when its task is done; the call after that finds it polling
 // and hands it its share without a wake.
@@ -240,7 +240,7 @@ func TestBurstLeavesHelpersPolling(t *testing.T) {
 	require.Eventually(t, asleep, 5*time.Second, time.Millisecond)
 	tu.Spin = 1_000_000 // a second, past maxSpin (stored as it is): a poll a loaded test machine cannot miss
 	tuning.Store(&tu)
-	d := Dims{N: 1, C: 64, S: 1 << 11, Layout: ChannelsLast} // 2^17 elements
+	d := Dims{N: 1, C: 64, S: 1 << 12, Layout: ChannelsLast} // 2^18 elements
 	n, C := d.Len(), int(d.C)
 	g := FusedGradArgs[float32]{Dims: d, YBackprop: make([]float32, n), X: make([]float32, n), XBackprop: make([]float32, n),
 		Scale: make([]float32, C), ReserveSpace1: make([]float32, C), ReserveSpace2: make([]float32, C),
@@ -248,7 +248,7 @@ func TestBurstLeavesHelpersPolling(t *testing.T) {
 	lastCallEnd.Store(0) // no call before: the first comes alone
 	tasks, spins := helperThreadTasks.Load(), helperThreadSpins.Load()
 	TrainingGrad(g)
-	require.Equal(t, tasks, helperThreadTasks.Load(), "a call alone of 2^17 elements on 2 cores used a helper")
+	require.Equal(t, tasks, helperThreadTasks.Load(), "a call alone of 2^18 elements on 2 cores used a helper")
 	TrainingGrad(g)
 	require.Equal(t, tasks+1, helperThreadTasks.Load(), "the call in a burst handed its helper a task")
 	idle(t, all)

@@ -24,6 +24,7 @@
 #   make bench-torch  gobn beside PyTorch's CPU batch-norm backward at 1 thread and every core (bench/torch.json; PyTorch in .venv-torch, ~5.4 GB)
 #   make gpu-bundle  build/gpu: the CUDA path's check, for a GPU machine without Go or TensorFlow
 #   make gpu-tf-check  the device tests with TensorFlow's GPU build on GPU:0, a call's time, model steps (bench/gpu_tf.json)
+#   make gpu-run     build/gpurun: what the prepared run on a lent GPU machine carries, then its calls (tools/gpurun.py, docs/gpu.md)
 #   make clean       remove build outputs
 #   make help        print this list
 #
@@ -40,7 +41,7 @@ LIB := build/libgobn.so
 TFLIBDIR := build/tflib
 TFLIB := $(TFLIBDIR)/libtensorflow.so
 
-.PHONY: all wheel compat bench bench-multiworker bench-models bench-torch multiworker demo test lint gotest gotest-shipped pytest vet race fuzz fuzz-short generate env golden clean gpu-bundle gpu-tf-check help FORCE
+.PHONY: all wheel compat bench bench-multiworker bench-models bench-torch multiworker demo test lint gotest gotest-shipped pytest vet race fuzz fuzz-short generate env golden clean gpu-bundle gpu-tf-check gpu-run help FORCE
 all: $(LIB)
 
 # The virtual environment with the pinned TensorFlow (see requirements.txt).
@@ -283,6 +284,26 @@ gpu-tf-check:
 	$(foreach m,$(GPU_TF_MODELS),$(GPU_TF_PYTHON) -m bench.models --device gpu --routes $(word 1,$(subst :, ,$(m))) \
 		--data-format $(word 2,$(subst :, ,$(m))) --batch-size $(word 3,$(subst :, ,$(m))) \
 		--precision $(word 4,$(subst :, ,$(m))) $(GPU_TF_MODELS_ARGS) --merge-into $(GPU_TF_RECORD) &&) true
+
+# One prepared run on a lent GPU machine (docs/gpu.md, tools/gpurun.py):
+# build/gpurun holds what its first call carries beside the tree (the check
+# bundle, libgobn.so and cmd/triad's binary, for bench/torch.py where Go is
+# not), the bundle's binaries stripped of their symbol tables so that it
+# fits beside a part of the kit; then the calls, each with its carry, for
+# the TensorFlow GPU kit's parts in GPU_RUN_KIT (its build.sh OUTDIR,
+# inside the repository).
+GPU_RUN := build/gpurun
+GPU_RUN_KIT ?= build/tf-gpu-kit
+gpu-run: gpu-bundle $(LIB)
+	rm -rf $(GPU_RUN)
+	mkdir -p $(GPU_RUN)
+	cp -r $(GPU_BUNDLE) $(GPU_RUN)/gpu
+	rm -rf $(GPU_RUN)/gpu/results
+	strip $(GPU_RUN)/gpu/cuda.test $(GPU_RUN)/gpu/libgobncheck.so
+	cp $(LIB) $(GPU_RUN)/libgobn.so
+	GOEXPERIMENT=simd go build -ldflags=-s -o $(GPU_RUN)/triad ./cmd/triad
+	@du -sh $(GPU_RUN) | sed 's/^/gpu-run: /'
+	$(VPY) -m tools.gpurun plan $(GPU_RUN_KIT)
 
 # ---------------------------------------------------------------------------
 # Beyond one machine: tf.distribute.MultiWorkerMirroredStrategy on local

@@ -180,6 +180,7 @@ def worker(route, name, config, options):
         opt.apply_gradients(zip(grads, model.trainable_variables))
         return loss
 
+    step.get_concrete_function()  # traced now, beside the other configs' processes, before the lockstep starts
     device = o["device"].upper()
 
     def calls():  # of gobn's kernels, by TensorFlow or inside XLA (its handlers)
@@ -217,37 +218,15 @@ def worker(route, name, config, options):
 
 def profile_ops(step, steps):
     """Runs steps steps under TensorFlow's profiler; returns each op type's
-    time on the host's threads, ms per step. An op's event is named
-    "node:OpType"; the runtime's are "Scope::Name", "Name: detail" or
-    without a colon."""
+    time on the host's threads, ms per step."""
     import collections
-    import glob
-    import shutil
 
-    import tensorflow as tf
-    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+    from bench.timing import host_events, op_type
 
-    logdir = tempfile.mkdtemp(prefix="bench_models_profile_")
-    try:
-        tf.profiler.experimental.start(logdir)
-        for _ in range(steps):
-            step().numpy()
-        tf.profiler.experimental.stop()
-        space = xplane_pb2.XSpace()
-        with open(glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)[0], "rb") as f:
-            space.ParseFromString(f.read())
-    finally:
-        shutil.rmtree(logdir, ignore_errors=True)
     ms = collections.defaultdict(float)
-    for plane in space.planes:
-        if not plane.name.startswith("/host:"):
-            continue
-        names = {k: m.name for k, m in plane.event_metadata.items()}
-        for line in plane.lines:
-            for event in line.events:
-                name = names.get(event.metadata_id, "")
-                if ":" in name and "::" not in name and ": " not in name:
-                    ms[name.rsplit(":", 1)[1]] += event.duration_ps / 1e9 / steps
+    for name, ps in host_events(lambda: step().numpy(), steps):
+        if op_type(name):
+            ms[op_type(name)] += ps / 1e9 / steps
     return dict(ms)
 
 

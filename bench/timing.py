@@ -1,8 +1,13 @@
-"""Timing stock and gobn side by side, as make demo and make bench both do."""
+"""Timing stock and gobn side by side, as make demo and make bench both do,
+and where the host's time goes under TensorFlow's profiler."""
 
 import gc
+import glob
 import math
+import os
+import shutil
 import statistics
+import tempfile
 import time
 
 # Cheap cases get more repetitions, up to this many seconds of timing each.
@@ -43,3 +48,37 @@ def geomean(xs):
     """The geometric mean of xs, or None where there are none (--only)."""
     xs = list(xs)
     return math.exp(statistics.mean(math.log(x) for x in xs)) if xs else None
+
+
+def host_events(run, times):
+    """(name, picoseconds) of every event on the host's threads while run()
+    is called times times under TensorFlow's profiler (its default levels:
+    TensorFlow 2.21 ignores ProfilerOptions' levels)."""
+    import tensorflow as tf
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    logdir = tempfile.mkdtemp(prefix="gobn_profile_")
+    try:
+        tf.profiler.experimental.start(logdir)
+        for _ in range(times):
+            run()
+        tf.profiler.experimental.stop()
+        space = xplane_pb2.XSpace()
+        with open(glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)[0], "rb") as f:
+            space.ParseFromString(f.read())
+    finally:
+        shutil.rmtree(logdir, ignore_errors=True)
+    for plane in space.planes:
+        if plane.name.startswith("/host:"):
+            names = {k: m.name for k, m in plane.event_metadata.items()}
+            for line in plane.lines:
+                for event in line.events:
+                    yield names.get(event.metadata_id, ""), event.duration_ps
+
+
+def op_type(event):
+    """The op type of a host event that is an op's ("node:OpType"), or None
+    (the runtime's are "Scope::Name", "Name: detail" or without a colon)."""
+    if ":" in event and "::" not in event and ": " not in event:
+        return event.rsplit(":", 1)[1]
+    return None

@@ -247,12 +247,13 @@ def run_child(python, side, threads, quick, only, env):
     return {r["case"]: r["seconds"] for r in map(json.loads, out.stdout.splitlines())}
 
 
-def level_bandwidth(cases, threads):
+def level_bandwidth(cases, threads, triad):
     """{footprint bytes: GB/s} of a triad over each case's x, dy and dx
-    bytes at the thread count (cmd/triad -sizes), the level of memory the
-    case's tensors live in between its calls."""
+    bytes at the thread count (cmd/triad -sizes, or its binary triad where
+    given), the level of memory the case's tensors live in between its calls."""
     sizes = sorted({3 * math.prod(c["shape"]) * (4 if c["dtype"] == "float32" else 2) for c in cases})
-    out = subprocess.run(["go", "run", "./cmd/triad", "-workers", str(threads), "-sizes", ",".join(map(str, sizes))],
+    command = [triad] if triad else ["go", "run", "./cmd/triad"]
+    out = subprocess.run(command + ["-workers", str(threads), "-sizes", ",".join(map(str, sizes))],
                          cwd=root(), capture_output=True, text=True, env=dict(os.environ, GOEXPERIMENT="simd"))
     if out.returncode != 0:
         raise SystemExit(f"bench.torch: cmd/triad failed:\n{out.stderr[-2000:]}")
@@ -277,6 +278,7 @@ def main():
     parser.add_argument("--quick", action="store_true", help="four cases, one round: a smoke run")
     parser.add_argument("--only", default="", help="the cases whose name contains this, e.g. 'NCHW 8x512x7x7'")
     parser.add_argument("--record", default="", help="write the record here (make bench-torch: bench/torch.json)")
+    parser.add_argument("--triad", default="", help="cmd/triad's binary, where Go is not (default: go run ./cmd/triad)")
     parser.add_argument("--child", choices=("torch", "gobn"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     cases = suite(args.quick, args.only)
@@ -284,7 +286,7 @@ def main():
         (torch_child if args.child == "torch" else gobn_child)(int(args.threads), cases)
         return
 
-    from bench.machine import core_count, cpu_model, cpu_flags
+    from bench.machine import command_line, core_count, cpu_model, cpu_flags
     if not args.torch_python:
         raise SystemExit("bench.torch: --torch-python (or TORCH_PYTHON) names PyTorch's Python; make bench-torch sets it")
     cores = core_count()
@@ -296,7 +298,7 @@ def main():
                               capture_output=True, text=True).stdout.strip()
     record = dict(machine=dict(cpu=cpu_model(), cores=cores,
                                vector="AVX-512" if "avx512f" in cpu_flags() else "AVX2"),
-                  torch=versions, command="make bench-torch" + (" (--quick)" if args.quick else ""),
+                  torch=versions, command=command_line(__spec__, sys.argv[1:]),
                   rounds=rounds, by_threads={})
     for threads in counts:
         runs = {"torch": [], "gobn": [], "torch_again": []}
@@ -309,7 +311,7 @@ def main():
                 runs[side].append(run_child(python, "gobn" if side == "gobn" else "torch", threads, args.quick,
                                             args.only, child_env))
                 print(f"bench.torch: {threads} thread(s), round {r + 1}/{rounds}: {side} done", file=sys.stderr)
-        levels = level_bandwidth(cases, threads)
+        levels = level_bandwidth(cases, threads, args.triad)
         rows = []
         for c in cases:
             name = case_name(c)

@@ -144,9 +144,12 @@ print(gobn.library_path(), gobn.__file__)
 
 def child_env(**extra):
     """The environment of a child Python process that uses gobn as a user of
-    the checkout does: the package on PYTHONPATH, no GOBN_LIBRARY."""
+    the checkout does: the package on PYTHONPATH, before what the parent had
+    there (a TensorFlow that PYTHONPATH provides, as the TensorFlow GPU
+    kit's env.sh sets it), no GOBN_LIBRARY."""
     env = {k: v for k, v in os.environ.items() if k != "GOBN_LIBRARY"}
-    env["PYTHONPATH"] = os.pathsep.join([PYTHON_DIR, os.path.dirname(os.path.abspath(__file__))])
+    env["PYTHONPATH"] = os.pathsep.join([PYTHON_DIR, os.path.dirname(os.path.abspath(__file__))] +
+                                        [p for p in [os.environ.get("PYTHONPATH")] if p])
     env.update(extra)
     return env
 

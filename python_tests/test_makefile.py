@@ -49,14 +49,15 @@ def test_gpu_tf_check_record(tmp_path):
     [stream_row] = record["tf_stream"]
     assert stream_row["outcome"] == "skipped" and "GPU only" in stream_row["reason"] and not stream_row["ok"]
     assert record["checks"] == {"device": "CPU:0", "passed": len(OPS) + 3, "failed": 0, "skipped": 1}
-    # bench/gpu_calls.py's record: the stream's counts and a row per shape
+    # bench/gpu_calls.py's record: the stream's counts and a row per shape and dtype
     stream = record["stream"]
     assert stream["command"] == "python -m bench.gpu_calls --device CPU:0 --merge-into gpu_tf.json --shapes 2x3x3x8 --reps 1"
     assert stream["on_stream"] == stream["fallbacks"] == stream["enqueued_calls"] == 0  # no GPU call on the CPU
-    [row] = stream["per_call"]
-    assert row["shape"] == [2, 3, 3, 8] and row["op"] == "FusedBatchNormGradV3"
-    assert all(row[k] > 0 for k in ("stock_us", "gobn_us", "noise"))
-    assert set(row["function_us"]) == set(row["eager_us"]) == {"stock", "stock'", "gobn", "gobn_sync"}
+    assert stream["device"] == "CPU:0" and [row["dtype"] for row in stream["per_call"]] == ["float", "half"]
+    for row in stream["per_call"]:
+        assert row["shape"] == [2, 3, 3, 8] and row["op"] == "FusedBatchNormGradV3"
+        assert all(row[k] > 0 for k in ("stock_us", "gobn_us", "noise"))
+        assert set(row["function_us"]) == set(row["eager_us"]) == {"stock", "stock'", "gobn", "gobn_sync"}
 
 
 def test_a_device_not_there_stops_the_run():

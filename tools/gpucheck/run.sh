@@ -22,6 +22,9 @@
 #   GPUCHECK_SANITIZER_OPTS  more compute-sanitizer options (default "--report-api-errors no")
 #   CHECK_ARGS, BENCH_ARGS  extra arguments for cuda.test (-gpucheck.filter RE,
 #                         -gpucheck.no-huge, ...: ./cuda.test -help) and bench.py
+#   GPUCHECK_BEFORE_BENCH a command run before the speed step, e.g. one that waits
+#                         for other work on the GPU to end so that bench.py has the
+#                         GPU alone; its time does not count toward the deadline
 set -uo pipefail
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -146,6 +149,12 @@ done
 cap "$RES/sanitize.log"
 
 # 3. speed: the full set when the time allows, else --quick
+if [ -n "${GPUCHECK_BEFORE_BENCH:-}" ]; then
+	t=$(date +%s)
+	echo "== before bench.py: $GPUCHECK_BEFORE_BENCH"
+	bash -c "$GPUCHECK_BEFORE_BENCH"
+	T0=$(( T0 + $(date +%s) - t ))
+fi
 t=$(date +%s)
 left=$(( DEADLINE - $(elapsed) ))
 # the timed rounds take --budget-s; setting up, warming up and starting

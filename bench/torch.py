@@ -34,7 +34,9 @@ the memory level its tensors live in, measured in the same run at the same
 footprint and thread count (cmd/triad's -sizes: a triad over x, dy and dx's
 bytes, repeated while they stay where they are), and the bytes a call must
 move (12 a float32 element: x and dy read, dx written), so that a case short
-of its goal shows the limit it meets.
+of its goal shows the limit it meets: a case is "bound" where PyTorch
+already moves those bytes at more than 1/1.2 of the level's bandwidth, so
+that 1.2x PyTorch would need more than the level gives.
 
 Outputs: a markdown table per thread count on stdout and the record,
 bench/torch.json (--record).
@@ -260,12 +262,20 @@ def level_bandwidth(cases, threads, triad):
     return {int(k): v for k, v in json.loads(out.stdout)["gbs_by_bytes"].items()}
 
 
+def bound_by_level(row):
+    """Whether GOAL times PyTorch's speed would move the case's bytes
+    faster than the level of memory they live in gives them."""
+    return GOAL * row["torch_gbs"] >= row["level_gbs"]
+
+
 def summarize(rows):
     ratios = [r["ratio"] for r in rows]
     noise = [abs(r["torch_ms"] / r["torch_again_ms"] - 1) for r in rows]
     slowest = min(rows, key=lambda r: r["ratio"])
     return dict(geomean=math.exp(statistics.mean(math.log(x) for x in ratios)), cases=len(rows),
-                below_goal=sum(x < GOAL for x in ratios), slowest=slowest["case"], slowest_ratio=slowest["ratio"],
+                below_goal=sum(x < GOAL for x in ratios),
+                below_goal_bound=sum(r["ratio"] < GOAL and r["bound"] for r in rows),
+                slowest=slowest["case"], slowest_ratio=slowest["ratio"],
                 noise_median=statistics.median(noise), noise_worst=max(noise))
 
 
@@ -323,7 +333,9 @@ def main():
                              is_training=c["is_training"], shape=list(laid_out(c)), elements=n,
                              chain=chain_length(c), torch_ms=med["torch"] * 1e3, gobn_ms=med["gobn"] * 1e3,
                              torch_again_ms=med["torch_again"] * 1e3, ratio=med["torch"] / med["gobn"],
-                             gobn_gbs=3 * n * size / med["gobn"] / 1e9, level_gbs=level))
+                             gobn_gbs=3 * n * size / med["gobn"] / 1e9, torch_gbs=3 * n * size / med["torch"] / 1e9,
+                             level_gbs=level))
+            rows[-1]["bound"] = bound_by_level(rows[-1])
         record["by_threads"][str(threads)] = dict(summary=summarize(rows), rows=rows)
         print_table(threads, rows, record["by_threads"][str(threads)]["summary"])
     if args.record:
@@ -334,13 +346,15 @@ def main():
 
 def print_table(threads, rows, s):
     print(f"\n### {threads} thread(s): PyTorch / gobn per call (above 1: gobn faster)\n")
-    print("| case | PyTorch ms | gobn ms | PyTorch/gobn | noise | gobn GB/s | level GB/s |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    print("| case | PyTorch ms | gobn ms | PyTorch/gobn | noise | PyTorch GB/s | gobn GB/s | level GB/s |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for r in rows:
-        flag = "" if r["ratio"] >= GOAL else " *"
+        flag = "" if r["ratio"] >= GOAL else " * bound" if r["bound"] else " *"
         print(f"| {r['case']} | {r['torch_ms']:.3f} | {r['gobn_ms']:.3f} | {r['ratio']:.2f}{flag} | "
-              f"{r['torch_ms'] / r['torch_again_ms']:.2f} | {r['gobn_gbs']:.1f} | {r['level_gbs']:.1f} |")
-    print(f"\ngeomean {s['geomean']:.2f}x over {s['cases']} cases, {s['below_goal']} below {GOAL}x "
+              f"{r['torch_ms'] / r['torch_again_ms']:.2f} | {r['torch_gbs']:.1f} | {r['gobn_gbs']:.1f} | "
+              f"{r['level_gbs']:.1f} |")
+    print(f"\ngeomean {s['geomean']:.2f}x over {s['cases']} cases, {s['below_goal']} below {GOAL}x, "
+          f"{s['below_goal_bound']} of them bound (PyTorch within {GOAL}x of the level's bandwidth) "
           f"(slowest {s['slowest']}: {s['slowest_ratio']:.2f}x); noise median {s['noise_median']:.1%}, "
           f"worst {s['noise_worst']:.1%}")
 

@@ -17,11 +17,14 @@ calls have no graph to build), K the same on both sides and chosen from the
 case's size so that a chain takes milliseconds. A case's time is the median
 per call over its chains.
 
-At each thread count (1, and every core the process may use) the processes
-run round after round, in turn: PyTorch, gobn, and PyTorch again, a second
-process of the same PyTorch. PyTorch against PyTorch again is the run's
-noise, printed beside every ratio and summed up (median and worst
-|ratio - 1|). At one thread PyTorch runs `torch.set_num_threads(1)` and gobn
+At each thread count (1, and every core the process may use) three
+processes stay up, PyTorch, gobn, and PyTorch again, a second process of
+the same PyTorch, and take turns chain by chain on each case, a few
+milliseconds apart, in rounds over the cases: a shared machine's speed
+drifts by more than the sides differ over the minutes a process takes to
+run every case, and turns meet the drift on all three alike. PyTorch
+against PyTorch again is the run's noise, printed beside every ratio and
+summed up (median and worst |ratio - 1|). At one thread PyTorch runs `torch.set_num_threads(1)` and gobn
 `GOBN_CPU_PLAN=workers=1` (its kernels on the calling thread alone), both
 with one inter-op thread; at every core both run as they come: PyTorch's
 OpenMP threads, gobn's plan.
@@ -57,11 +60,14 @@ import time
 # small part of it.
 CHAIN_ELEMENTS = 1 << 23
 CHAIN_MAX = 50
-# A case is timed for about CASE_SECONDS in each process, at least MIN_CHAINS
-# chains after WARMUP chains.
-CASE_SECONDS = 0.25
+# A case is timed, a round, for about CASE_SECONDS, at least MIN_CHAINS
+# chains of each side after WARMUP chains; the sides take turns TURN_GAP
+# apart, so that one side's threads, spinning after its chain (TensorFlow's
+# and OpenMP's do for a while), do not take the next side's cores.
+CASE_SECONDS = 0.6
 MIN_CHAINS = 5
 WARMUP = 2
+TURN_GAP = 0.005
 EPSILON = 1e-3
 GOAL = 1.2  # the least ratio PyTorch/gobn a case should reach
 
@@ -149,27 +155,19 @@ def to_first(a):
 
 
 # ---------------------------------------------------------------------------
-# The children: each times every case and writes one JSON line a case.
+# The children: each prepares a case when the launcher names it, then times
+# one chain each time the launcher asks, so that the three sides take turns
+# chain by chain, and a drift of the shared machine's speed meets all three.
 
 
-def time_chains(run, k):
-    """Median seconds per call of run(), a chain of k calls."""
-    for _ in range(WARMUP):
-        run()
-    times, start = [], time.perf_counter()
-    while len(times) < MIN_CHAINS or time.perf_counter() - start < CASE_SECONDS:
-        t0 = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) / k
-
-
-def torch_child(threads, cases):
+def torch_side(threads):
+    """PyTorch's child: a function from a case to its chain and k."""
     import torch
     torch.set_num_threads(threads)
     torch.set_num_interop_threads(1)
     grad = torch.ops.aten.native_batch_norm_backward
-    for c in cases:
+
+    def prepare(c):
         x, dy, scale, mean, var = arrays(c)
         first = c["data_format"] in ("NCHW", "NCDHW")
         dtype = getattr(torch, c["dtype"])
@@ -186,16 +184,17 @@ def torch_child(threads, cases):
         mask = [True, True, True]
 
         def run():
-            g = dy_t
-            for _ in range(k):
-                g = grad(g, x_t, w, m, v, m, invstd, train, EPSILON, mask)[0]
-            return g
-        with torch.no_grad():
-            per_call = time_chains(run, k)
-        print(json.dumps(dict(case=case_name(c), seconds=per_call, chain=k)), flush=True)
+            with torch.no_grad():
+                g = dy_t
+                for _ in range(k):
+                    g = grad(g, x_t, w, m, v, m, invstd, train, EPSILON, mask)[0]
+                return g
+        return run, k
+    return prepare
 
 
-def gobn_child(threads, cases):
+def gobn_side(threads):
+    """gobn's child: a function from a case to its chain and k."""
     from tools.checkout import tensorflow_env
     tensorflow_env()
     # TensorFlow's BFC allocator on the CPU, which keeps the memory it maps,
@@ -210,7 +209,8 @@ def gobn_child(threads, cases):
         tf.config.threading.set_intra_op_parallelism_threads(1)
         tf.config.threading.set_inter_op_parallelism_threads(1)
     op = gobn.ops.gobn_fused_batch_norm_grad_v3
-    for c in cases:
+
+    def prepare(c):
         x, dy, scale, mean, var = arrays(c)
         fmt = c["data_format"]
         first = fmt in ("NCHW", "NCDHW")
@@ -226,8 +226,26 @@ def gobn_child(threads, cases):
                 g = op(y_backprop=g, x=x_t, scale=s, reserve_space_1=m, reserve_space_2=v, reserve_space_3=rs3,
                        epsilon=EPSILON, data_format=fmt, is_training=train)[0]
             return g
-        per_call = time_chains(chain, k)
-        print(json.dumps(dict(case=case_name(c), seconds=per_call, chain=k)), flush=True)
+        return chain, k
+    return prepare
+
+
+def serve(prepare, cases):
+    """A child's loop: a line "case I" prepares cases[I] and warms it up, a
+    line "time" times one chain of it; each is answered by a line, the
+    seconds per call for "time"."""
+    run, k = None, 1
+    for line in sys.stdin:
+        word = line.split()
+        if word[0] == "case":
+            run, k = prepare(cases[int(word[1])])
+            for _ in range(WARMUP):
+                run()
+            print("ready", flush=True)
+        elif word[0] == "time":
+            t0 = time.perf_counter()
+            run()
+            print((time.perf_counter() - t0) / k, flush=True)
 
 
 # ---------------------------------------------------------------------------
@@ -238,15 +256,45 @@ def root():
     return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def run_child(python, side, threads, quick, only, env):
-    """One child's {case name: seconds per call}."""
-    cmd = [python, "-m", "bench.torch", "--child", side, "--threads", str(threads), "--only", only] + \
-        (["--quick"] if quick else [])
-    out = subprocess.run(cmd, cwd=root(), env=env, capture_output=True, text=True)
-    if out.returncode != 0:
-        raise SystemExit(f"bench.torch: the {side} child at {threads} thread(s) failed ({out.returncode}):\n"
-                         f"{out.stderr[-4000:]}")
-    return {r["case"]: r["seconds"] for r in map(json.loads, out.stdout.splitlines())}
+class Child:
+    """A child process of one side, answering serve's requests."""
+
+    def __init__(self, python, side, threads, quick, only, env):
+        cmd = [python, "-m", "bench.torch", "--child", side, "--threads", str(threads), "--only", only] + \
+            (["--quick"] if quick else [])
+        self.name = f"the {side} child at {threads} thread(s)"
+        self.proc = subprocess.Popen(cmd, cwd=root(), env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+
+    def ask(self, request):
+        self.proc.stdin.write(request + "\n")
+        self.proc.stdin.flush()
+        answer = self.proc.stdout.readline()
+        if not answer:
+            self.proc.kill()
+            raise SystemExit(f"bench.torch: {self.name} failed ({self.proc.wait()}):\n{self.proc.stderr.read()[-4000:]}")
+        return answer.strip()
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.kill()
+        self.proc.wait()
+
+
+def time_case(children, i):
+    """{side: [seconds per call of each chain]} of case i, the sides taking
+    turns chain by chain, TURN_GAP apart, for at least MIN_CHAINS turns and
+    CASE_SECONDS."""
+    for child in children.values():
+        if child.ask(f"case {i}") != "ready":
+            raise SystemExit(f"bench.torch: {child.name} did not prepare case {i}")
+    times = {side: [] for side in children}
+    start = time.perf_counter()
+    while len(times["gobn"]) < MIN_CHAINS or time.perf_counter() - start < CASE_SECONDS:
+        for side, child in children.items():
+            time.sleep(TURN_GAP)
+            times[side].append(float(child.ask("time")))
+    return times
 
 
 def level_bandwidth(cases, threads, triad):
@@ -283,7 +331,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--torch-python", default=os.environ.get("TORCH_PYTHON", ""),
                         help="the Python of PyTorch's environment (make bench-torch passes .venv-torch's)")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of the three processes at each thread count")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="passes over the cases at each thread count, the sides taking turns on each")
     parser.add_argument("--threads", default="", help="thread counts, e.g. 1,2 (default: 1 and every core)")
     parser.add_argument("--quick", action="store_true", help="four cases, one round: a smoke run")
     parser.add_argument("--only", default="", help="the cases whose name contains this, e.g. 'NCHW 8x512x7x7'")
@@ -293,7 +342,7 @@ def main():
     args = parser.parse_args()
     cases = suite(args.quick, args.only)
     if args.child:
-        (torch_child if args.child == "torch" else gobn_child)(int(args.threads), cases)
+        serve((torch_side if args.child == "torch" else gobn_side)(int(args.threads)), cases)
         return
 
     from bench.machine import command_line, core_count, cpu_model, cpu_flags
@@ -311,21 +360,29 @@ def main():
                   torch=versions, command=command_line(__spec__, sys.argv[1:]),
                   rounds=rounds, by_threads={})
     for threads in counts:
-        runs = {"torch": [], "gobn": [], "torch_again": []}
-        for r in range(rounds):
-            for side in ("torch", "gobn", "torch_again"):
-                python = sys.executable if side == "gobn" else args.torch_python
-                child_env = dict(env, GOBN_CPU_PLAN="workers=1") if side == "gobn" and threads == 1 else env
-                if side != "gobn":
-                    child_env = dict(child_env, OMP_NUM_THREADS=str(threads))
-                runs[side].append(run_child(python, "gobn" if side == "gobn" else "torch", threads, args.quick,
-                                            args.only, child_env))
-                print(f"bench.torch: {threads} thread(s), round {r + 1}/{rounds}: {side} done", file=sys.stderr)
+        children = {}
+        for side in ("torch", "gobn", "torch_again"):
+            python = sys.executable if side == "gobn" else args.torch_python
+            child_env = dict(env, GOBN_CPU_PLAN="workers=1") if side == "gobn" and threads == 1 else env
+            if side != "gobn":
+                child_env = dict(child_env, OMP_NUM_THREADS=str(threads))
+            children[side] = Child(python, "gobn" if side == "gobn" else "torch", threads, args.quick, args.only,
+                                   child_env)
+        chains = [{side: [] for side in children} for _ in cases]
+        try:
+            for r in range(rounds):
+                for i in range(len(cases)):
+                    for side, times in time_case(children, i).items():
+                        chains[i][side] += times
+                print(f"bench.torch: {threads} thread(s), round {r + 1}/{rounds} done", file=sys.stderr)
+        finally:
+            for child in children.values():
+                child.close()
         levels = level_bandwidth(cases, threads, args.triad)
         rows = []
-        for c in cases:
+        for c, times in zip(cases, chains, strict=True):
             name = case_name(c)
-            med = {side: statistics.median(run[name] for run in runs[side]) for side in runs}
+            med = {side: statistics.median(t) for side, t in times.items()}
             n = math.prod(c["shape"])
             size = 4 if c["dtype"] == "float32" else 2
             level = levels[3 * n * size]

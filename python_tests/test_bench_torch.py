@@ -29,3 +29,17 @@ def test_the_summary():
     assert math.isclose(s["geomean"], (1.5 * 1.0 * 0.5) ** (1 / 3))
     assert (s["cases"], s["below_goal"], s["below_goal_bound"], s["slowest"]) == (3, 2, 1, "c")
     assert math.isclose(s["noise_worst"], 0.2) and math.isclose(s["noise_median"], 0.1)
+
+
+def test_a_child_prepares_a_case_and_times_its_chains(monkeypatch, capsys):
+    import io
+    calls = []
+
+    def prepare(case):
+        calls.append(("prepare", case))
+        return (lambda: calls.append("chain")), 4
+    monkeypatch.setattr("sys.stdin", io.StringIO("case 1\ntime\ntime\n"))
+    bench_torch.serve(prepare, ["a", "b"])
+    answers = capsys.readouterr().out.split()
+    assert answers[0] == "ready" and len(answers) == 3 and all(float(a) >= 0 for a in answers[1:])
+    assert calls == [("prepare", "b")] + ["chain"] * (bench_torch.WARMUP + 2)

@@ -143,6 +143,10 @@ type Attr struct {
 	TypeClass string
 	// Values lists the strings a StringAttr may take; empty: any.
 	Values []string
+	// Accepts lists the strings gobn's kernels take of a StringAttr whose
+	// spec takes any, as stock's does: Op.CheckAttr refuses another, as
+	// stock's kernels do when they are made.
+	Accepts []string
 	// Min is the least value an IntAttr may take, where it has one.
 	Min *int64
 	// Default is the attr's default, a float32, int64, bool or string as

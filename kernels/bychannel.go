@@ -34,11 +34,13 @@ func SetByChannel(on bool) bool {
 const minUnitRun = 1024
 
 // trainingByChannel is TrainingGrad by channel units as plan p has them; t
-// has Mean set.
-func trainingByChannel[T Element](s *scratch, p Plan, g FusedGradArgs[T], t affine) {
+// has Mean set. m, where not nil, forms the gradient the passes read in
+// dy's place (FusedBatchNormGradEx), from y in both.
+func trainingByChannel[T Element](s *scratch, p Plan, g FusedGradArgs[T], t affine, m *gradMask[T]) {
 	C := int(g.Dims.C)
 	sums := s.float64s(2 * C)
-	job := byChannelJob[T]{g: g, t: t.withFloat32(s), sumDy: sums[:C:C], sumDyXc: sums[C:], per: p.UnitChannels, blk: p.SumsBlock}
+	job := byChannelJob[T]{g: g, t: t.withFloat32(s), sumDy: sums[:C:C], sumDyXc: sums[C:], per: p.UnitChannels, blk: p.SumsBlock,
+		mask: m}
 	if job.t.f32 != nil {
 		job.t.f32.Stream = p.Stream
 	}
@@ -67,6 +69,7 @@ type byChannelJob[T Element] struct {
 	// channelSums sums them).
 	lanes    []float64
 	per, blk int
+	mask     *gradMask[T]
 }
 
 // planeLanes is the float64 lanes of a channel's sums in simdPlaneLanes:
@@ -118,7 +121,7 @@ func (j *byChannelJob[T]) run(u int) {
 		sums32 = func(off int, dy, x, _ []float32) { simdPlaneLanes(int(d.C), int(d.S), off, dy, x, mean32, lanes) }
 	}
 	bdy, fused := any(dy).([]BFloat16) // bfloat16 planes converted in the vector loops
-	fused = fused && lanes != nil && simdPlaneLanesBFloat16 != nil
+	fused = fused && lanes != nil && simdPlaneLanesBFloat16 != nil && j.mask == nil
 	var bx, bdx []BFloat16
 	if fused {
 		bx, bdx = any(x).([]BFloat16), any(dx).([]BFloat16)
@@ -132,8 +135,12 @@ func (j *byChannelJob[T]) run(u int) {
 			}
 			return
 		}
-		forBlocks(lo, hi, blk, dy, x, nil, sums32,
-			func(off int, dy, x, _ []float64) { channelSums(d, off, dy, x, mean, a, b) })
+		sums64 := func(off int, dy, x, _ []float64) { channelSums(d, off, dy, x, mean, a, b) }
+		if j.mask != nil {
+			j.mask.blocks(lo, hi, blk, dy, x, nil, false, sums32, sums64)
+			return
+		}
+		forBlocks(lo, hi, blk, dy, x, nil, sums32, sums64)
 	})
 	if lanes != nil {
 		reducePlaneLanes(lanes, c0, c1, a, b)
@@ -150,9 +157,13 @@ func (j *byChannelJob[T]) run(u int) {
 			}
 			return
 		}
-		forBlocks(lo, hi, blk, dy, x, dx,
-			func(off int, dy, x, dx []float32) { applyAffine(d, off, t, dy, x, dx) },
-			func(off int, dy, x, dx []float64) { applyAffine(d, off, t, dy, x, dx) })
+		apply32 := func(off int, dy, x, dx []float32) { applyAffine(d, off, t, dy, x, dx) }
+		apply64 := func(off int, dy, x, dx []float64) { applyAffine(d, off, t, dy, x, dx) }
+		if j.mask != nil {
+			j.mask.blocks(lo, hi, blk, dy, x, dx, true, apply32, apply64)
+			return
+		}
+		forBlocks(lo, hi, blk, dy, x, dx, apply32, apply64)
 	})
 	if t.f32 != nil && t.f32.Stream {
 		simdFence() // before parallel reports the unit done (see applyJob.run)

@@ -297,3 +297,61 @@ func TestFusedBatchNormGradExActivationModes(t *testing.T) {
 		runEx(t, exMode{"Tanh", true, false}, in)
 	})
 }
+
+// TestFusedBatchNormGradExForms runs each form of FusedBatchNormGrad's plan
+// on dz, on machines of one and four cores: the outputs match the float64
+// reference and are the same bits on both, the plan has the form, and the
+// two-pass forms wrote the mask's bits (a granule a first-pass block). The
+// channels-last granules are rows of 200 and 513 channels, which the second
+// pass's blocks cross.
+func TestFusedBatchNormGradExForms(t *testing.T) {
+	rng := rand.New(rand.NewPCG(76, 5))
+	for _, tc := range []struct {
+		name      string
+		m         exMode
+		layout    kernels.Layout
+		sc        shapeCase
+		byChannel bool
+		form      kernels.Form
+	}{
+		{"two passes, period 200", exMode{"Relu", true, true}, kernels.ChannelsLast, shapeCase{"", 4, 100, 800}, true, kernels.FormPasses},
+		{"two passes, rows of 513", exMode{"Relu6", true, false}, kernels.ChannelsLast, shapeCase{"", 2, 513, 300}, true, kernels.FormPasses},
+		{"two passes, planes", exMode{"Relu", true, true}, kernels.ChannelsFirst, shapeCase{"", 1, 2, 160000}, true, kernels.FormPasses},
+		{"two passes, no units", exMode{"Relu6", true, true}, kernels.ChannelsFirst, shapeCase{"", 4, 96, 800}, false, kernels.FormPasses},
+		{"by channel", exMode{"Relu6", true, true}, kernels.ChannelsFirst, shapeCase{"", 4, 96, 800}, true, kernels.FormByChannel},
+		{"sweep", exMode{"Relu", false, true}, kernels.ChannelsLast, shapeCase{"", 4, 100, 800}, true, kernels.FormSweep},
+		{"inference in two passes", exMode{"Relu6", false, true}, kernels.ChannelsLast, shapeCase{"", 1, 1024, 2100}, true, kernels.FormPasses},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer kernels.SetByChannel(kernels.SetByChannel(tc.byChannel))
+			in := newExInputs[float32](rng, tc.m.training, tc.layout, tc.sc)
+			var first exOutputs[float32]
+			for i, cores := range []int{1, 4} {
+				onMachine(t, cores)
+				p := kernels.TrainingPlan(in.dims, in.dy, in.x, nil)
+				if !tc.m.training {
+					p = kernels.InferencePlan[float32](in.dims)
+				}
+				require.Equal(t, tc.form, p.Form, "cores=%d: %+v", cores, p)
+				kernels.ResetSplitStats()
+				got := checkEx(t, tc.m, in)
+				if tc.form == kernels.FormPasses {
+					require.Equal(t, uint64((len(in.x)+p.Align-1)/p.Align), kernels.MaskBitGranules(), "granules of bits written")
+				} else {
+					require.Zero(t, kernels.MaskBitGranules(), "bits written by a form of one pass over its data")
+				}
+				if p.Workers > 1 {
+					requireSplit(t, p)
+				}
+				if i == 0 {
+					first = got
+					continue
+				}
+				require.Equal(t, first, got, "cores=%d: other bits than on one core", cores)
+			}
+			if tc.form == kernels.FormPasses && tc.m.training { // the bits' Half and BFloat16 blocks
+				checkEx(t, tc.m, newExInputs[kernels.BFloat16](rng, true, tc.layout, tc.sc))
+			}
+		})
+	}
+}

@@ -21,6 +21,7 @@
 #   make bench-multiworker  gobn's synchronized batch norm against Keras' on 2 worker processes (docs/multiworker.md)
 #   make multiworker the example examples/multiworker: train on WORKERS (default 2) local worker processes
 #   make bench-models  ResNet50 and MobileNetV2 training steps, stock against gobn: Keras 3 with convert, tf_keras with enable() (docs/models.md)
+#   make bench-fusion  the batch-norm gradient fused with its ReLU's against the pairs it replaces, per call (bench/fusion.json)
 #   make bench-torch  gobn beside PyTorch's CPU batch-norm backward at 1 thread and every core (bench/torch.json; PyTorch in .venv-torch, ~5.4 GB)
 #   make gpu-bundle  build/gpu: the CUDA path's check, for a GPU machine without Go or TensorFlow
 #   make gpu-tf-check  the device tests with TensorFlow's GPU build on GPU:0, a call's time, model steps (bench/gpu_tf.json)
@@ -41,7 +42,7 @@ LIB := build/libgobn.so
 TFLIBDIR := build/tflib
 TFLIB := $(TFLIBDIR)/libtensorflow.so
 
-.PHONY: all wheel compat bench bench-multiworker bench-models bench-torch multiworker demo test lint gotest gotest-shipped pytest vet race fuzz fuzz-short generate env golden clean gpu-bundle gpu-tf-check gpu-run help FORCE
+.PHONY: all wheel compat bench bench-multiworker bench-models bench-fusion bench-torch multiworker demo test lint gotest gotest-shipped pytest vet race fuzz fuzz-short generate env golden clean gpu-bundle gpu-tf-check gpu-run help FORCE
 all: $(LIB)
 
 # The virtual environment with the pinned TensorFlow (see requirements.txt).
@@ -324,6 +325,15 @@ bench-multiworker: $(LIB)
 BENCH_MODELS_ARGS ?=
 bench-models: $(LIB)
 	$(VPY) -m bench.models $(BENCH_MODELS_ARGS)
+
+# Gobn>FusedBatchNormGradEx against the pairs it replaces (the activation's
+# gradient, then gobn's or stock's FusedBatchNormGradV3), per call in
+# tf.function chains with oneDNN on (bench/fusion.py; docs/performance.md):
+# bench/fusion.json. BENCH_FUSION_ARGS passes options, e.g. --cores 2, or
+# --quick for a smoke run.
+BENCH_FUSION_ARGS ?=
+bench-fusion: $(LIB)
+	$(VPY) -m bench.fusion --record bench/fusion.json $(BENCH_FUSION_ARGS)
 
 # ---------------------------------------------------------------------------
 # gobn beside PyTorch's CPU batch-norm backward, the library a user would

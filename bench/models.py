@@ -41,6 +41,15 @@ kernels' tuning to SPEC (GOBN_CPU_PLAN, e.g. workers=8: at most 8 workers a
 call, leaving the other cores to TensorFlow's own pools); bench/manycore.py
 uses it on a many-core machine.
 
+--fusion-off adds gobn_unfused, a gobn config whose process turns off the
+fusion of a ReLU's or ReLU6's gradient into the batch norm's
+(GOBN_FUSE_ACTIVATIONS=0): gobn_unfused/gobn above 1 is what the fusion
+gains a step, beside stock'/stock, and the losses of the two must
+agree after the warm-up's updates (float32 tolerance). With --profile-rounds it is profiled too, and
+the report gives the runs of ReluGrad and Relu6Grad a step in each config
+(the fused gradients run none; ResNet50's ReLUs after a residual's
+addition keep theirs).
+
 With --device gpu the steps run on TensorFlow's GPU build (make gpu-tf-check
 runs it so): --data-format, --precision mixed (mixed_float16) and --batch-size
 choose the configuration, --xla adds stock's and gobn's steps compiled by
@@ -71,6 +80,8 @@ import time
 from bench.machine import command_line, portable
 from tools.checkout import ROOT, module_command
 CONFIGS = ("stock", "stock'", "gobn")
+# The activation gradients gobn fuses into the batch norm's (gobn._fusion).
+ACTIVATION_GRADS = ("ReluGrad", "Relu6Grad")
 MODELS = {"resnet50": "ResNet50", "mobilenetv2": "MobileNetV2"}
 ROUTES = ("keras3", "tf_keras")
 
@@ -104,6 +115,9 @@ def parse_args(argv=None):
     p.add_argument("--gobn-plan", metavar="SPEC",
                    help="also time gobn with GOBN_CPU_PLAN=SPEC (the CPU kernels' tuning, e.g. workers=8), "
                         "as config gobn_plan")
+    p.add_argument("--fusion-off", action="store_true",
+                   help="also time gobn with its activation fusion off (GOBN_FUSE_ACTIVATIONS=0), as config "
+                        "gobn_unfused")
     p.add_argument("--no-float64", dest="float64", action="store_false",
                    help="skip the float64 warm-up (the loss drift's reference)")
     p.add_argument("--no-top", dest="top", action="store_false",
@@ -209,7 +223,8 @@ def worker(route, name, config, options):
                    stream_fallbacks=stream["fallbacks"] - before_stream["fallbacks"],
                    synchronized_calls=stream["synchronized_calls"] - before_stream["synchronized_calls"])
         elif command == "profile":
-            answer(op_ms=profile_ops(step, int(arg)))
+            op_ms, op_runs = profile_ops(step, int(arg))
+            answer(op_ms=op_ms, op_runs=op_runs)
         elif command == "threads":
             answer(threads=thread_use(step, int(arg)))
         elif command == "quit":
@@ -218,16 +233,17 @@ def worker(route, name, config, options):
 
 def profile_ops(step, steps):
     """Runs steps steps under TensorFlow's profiler; returns each op type's
-    time on the host's threads, ms per step."""
+    time on the host's threads, ms per step, and its runs per step."""
     import collections
 
     from bench.timing import host_events, op_type
 
-    ms = collections.defaultdict(float)
+    ms, runs = collections.defaultdict(float), collections.defaultdict(float)
     for name, ps in host_events(lambda: step().numpy(), steps):
         if op_type(name):
             ms[op_type(name)] += ps / 1e9 / steps
-    return dict(ms)
+            runs[op_type(name)] += 1 / steps
+    return dict(ms), dict(runs)
 
 
 def thread_use(step, steps):
@@ -279,6 +295,8 @@ class Worker:
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         if config == "gobn_plan":
             env["GOBN_CPU_PLAN"] = args.gobn_plan
+        if config == "gobn_unfused":
+            env["GOBN_FUSE_ACTIVATIONS"] = "0"
         self.what, self.timeout = f"{route} {MODELS[name]} {config} (oneDNN {'on' if onednn else 'off'})", args.timeout
         self.log = tempfile.TemporaryFile("w+")  # its stderr: a pipe nobody reads would fill and stop it
         self.proc = subprocess.Popen(module_command(__spec__, "--worker", route, name, config, options), cwd=ROOT,
@@ -311,8 +329,15 @@ class Worker:
 
 def configs(args):
     """The timed configs: stock, stock' and gobn, stock_xla and gobn_xla
-    with --xla and gobn_plan with --gobn-plan."""
-    return CONFIGS + (("stock_xla", "gobn_xla") if args.xla else ()) + (("gobn_plan",) if args.gobn_plan else ())
+    with --xla, gobn_plan with --gobn-plan and gobn_unfused with
+    --fusion-off."""
+    return CONFIGS + (("stock_xla", "gobn_xla") if args.xla else ()) + (("gobn_plan",) if args.gobn_plan else ()) \
+        + (("gobn_unfused",) if args.fusion_off else ())
+
+
+def profiled(args):
+    """The configs --profile-rounds profiles: stock and gobn, and gobn_unfused with --fusion-off."""
+    return ("stock", "gobn") + (("gobn_unfused",) if args.fusion_off else ())
 
 
 def measure(args, route, name, onednn):
@@ -335,11 +360,14 @@ def measure(args, route, name, onednn):
                 calls[c] += out["gobn_calls"]
                 fallbacks[c] += out["stream_fallbacks"]
                 synchronized[c] += out["synchronized_calls"]
-        op_ms = {c: {} for c in ("stock", "gobn")}
+        profiles = profiled(args)
+        op_ms, op_runs = {c: {} for c in profiles}, {c: {} for c in profiles}
         for r in range(args.profile_rounds):
-            for c in ("stock", "gobn") if r % 2 == 0 else ("gobn", "stock"):
-                for op, ms in workers[c].ask(f"profile {args.steps_per_round}")["op_ms"].items():
-                    op_ms[c][op] = op_ms[c].get(op, 0) + ms / args.profile_rounds
+            for c in profiles[r % len(profiles):] + profiles[:r % len(profiles)]:
+                out = workers[c].ask(f"profile {args.steps_per_round}")
+                for totals, answered in ((op_ms[c], out["op_ms"]), (op_runs[c], out["op_runs"])):
+                    for op, value in answered.items():
+                        totals[op] = totals.get(op, 0) + value / args.profile_rounds
         threads = {c: workers[c].ask(f"threads {args.thread_steps}")["threads"] if args.thread_steps else None
                    for c in ("stock", "gobn")}
     finally:
@@ -363,6 +391,8 @@ def measure(args, route, name, onednn):
         "first_loss_rel_diff_gobn_xla": rel(first["gobn_xla"], first["stock_xla"]) if args.xla else None,
         "gobn_plan": args.gobn_plan,
         "ratio_gobn_over_gobn_plan": median["gobn"] / median["gobn_plan"] if args.gobn_plan else None,
+        "ratio_gobn_unfused_over_gobn": median["gobn_unfused"] / median["gobn"] if args.fusion_off else None,
+        "loss_rel_diff_gobn_unfused": rel(last["gobn"], last["gobn_unfused"]) if args.fusion_off else None,
         "tensorflow": info["stock"]["tensorflow"], "keras": info["stock"]["keras"],
         "batch_norm_layers": info["gobn"]["batch_norm_layers"], "median_s": median,
         "ratio_stock_over_gobn": median["stock"] / median["gobn"],
@@ -377,6 +407,8 @@ def measure(args, route, name, onednn):
         "stream_fallbacks_timed": fallbacks, "synchronized_calls_timed": synchronized,
         "timed_steps": len(times["gobn"]),
         "op_ms_per_step": op_ms if args.profile_rounds else None,
+        "activation_grad_runs_per_step": {c: {op: runs.get(op, 0) for op in ACTIVATION_GRADS}
+                                          for c, runs in op_runs.items()} if args.profile_rounds else None,
         "threads_per_step": threads if args.thread_steps else None,
     }
     row["gradient_bound"] = gradient_bound(row) if args.profile_rounds else None
@@ -411,6 +443,10 @@ def problems(r):
         diff = r.get(f"first_loss_rel_diff_{c}")
         if diff is not None and diff > first_loss_bound(r):
             out.append(f"{c}'s first loss differs from stock's by {diff:.1e}, over {first_loss_bound(r):.1e}")
+    diff = r.get("loss_rel_diff_gobn_unfused")  # after the warm-up's updates: the gradients', fused or not
+    if diff is not None and diff > first_loss_bound(r):
+        out.append(f"gobn's loss after the warm-up differs from gobn_unfused's by {diff:.1e}, over "
+                   f"{first_loss_bound(r):.1e}")
     return out
 
 
@@ -433,6 +469,10 @@ def report(rows, args):
               f"{r['loss_rel_diff_stock_float64']:8.1e} {r['loss_rel_diff_gobn_float64']:8.1e}")
         if r["device"] == "gpu":
             print(f"  stock' first loss against stock's: {r['first_loss_rel_diff_stock2']:.1e}")
+        if r.get("ratio_gobn_unfused_over_gobn") is not None:
+            print(f"  gobn with the fusion off: {m['gobn_unfused'] * 1e3:.1f} ms, gobn_unfused/gobn "
+                  f"{r['ratio_gobn_unfused_over_gobn']:.3f} (noise {r['noise_stock2_over_stock']:.3f}); loss after "
+                  f"the warm-up against it {r['loss_rel_diff_gobn_unfused']:.1e}")
         if r.get("ratio_gobn_over_gobn_plan") is not None:
             print(f"  gobn with GOBN_CPU_PLAN={r['gobn_plan']}: {m['gobn_plan'] * 1e3:.1f} ms, gobn/gobn_plan "
                   f"{r['ratio_gobn_over_gobn_plan']:.3f}")
@@ -456,13 +496,18 @@ def report(rows, args):
 
 
 def report_ops(r, top=12):
-    """The op types that took longest, stock's time per step beside gobn's."""
-    stock, gobn = r["op_ms_per_step"]["stock"], r["op_ms_per_step"]["gobn"]
+    """The op types that took longest, stock's time per step beside gobn's
+    (and gobn_unfused's), and the runs of the activation gradients."""
+    ops = r["op_ms_per_step"]
     print(f"{r['route']} {r['model']} oneDNN {'on' if r['onednn'] else 'off'}: ms per step by op type "
-          "(the profiler's, on the host's threads)")
-    for op in sorted(set(stock) | set(gobn), key=lambda o: -(stock.get(o, 0) + gobn.get(o, 0)))[:top]:
-        print(f"  {op[:48]:48} {stock.get(op, 0):8.2f} {gobn.get(op, 0):8.2f}")
-    print(f"  {'all ops':48} {sum(stock.values()):8.2f} {sum(gobn.values()):8.2f}")
+          f"(the profiler's, on the host's threads): {', '.join(ops)}")
+    every = set().union(*ops.values())
+    for op in sorted(every, key=lambda o: -sum(times.get(o, 0) for times in ops.values()))[:top]:
+        print(f"  {op[:48]:48}" + "".join(f" {times.get(op, 0):8.2f}" for times in ops.values()))
+    print(f"  {'all ops':48}" + "".join(f" {sum(times.values()):8.2f}" for times in ops.values()))
+    for op in ACTIVATION_GRADS:
+        print(f"  {op + ' runs a step':48}" + "".join(
+            f" {runs[op]:8.0f}" for runs in r["activation_grad_runs_per_step"].values()))
     bound = r["gradient_bound"]
     if bound:
         print(f"  batch-norm gradients {bound['stock_grad_ms']:.2f} ms of stock's {bound['stock_step_ms']:.1f} ms "

@@ -17,8 +17,16 @@ type attrs struct {
 	U                       opdef.DType `attr:"U"`
 	VarianceEpsilon         float32     `attr:"variance_epsilon"`
 	ScaleAfterNormalization bool        `attr:"scale_after_normalization"`
+	NumSideInputs           int64       `attr:"num_side_inputs"`
+	ActivationMode          string      `attr:"activation_mode"`
 }
 
-// has reports whether a call with attrs a has output out: every output,
-// since no op of opdef has a list (opdef.Arg.Number).
-func (a *attrs) has(opdef.Arg) bool { return true }
+// has reports whether a call with attrs a has output out: a list
+// (opdef.Arg.Number) where its attr is 1, any other always.
+func (a *attrs) has(out opdef.Arg) bool {
+	switch out.Number {
+	case "num_side_inputs":
+		return a.NumSideInputs > 0
+	}
+	return true
+}

@@ -65,11 +65,33 @@ func validInputs(op opdef.Op, dtype opdef.DType) []tensor {
 	return in
 }
 
-// validAttrs are attrs of every op, with T = dtype, channels last, in
-// training, scaled after normalization.
+// validAttrs are attrs of every op, with T = dtype (U float), channels last, in
+// training, scaled after normalization, every other attr its default as
+// opdef gives it, but a list's count 1 (so that the list is written too).
 func validAttrs(dtype opdef.DType) attrs {
-	return attrs{T: dtype, DataFormat: opdef.NHWC, IsTraining: true, Epsilon: 1e-3, VarianceEpsilon: 1e-3,
-		ScaleAfterNormalization: true}
+	values := attrValues{"T": dtype, "U": opdef.Float, "data_format": opdef.NHWC, "is_training": true, "epsilon": float32(1e-3),
+		"variance_epsilon": float32(1e-3), "scale_after_normalization": true}
+	every := opdef.Op{Name: "every op's attrs"}
+	for _, op := range opdef.All {
+		for _, a := range op.Attrs {
+			if !slices.ContainsFunc(every.Attrs, func(b opdef.Attr) bool { return b.Name == a.Name }) {
+				every.Attrs = append(every.Attrs, a)
+			}
+			if _, set := values[a.Name]; !set && a.Default != nil {
+				values[a.Name] = a.Default
+			}
+			for _, out := range op.Outputs {
+				if out.Number == a.Name {
+					values[a.Name] = int64(1)
+				}
+			}
+		}
+	}
+	var a attrs
+	if err := a.read(every, values); err != nil {
+		panic(err)
+	}
+	return a
 }
 
 func requireCPUKernel(t *testing.T, op opdef.Op, dtype opdef.DType) {

@@ -25,6 +25,8 @@ func (k *kernel) compute(in []tensor, allocate allocator, dev gpuCall) error {
 		return k.gradReduce(in, allocate, dev)
 	case opdef.GradApply:
 		return k.gradApply(in, allocate, dev)
+	case opdef.FusedBatchNormGradEx:
+		return k.fusedBatchNormGradEx(in, allocate, dev)
 	}
 	return internalError("capi: no family for " + k.op.Name)
 }
@@ -540,5 +542,161 @@ func gpuArgsGradApply(k *kernel, t cuda.DType, d kernels.Dims, in *gradApplyIn, 
 		Count:     view[int64](in.count)[0],
 		Epsilon:   k.attrs.Epsilon,
 		XBackprop: ptr(out.xBackprop),
+	}
+}
+
+// fusedBatchNormGradEx validates one call of the FusedBatchNormGradEx family with the rules of opdef,
+// allocates its outputs and runs it on k's device.
+func (k *kernel) fusedBatchNormGradEx(in []tensor, allocate allocator, dev gpuCall) error {
+	b, g, err := k.bindFusedBatchNormGradEx(in)
+	if err != nil {
+		return err
+	}
+	out, err := k.allocateFusedBatchNormGradEx(&b, allocate)
+	if err != nil {
+		return err
+	}
+	return k.runFusedBatchNormGradEx(g, &b, &out, dev)
+}
+
+// fusedBatchNormGradExIn are the inputs of the FusedBatchNormGradEx family, by name: those of
+// Gobn>FusedBatchNormGradEx.
+type fusedBatchNormGradExIn struct {
+	yBackprop     tensor // y_backprop: T, rank 4 or 5
+	x             tensor // x: T, rank 4 or 5
+	scale         tensor // scale: float, rank 1
+	reserveSpace1 tensor // reserve_space_1: float, rank 1
+	reserveSpace2 tensor // reserve_space_2: float, rank 1
+	reserveSpace3 tensor // reserve_space_3: float
+	offset        tensor // offset: float, rank 1
+	y             tensor // y: T, rank 4 or 5
+}
+
+// fusedBatchNormGradExOut are the outputs the FusedBatchNormGradEx family's kernels write, by name
+// (its placeholders, of shape [0], are allocated and not bound).
+type fusedBatchNormGradExOut struct {
+	xBackprop         tensor // x_backprop: T, x's shape
+	scaleBackprop     tensor // scale_backprop: float, scale's shape
+	offsetBackprop    tensor // offset_backprop: float, scale's shape
+	sideInputBackprop tensor // side_input_backprop: T, x's shape
+}
+
+// bindFusedBatchNormGradEx confirms the dtypes of in, the inputs of k's op,
+// binds them by name and applies the op's rules, which give the geometry
+// of its activation.
+func (k *kernel) bindFusedBatchNormGradEx(in []tensor) (b fusedBatchNormGradExIn, g opdef.Geometry, err error) {
+	want := [...]opdef.DType{k.attrs.T, k.attrs.T, opdef.Float, opdef.Float, opdef.Float, opdef.Float, opdef.Float, k.attrs.T}
+	if err = k.checkDTypes(in, want[:len(in)]); err != nil {
+		return b, g, err
+	}
+	b = fusedBatchNormGradExIn{yBackprop: in[0], x: in[1], scale: in[2], reserveSpace1: in[3], reserveSpace2: in[4], reserveSpace3: in[5], offset: in[6], y: in[7]}
+	g, err = k.check(in)
+	return b, g, err
+}
+
+// allocateFusedBatchNormGradEx allocates the outputs of k's op with the dtypes
+// and shapes opdef gives them, offering an output the inputs it may take
+// over.
+func (k *kernel) allocateFusedBatchNormGradEx(in *fusedBatchNormGradExIn, allocate allocator) (out fusedBatchNormGradExOut, err error) {
+	if out.xBackprop, err = allocate(0, k.attrs.T, in.x.dims, 1<<0|1<<1); err != nil {
+		return out, err
+	}
+	if out.scaleBackprop, err = allocate(1, opdef.Float, in.scale.dims, 0); err != nil {
+		return out, err
+	}
+	if out.offsetBackprop, err = allocate(2, opdef.Float, in.scale.dims, 0); err != nil {
+		return out, err
+	}
+	// reserve_space_4
+	if _, err = allocate(3, opdef.Float, emptyVectorDims, 0); err != nil {
+		return out, err
+	}
+	// reserve_space_5
+	if _, err = allocate(4, opdef.Float, emptyVectorDims, 0); err != nil {
+		return out, err
+	}
+	if k.attrs.NumSideInputs > 0 { // a list of one
+		if out.sideInputBackprop, err = allocate(5, k.attrs.T, in.x.dims, 0); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
+}
+
+// runFusedBatchNormGradEx runs the FusedBatchNormGradEx family's kernel on k's device with
+// T's type: cuda.FusedBatchNormGradEx with its CUDA type, kernels.FusedBatchNormGradEx with its Go type.
+func (k *kernel) runFusedBatchNormGradEx(g opdef.Geometry, in *fusedBatchNormGradExIn, out *fusedBatchNormGradExOut, dev gpuCall) error {
+	d := kernelDims(g)
+	if k.onGPU {
+		switch k.attrs.T {
+		case opdef.Float:
+			return launch(gpuArgsFusedBatchNormGradEx(k, cuda.Float32, d, in, out), cuda.FusedBatchNormGradEx, dev)
+		case opdef.Half:
+			return launch(gpuArgsFusedBatchNormGradEx(k, cuda.Float16, d, in, out), cuda.FusedBatchNormGradEx, dev)
+		case opdef.BFloat16:
+			return launch(gpuArgsFusedBatchNormGradEx(k, cuda.BFloat16, d, in, out), cuda.FusedBatchNormGradEx, dev)
+		}
+		return k.noKernel()
+	}
+	switch k.attrs.T {
+	case opdef.Float:
+		kernels.FusedBatchNormGradEx(cpuArgsFusedBatchNormGradEx[float32](k, d, in, out))
+	case opdef.Half:
+		kernels.FusedBatchNormGradEx(cpuArgsFusedBatchNormGradEx[kernels.Half](k, d, in, out))
+	case opdef.BFloat16:
+		kernels.FusedBatchNormGradEx(cpuArgsFusedBatchNormGradEx[kernels.BFloat16](k, d, in, out))
+	default:
+		return k.noKernel()
+	}
+	return nil
+}
+
+// cpuArgsFusedBatchNormGradEx returns the args of the FusedBatchNormGradEx family's Go kernel
+// with T: the dims, and the tensors and attrs in the fields of their names.
+func cpuArgsFusedBatchNormGradEx[T kernels.Element](k *kernel, d kernels.Dims, in *fusedBatchNormGradExIn, out *fusedBatchNormGradExOut) kernels.FusedGradExArgs[T] {
+	return kernels.FusedGradExArgs[T]{
+		Dims:              d,
+		YBackprop:         view[T](in.yBackprop),
+		X:                 view[T](in.x),
+		Y:                 view[T](in.y),
+		Scale:             view[float32](in.scale),
+		ReserveSpace1:     view[float32](in.reserveSpace1),
+		ReserveSpace2:     view[float32](in.reserveSpace2),
+		ReserveSpace3:     view[float32](in.reserveSpace3),
+		Offset:            view[float32](in.offset),
+		Epsilon:           k.attrs.Epsilon,
+		ActivationMode:    k.attrs.ActivationMode,
+		NumSideInputs:     k.attrs.NumSideInputs,
+		IsTraining:        k.attrs.IsTraining,
+		XBackprop:         view[T](out.xBackprop),
+		ScaleBackprop:     view[float32](out.scaleBackprop),
+		OffsetBackprop:    view[float32](out.offsetBackprop),
+		SideInputBackprop: view[T](out.sideInputBackprop),
+	}
+}
+
+// gpuArgsFusedBatchNormGradEx returns the args of the FusedBatchNormGradEx family's CUDA kernel
+// with T's type t: the dims, and the tensors and attrs in the fields of
+// their names.
+func gpuArgsFusedBatchNormGradEx(k *kernel, t cuda.DType, d kernels.Dims, in *fusedBatchNormGradExIn, out *fusedBatchNormGradExOut) cuda.FusedGradExArgs {
+	return cuda.FusedGradExArgs{
+		Dims:              d,
+		DType:             t,
+		IsTraining:        k.attrs.IsTraining,
+		YBackprop:         ptr(in.yBackprop),
+		X:                 ptr(in.x),
+		Y:                 ptr(in.y),
+		Scale:             ptr(in.scale),
+		ReserveSpace1:     ptr(in.reserveSpace1),
+		ReserveSpace2:     ptr(in.reserveSpace2),
+		ReserveSpace3:     ptr(in.reserveSpace3),
+		Offset:            ptr(in.offset),
+		Epsilon:           k.attrs.Epsilon,
+		ActivationMode:    k.attrs.ActivationMode,
+		NumSideInputs:     k.attrs.NumSideInputs,
+		XBackprop:         ptr(out.xBackprop),
+		ScaleBackprop:     ptr(out.scaleBackprop),
+		OffsetBackprop:    ptr(out.offsetBackprop),
+		SideInputBackprop: ptr(out.sideInputBackprop),
 	}
 }

@@ -109,10 +109,9 @@ func (k *kernel) readAttrs(src attrSource) error {
 }
 
 // read sets the attrs op declares from src, each in the field of a tagged
-// with its name (attrs_gen.go), read by its kind. An attr no field is
-// tagged with (attrs_gen.go is stale) is an error, not dropped; an int attr
-// that counts a list output (opdef.Arg.Number) must be 0 or 1, as gobn's
-// kernels write the list once or not at all.
+// with its name (attrs_gen.go), read by its kind and checked by the op's
+// rules (opdef.Op.CheckAttr). An attr no field is tagged with (attrs_gen.go
+// is stale) is an error, not dropped.
 func (a *attrs) read(op opdef.Op, src attrSource) error {
 	fields := reflect.ValueOf(a).Elem()
 	for _, attr := range op.Attrs {
@@ -126,8 +125,8 @@ func (a *attrs) read(op opdef.Op, src attrSource) error {
 		if err != nil {
 			return err
 		}
-		if n, ok := value.(int64); ok && slices.ContainsFunc(op.Outputs, func(o opdef.Arg) bool { return o.Number == attr.Name }) && (n < 0 || n > 1) {
-			return &opdef.ArgumentError{Msg: fmt.Sprintf("%s must be 0 or 1 (gobn's kernels write its list once or not at all), got %d", attr.Name, n)}
+		if err := op.CheckAttr(attr, value); err != nil {
+			return err
 		}
 		fields.Field(i).Set(reflect.ValueOf(value))
 	}

@@ -52,6 +52,14 @@ static const gobn_binding op5_gpu_kernels[] = {{1, 1}, {19, 1}, {14, 1}};
 static const char* const op5_host_memory[] = {"count"};
 GOBN_TRAMPOLINES(5)  // gobn.h
 
+// Gobn>FusedBatchNormGradEx
+static const char* const op6_inputs[] = {"y_backprop: T", "x: T", "scale: float", "reserve_space_1: U", "reserve_space_2: U", "reserve_space_3: U", "offset: float", "y: T"};
+static const char* const op6_outputs[] = {"x_backprop: T", "scale_backprop: U", "offset_backprop: U", "reserve_space_4: U", "reserve_space_5: U", "side_input_backprop: num_side_inputs * T"};
+static const char* const op6_attrs[] = {"T: {half, bfloat16, float}", "U: {float}", "epsilon: float = 0.0001", "num_side_inputs: int >= 0 = 0", "activation_mode: string = 'Identity'", "data_format: {'NHWC', 'NCHW', 'NDHWC', 'NCDHW'} = 'NHWC'", "is_training: bool = true"};
+static const gobn_binding op6_kernels[] = {{1, 1}, {19, 1}, {14, 1}};
+static const gobn_binding op6_gpu_kernels[] = {{1, 1}, {19, 1}, {14, 1}};
+GOBN_TRAMPOLINES(6)  // gobn.h
+
 const gobn_op_spec gobn_ops[] = {
     {"Gobn>FusedBatchNormGrad", "FusedBatchNormGrad", 5, op0_inputs, 5, op0_outputs, 4, op0_attrs, 1, op0_kernels, 1, op0_gpu_kernels, 0, NULL, {op0_create0, op0_create1, op0_create2, op0_create3}, op0_shape, {op0_xla0, op0_xla1}},
     {"Gobn>FusedBatchNormGradV2", "FusedBatchNormGradV2", 5, op1_inputs, 5, op1_outputs, 5, op1_attrs, 3, op1_kernels, 3, op1_gpu_kernels, 0, NULL, {op1_create0, op1_create1, op1_create2, op1_create3}, op1_shape, {op1_xla0, op1_xla1}},
@@ -59,6 +67,7 @@ const gobn_op_spec gobn_ops[] = {
     {"Gobn>BatchNormWithGlobalNormalizationGrad", "BatchNormWithGlobalNormalizationGrad", 5, op3_inputs, 5, op3_outputs, 3, op3_attrs, 3, op3_kernels, 2, op3_gpu_kernels, 0, NULL, {op3_create0, op3_create1, op3_create2, op3_create3}, op3_shape, {op3_xla0, op3_xla1}},
     {"Gobn>BatchNormGradReduce", NULL, 3, op4_inputs, 3, op4_outputs, 3, op4_attrs, 3, op4_kernels, 3, op4_gpu_kernels, 1, op4_host_memory, {op4_create0, op4_create1, NULL, NULL}, op4_shape, {op4_xla0, op4_xla1}},
     {"Gobn>BatchNormGradApply", NULL, 8, op5_inputs, 1, op5_outputs, 4, op5_attrs, 3, op5_kernels, 3, op5_gpu_kernels, 1, op5_host_memory, {op5_create0, op5_create1, NULL, NULL}, op5_shape, {op5_xla0, op5_xla1}},
+    {"Gobn>FusedBatchNormGradEx", "_FusedBatchNormGradEx", 8, op6_inputs, 6, op6_outputs, 7, op6_attrs, 3, op6_kernels, 3, op6_gpu_kernels, 0, NULL, {op6_create0, op6_create1, op6_create2, op6_create3}, op6_shape, {op6_xla0, op6_xla1}},
 };
 
-const int gobn_num_ops = 6;
+const int gobn_num_ops = 7;

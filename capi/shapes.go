@@ -1,6 +1,7 @@
 package main
 
 // #include "gobn.h"
+// static void gobn_status_ok(TF_Status* status) { TF_SetStatus(status, TF_OK, ""); }
 import "C"
 
 import "github.com/gobn/gobn/opdef"
@@ -76,9 +77,20 @@ func (s *shapeContext) setOutput(i int, h *C.TF_ShapeHandle) error {
 	return statusError(s.status)
 }
 
+// setList gives the tensor of list output i (opdef.Arg.Number), the last,
+// shape h where the list has one. The C API reads no int attr here, nor
+// counts the outputs: a list of none has no index, which TensorFlow
+// refuses ("output index out of range"), and the status is reset.
+func (s *shapeContext) setList(i int, h *C.TF_ShapeHandle) {
+	if s.setOutput(i, h) != nil {
+		C.gobn_status_ok(s.status)
+	}
+}
+
 // inferShapes gives every output its static shape: x_backprop (dx) takes x's
 // (t's) shape, the 1-D outputs take the shape of the per-channel inputs, the
-// placeholders [0], the count of BatchNormGradReduce []. It also rejects
+// placeholders [0], the count of BatchNormGradReduce [], a list output
+// (opdef.Arg.Number) each of its tensors, where it has one. It also rejects
 // inputs whose known ranks or dims already break the op's rules.
 func inferShapes(op opdef.Op, s *shapeContext) error {
 	handles := make([]*C.TF_ShapeHandle, len(op.Inputs))
@@ -104,6 +116,10 @@ func inferShapes(op opdef.Op, s *shapeContext) error {
 			h = s.scalar()
 		case !out.Shape.Empty:
 			h = handles[out.Shape.Like]
+		}
+		if out.Number != "" {
+			s.setList(i, h)
+			continue
 		}
 		if err := s.setOutput(i, h); err != nil {
 			return err

@@ -28,6 +28,14 @@ func TestSmallCallsAllocateNothing(t *testing.T) {
 				checkNoAllocs(t, "InferenceGrad/float32", func() { kernels.InferenceGrad(f32) })
 				checkNoAllocs(t, "GradReduce", func() { kernels.GradReduce(reduce) })
 				checkNoAllocs(t, "GradApply", func() { kernels.GradApply(apply) })
+				for _, mode := range []string{"Identity", "Relu6"} {
+					for _, training := range []bool{true, false} {
+						ex32, exHalf := exArgs(f32, mode, training), exArgs(half, mode, training)
+						name := fmt.Sprintf("FusedBatchNormGradEx/%s/training=%v", mode, training)
+						checkNoAllocs(t, name+"/float32", func() { kernels.FusedBatchNormGradEx(ex32) })
+						checkNoAllocs(t, name+"/Half", func() { kernels.FusedBatchNormGradEx(exHalf) })
+					}
+				}
 				if l.layout == kernels.ChannelsLast {
 					g32, g64 := globalArgs[float32](d), globalArgs[float64](d)
 					checkNoAllocs(t, "GlobalNormalizationGrad/float32", func() { kernels.GlobalNormalizationGrad(g32) })
@@ -99,4 +107,13 @@ func ones(n int) []float32 {
 		p[i] = 1
 	}
 	return p
+}
+
+// exArgs are FusedBatchNormGradEx's args of f's tensors, y x itself, with
+// side_input_backprop.
+func exArgs[T kernels.Element](f kernels.FusedGradArgs[T], mode string, training bool) kernels.FusedGradExArgs[T] {
+	return kernels.FusedGradExArgs[T]{Dims: f.Dims, YBackprop: f.YBackprop, X: f.X, Y: f.X, Scale: f.Scale,
+		ReserveSpace1: f.ReserveSpace1, ReserveSpace2: f.ReserveSpace2, Offset: f.Scale, Epsilon: f.Epsilon,
+		ActivationMode: mode, NumSideInputs: 1, IsTraining: training, XBackprop: f.XBackprop,
+		ScaleBackprop: f.ScaleBackprop, OffsetBackprop: f.OffsetBackprop, SideInputBackprop: make([]T, len(f.X))}
 }

@@ -30,12 +30,14 @@ func newApply[T Element](s *scratch, p Plan, t affine, dy, x, dx []T) applyJob[T
 	return job
 }
 
-// applyJob is applyAll's pass over the period dims pd, in blocks of blk.
+// applyJob is applyAll's pass over the period dims pd, in blocks of blk;
+// of the gradient mask forms from dy where it is not nil.
 type applyJob[T Element] struct {
 	pd        Dims
 	blk       int
 	dy, x, dx []T
 	t         affine
+	mask      *gradMask[T]
 }
 
 // runRange is run as parallel calls it.
@@ -43,14 +45,18 @@ func (j *applyJob[T]) runRange(_, lo, hi int) { j.run(lo, hi) }
 
 // run writes dx for the elements at [lo, hi).
 func (j *applyJob[T]) run(lo, hi int) {
-	if L, ok := bfloat16Rows[T](j.pd, lo, hi); ok && j.t.f32 != nil {
+	if L, ok := bfloat16Rows[T](j.pd, lo, hi); ok && j.t.f32 != nil && j.mask == nil {
 		dy, x, dx := any(j.dy).([]BFloat16), any(j.x).([]BFloat16), any(j.dx).([]BFloat16)
 		simdApplyBFloat16(L, j.t.f32, dy[lo:hi], x[lo:hi], dx[lo:hi])
 		return
 	}
-	forBlocks(lo, hi, j.blk, j.dy, j.x, j.dx,
-		func(off int, dy, x, dx []float32) { applyAffine(j.pd, off, j.t, dy, x, dx) },
-		func(off int, dy, x, dx []float64) { applyAffine(j.pd, off, j.t, dy, x, dx) })
+	fn32 := func(off int, dy, x, dx []float32) { applyAffine(j.pd, off, j.t, dy, x, dx) }
+	fn64 := func(off int, dy, x, dx []float64) { applyAffine(j.pd, off, j.t, dy, x, dx) }
+	if j.mask != nil {
+		j.mask.blocks(lo, hi, j.blk, j.dy, j.x, j.dx, true, fn32, fn64)
+	} else {
+		forBlocks(lo, hi, j.blk, j.dy, j.x, j.dx, fn32, fn64)
+	}
 	if j.t.f32 != nil && j.t.f32.Stream {
 		// Before parallel reports the range done. (Were the goroutine moved
 		// to another thread mid-range, the switch's interrupt and locked

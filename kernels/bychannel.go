@@ -33,26 +33,27 @@ func SetByChannel(on bool) bool {
 const minUnitRun = 1024
 
 // trainingByChannel is TrainingGrad by channel units as plan p has them; t
-// has Mean set.
-func trainingByChannel[T Element](s *scratch, p Plan, g FusedGradArgs[T], t affine) {
-	byChannel(s, p, g, t, false)
+// has Mean set. m, where not nil, forms the gradient the passes read in
+// dy's place (FusedBatchNormGradEx), from y in both.
+func trainingByChannel[T Element](s *scratch, p Plan, g FusedGradArgs[T], t affine, m *gradMask[T]) {
+	byChannel(s, p, g, t, false, m)
 }
 
 // sweepByChannel is InferenceGrad's sweep by channel units as plan p has
 // them: each unit's channels summed over their planes and their x_backprop
 // written by t (scale only, its A set) block by block in the same pass, as
-// sweep does by chunks. It returns the sums.
-func sweepByChannel[T Element](s *scratch, p Plan, g FusedGradArgs[T], t affine) (sumDy, sumDyXc []float64) {
-	return byChannel(s, p, g, t, true)
+// sweep does by chunks. It returns the sums. m is as trainingByChannel's.
+func sweepByChannel[T Element](s *scratch, p Plan, g FusedGradArgs[T], t affine, m *gradMask[T]) (sumDy, sumDyXc []float64) {
+	return byChannel(s, p, g, t, true, m)
 }
 
 // byChannel runs g's gradient by channel units as plan p has them, the
 // training form or, with sweep, the inference one, and returns the sums.
-func byChannel[T Element](s *scratch, p Plan, g FusedGradArgs[T], t affine, sweep bool) (sumDy, sumDyXc []float64) {
+func byChannel[T Element](s *scratch, p Plan, g FusedGradArgs[T], t affine, sweep bool, m *gradMask[T]) (sumDy, sumDyXc []float64) {
 	C := int(g.Dims.C)
 	sums := s.float64s(2 * C)
 	job := byChannelJob[T]{g: g, t: t.withFloat32(s), sumDy: sums[:C:C], sumDyXc: sums[C:], per: p.UnitChannels, blk: p.SumsBlock,
-		sweep: sweep}
+		sweep: sweep, mask: m}
 	if job.t.f32 != nil {
 		job.t.f32.Stream = p.Stream
 	}
@@ -85,6 +86,7 @@ type byChannelJob[T Element] struct {
 	// sweep: the inference form, x_backprop written by t as the sums
 	// are formed (sweepByChannel).
 	sweep bool
+	mask  *gradMask[T]
 }
 
 // planeLanes is the float64 lanes of a channel's sums in simdPlaneLanes:
@@ -136,7 +138,7 @@ func (j *byChannelJob[T]) run(u int) {
 		sums32 = func(off int, dy, x, _ []float32) { simdPlaneLanes(int(d.C), int(d.S), off, dy, x, mean32, lanes) }
 	}
 	bdy, fused := any(dy).([]BFloat16) // bfloat16 planes converted in the vector loops
-	fused = fused && lanes != nil && simdPlaneLanesBFloat16 != nil
+	fused = fused && lanes != nil && simdPlaneLanesBFloat16 != nil && j.mask == nil
 	var bx, bdx []BFloat16
 	var mean32 []float32
 	if fused {
@@ -162,14 +164,18 @@ func (j *byChannelJob[T]) run(u int) {
 	apply32 := func(off int, dy, x, dx []float32) { applyAffine(d, off, t, dy, x, dx) }
 	apply64 := func(off int, dy, x, dx []float64) { applyAffine(d, off, t, dy, x, dx) }
 	sums64 := func(off int, dy, x, _ []float64) { channelSums(d, off, dy, x, mean, a, b) }
+	sweep32 := func(off int, dy, x, dx []float32) { sums32(off, dy, x, nil); apply32(off, dy, x, dx) }
+	sweep64 := func(off int, dy, x, dx []float64) { sums64(off, dy, x, nil); apply64(off, dy, x, dx) }
 	j.planes(c0, c1, func(lo, hi, blk int) {
 		switch {
 		case fused:
 			fusedBlocks(lo, hi, blk, true, j.sweep)
+		case j.mask != nil && j.sweep:
+			j.mask.blocks(lo, hi, blk, dy, x, dx, true, sweep32, sweep64)
+		case j.mask != nil:
+			j.mask.blocks(lo, hi, blk, dy, x, nil, false, sums32, sums64)
 		case j.sweep:
-			forBlocks(lo, hi, blk, dy, x, dx,
-				func(off int, dy, x, dx []float32) { sums32(off, dy, x, nil); apply32(off, dy, x, dx) },
-				func(off int, dy, x, dx []float64) { sums64(off, dy, x, nil); apply64(off, dy, x, dx) })
+			forBlocks(lo, hi, blk, dy, x, dx, sweep32, sweep64)
 		default:
 			forBlocks(lo, hi, blk, dy, x, nil, sums32, sums64)
 		}
@@ -183,11 +189,14 @@ func (j *byChannelJob[T]) run(u int) {
 	j.g.coefficients(j.t, a, b, c0, c1)
 	j.t.round32(c0, c1)
 	j.planes(c0, c1, func(lo, hi, blk int) {
-		if fused {
+		switch {
+		case fused:
 			fusedBlocks(lo, hi, blk, false, true)
-			return
+		case j.mask != nil:
+			j.mask.blocks(lo, hi, blk, dy, x, dx, true, apply32, apply64)
+		default:
+			forBlocks(lo, hi, blk, dy, x, dx, apply32, apply64)
 		}
-		forBlocks(lo, hi, blk, dy, x, dx, apply32, apply64)
 	})
 	if t.f32 != nil && t.f32.Stream {
 		simdFence() // before parallel reports the unit done (see applyJob.run)

@@ -37,8 +37,11 @@
 //     TrainingGrad or InferenceGrad), global_normalization_grad.go
 //     (GlobalNormalizationGrad), grad_reduce.go and grad_apply.go
 //     (GradReduce and GradApply, the synchronized (cross-replica)
-//     gradient's halves around an all-reduce). Each plans, then runs its
-//     plan's passes; terms.go holds what they share (the lengths check,
+//     gradient's halves around an all-reduce), fused_batch_norm_grad_ex.go
+//     (FusedBatchNormGradEx: FusedBatchNormGrad's passes of the gradient
+//     masked by an activation's derivative, which they form block by block
+//     where they read dy, gradMask). Each plans, then runs its plan's
+//     passes; terms.go holds what they share (the lengths check,
 //     1/sqrt(σ²+ε), the affine coefficients' storage).
 //   - sumpass.go: the first pass, per-channel sums of dy and dy·(x−μ)
 //     (reduce; sweep, which also writes the inference x_backprop in the
@@ -63,11 +66,13 @@
 //   - simd_amd64.go, simd512_amd64.go, stream_amd64.s, f16c_amd64.s,
 //     tile_amd64.s, bf16_amd64.s: the AVX2/AVX-512 forms of those loops
 //     (GOEXPERIMENT=simd), among them the channels-last sums in float32
-//     tiles and the bfloat16 rows converted in registers (rounded with
-//     AVX512_BF16 where the CPU has it); simd_other.go where they are
-//     absent. The AVX-512 forms of the loops that simd_amd64.go writes in
-//     its lane constants are generated from them (simd512_gen_amd64.go:
-//     go generate ./kernels, which runs cmd/gensimd).
+//     tiles, the bfloat16 rows converted in registers (rounded with
+//     AVX512_BF16 where the CPU has it) and FusedBatchNormGradEx's mask
+//     of a block with its bits (maskRows32, unmaskRows32); simd_other.go
+//     where they are absent. The AVX-512 forms of the loops that
+//     simd_amd64.go writes in its lane constants are generated from them
+//     (simd512_gen_amd64.go: go generate ./kernels, which runs
+//     cmd/gensimd).
 //   - xinuse_amd64.go, xinuse_amd64.s: the tests' probe that the vector
 //     loops leave the upper register halves clear.
 //   - float16.go: Half and BFloat16; scratch.go: pooled per-call memory.

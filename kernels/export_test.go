@@ -59,6 +59,7 @@ func ResetSplitStats() {
 	splits.affine.Store(0)
 	splits.folds.Store(0)
 	splits.planeLanes.Store(0)
+	splits.maskBits.Store(0)
 	splits.ranges.Store(0)
 	splits.helperRanges.Store(0)
 	splits.waitNanos.Store(0)
@@ -79,3 +80,7 @@ func PlaneLanesInUse() bool { return simdPlaneLanes != nil }
 // PlaneLaneUnits returns how many by-channel units summed their planes in
 // lanes (simdPlaneLanes) since ResetSplitStats.
 func PlaneLaneUnits() uint64 { return splits.planeLanes.Load() }
+
+// MaskBitGranules returns how many granules' mask bits FusedBatchNormGradEx's
+// two-pass forms wrote since ResetSplitStats.
+func MaskBitGranules() uint64 { return splits.maskBits.Load() }

@@ -61,25 +61,32 @@ func FusedBatchNormGrad[T Element](g FusedGradArgs[T]) {
 // B = −scale·c³·Σdy(x−μ)/R. Sums are accumulated and the coefficients formed
 // in float64. With R = 0 the 1-D outputs are zero (as stock's, whatever the
 // variance). It panics if slice lengths disagree with Dims.
-func TrainingGrad[T Element](g FusedGradArgs[T]) {
+func TrainingGrad[T Element](g FusedGradArgs[T]) { trainingGrad(g, maskOf[T]{}) }
+
+// trainingGrad is TrainingGrad of dy, or of the gradient o's mask forms
+// from dy where the passes read it (FusedBatchNormGradEx).
+func trainingGrad[T Element](g FusedGradArgs[T], o maskOf[T]) {
 	if g.empty() {
 		return
 	}
 	p := plan(g.Dims, jobTraining, g.YBackprop, g.X, g.XBackprop)
 	s, mean, t := g.setup()
 	defer s.release()
+	m := o.in(s, p)
 	switch {
 	case p.Form == FormByChannel:
-		trainingByChannel(s, p, g, t)
+		trainingByChannel(s, p, g, t, m)
 	case p.Workers > 1:
-		twoPasses(s, p, g.YBackprop, g.X, g.XBackprop, mean, t, g.formOf(t))
+		twoPasses(s, p, g.YBackprop, g.X, g.XBackprop, mean, t, g.formOf(t), m)
 	default: // the same passes on the calling goroutine, nothing on the heap
 		splits.serial(p.Chunks)
 		sums := newSums(s, p, g.YBackprop, g.X, mean)
+		sums.job.mask = m
 		pass{n: sums.n, ranges: p.Chunks, align: p.Align, fn: sums.run}.serially()
 		sums.fold()
 		g.coefficients(t, sums.sumDy, sums.sumDyXc, 0, len(mean))
 		apply := newApply(s, p, t, g.YBackprop, g.X, g.XBackprop)
+		apply.mask = m
 		pass{n: sums.n, ranges: p.Chunks, align: p.Align, fn: apply.runRange, reverse: true}.serially()
 	}
 }
@@ -99,17 +106,19 @@ func (g FusedGradArgs[T]) setup() (*scratch, []float64, affine) {
 // pass of its own: the caller adds up the sums before the last pass, while
 // the helpers wait at its gate. form, where not nil, sets t's coefficients
 // of a range of channels from their sums once they are whole. It returns
-// the sums. t has Mean set.
+// the sums. t has Mean set. m, where not nil, forms the gradient the
+// passes read in dy's place.
 func twoPasses[T Element](s *scratch, p Plan, dy, x, dx []T, mean []float64, t affine,
-	form func(sumDy, sumDyXc []float64, c0, c1 int)) (sumDy, sumDyXc []float64) {
+	form func(sumDy, sumDyXc []float64, c0, c1 int), m *gradMask[T]) (sumDy, sumDyXc []float64) {
 	sums := new(sumsPass[T])
 	*sums = newSums(s, p, dy, x, mean)
+	sums.job.mask = m
 	apply := new(applyJob[T])
 	first := pass{n: sums.n, ranges: p.Chunks, align: p.Align, fn: sums.run}
 	// The first pass's chunks, so that an affine pass finds its data where
 	// it left it; last chunk first, as applyAll, where not affine.
 	last := pass{n: sums.n, ranges: p.Chunks, align: p.Align, fn: apply.runRange, reverse: true, affine: p.Affine,
-		before: func() { *apply = newApply(s, p, t, dy, x, dx) }}
+		before: func() { *apply = newApply(s, p, t, dy, x, dx); apply.mask = m }}
 	if p.Folds > 1 {
 		parallelPasses(crewOf(p), first, sums.foldPass(p, form), last)
 		return sums.sumDy, sums.sumDyXc
@@ -161,7 +170,11 @@ func (g FusedGradArgs[T]) coefficients(t affine, sumDy, sumDyXc []float64, c0, c
 //	x_backprop      = dy · scale · c
 //
 // It panics if slice lengths disagree with Dims.
-func InferenceGrad[T Element](g FusedGradArgs[T]) {
+func InferenceGrad[T Element](g FusedGradArgs[T]) { inferenceGrad(g, maskOf[T]{}) }
+
+// inferenceGrad is InferenceGrad of dy, or of the gradient o's mask forms
+// from dy where the passes read it (FusedBatchNormGradEx).
+func inferenceGrad[T Element](g FusedGradArgs[T], o maskOf[T]) {
 	if g.empty() {
 		return
 	}
@@ -175,11 +188,12 @@ func InferenceGrad[T Element](g FusedGradArgs[T]) {
 	}
 	// x_backprop does not depend on the sums: one pass can do both (sweep).
 	p := plan(g.Dims, jobSweep, g.YBackprop, g.X, g.XBackprop)
+	m := o.in(s, p)
 	var sumDy, sumDyXc []float64
 	if p.Form == FormByChannel {
-		sumDy, sumDyXc = sweepByChannel(s, p, g, t)
+		sumDy, sumDyXc = sweepByChannel(s, p, g, t, m)
 	} else {
-		sumDy, sumDyXc = sweep(s, p, g.YBackprop, g.X, g.XBackprop, mean, &t)
+		sumDy, sumDyXc = sweep(s, p, g.YBackprop, g.X, g.XBackprop, mean, &t, m)
 	}
 	for c := range mean {
 		g.OffsetBackprop[c] = float32(sumDy[c])

@@ -52,7 +52,7 @@ func GlobalNormalizationGrad[T Element](g GlobalNormalizationArgs[T]) {
 	}
 	// dx does not depend on the sums: one pass can do both (sweep).
 	p := plan(g.Dims, jobSweep, g.Backprop, g.T, g.DX)
-	sumDy, sumDyXc := sweep(sc, p, g.Backprop, g.T, g.DX, mean, &t)
+	sumDy, sumDyXc := sweep(sc, p, g.Backprop, g.T, g.DX, mean, &t, nil)
 	dm, dv, dg := sc.float64s(C), sc.float64s(C), sc.float64s(C)
 	for c := range C {
 		k := t.A[c]

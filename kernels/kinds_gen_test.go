@@ -14,4 +14,5 @@ var kindKernels = map[string]map[string]any{
 	"GlobalNormalizationGrad": {"float": kernels.GlobalNormalizationGrad[float32], "double": kernels.GlobalNormalizationGrad[float64], "half": kernels.GlobalNormalizationGrad[kernels.Half], "bfloat16": kernels.GlobalNormalizationGrad[kernels.BFloat16]},
 	"GradReduce":              {"float": kernels.GradReduce[float32], "double": kernels.GradReduce[float64], "half": kernels.GradReduce[kernels.Half], "bfloat16": kernels.GradReduce[kernels.BFloat16]},
 	"GradApply":               {"float": kernels.GradApply[float32], "double": kernels.GradApply[float64], "half": kernels.GradApply[kernels.Half], "bfloat16": kernels.GradApply[kernels.BFloat16]},
+	"FusedBatchNormGradEx":    {"float": kernels.FusedBatchNormGradEx[float32], "double": kernels.FusedBatchNormGradEx[float64], "half": kernels.FusedBatchNormGradEx[kernels.Half], "bfloat16": kernels.FusedBatchNormGradEx[kernels.BFloat16]},
 }

@@ -120,6 +120,11 @@ var (
 	// simdFence orders the calling thread's non-temporal stores (Stream)
 	// before its later stores.
 	simdFence func()
+	// simdMaskRows and simdUnmaskRows are maskGrad and unmaskGrad over a
+	// float32 block's leading elements (FusedBatchNormGradEx): they return
+	// how many they took.
+	simdMaskRows   func(dz, dy, y []float32, upper bool, bits []uint64) int
+	simdUnmaskRows func(dz, dy []float32, bits []uint64, pos int) int
 )
 
 // aligned32 reports whether s is not empty and starts on a 32-byte boundary,

@@ -40,6 +40,7 @@ type splitCounter struct {
 	affine                atomic.Uint64 // the calls with an affine pass after the first
 	folds                 atomic.Uint64 // the calls that added up their chunks' sums in ranges (Plan.Folds)
 	planeLanes            atomic.Uint64 // the by-channel units whose planes were summed in lanes (simdPlaneLanes)
+	maskBits              atomic.Uint64 // the granules whose mask bits FusedBatchNormGradEx's first pass wrote (maskForm)
 	// ranges and helperRanges count the ranges that calls with helpers
 	// ran, and those of them that a helper ran; waitNanos the time their
 	// callers waited, out of ranges, for the helpers' last: SplitShares.

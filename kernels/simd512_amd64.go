@@ -53,6 +53,9 @@ func storeMasked16(v archsimd.Float32x16, p unsafe.Pointer, i int, m archsimd.Ma
 	v.StoreMasked((*[f32Lanes512]float32)(unsafe.Add(p, 4*i)), m)
 }
 
+// maskFromBits16 is maskFromBits8 at this width: the low sixteen bits.
+func maskFromBits16(w uint64) archsimd.Mask32x16 { return archsimd.Mask32x16FromBits(uint16(w)) }
+
 // quad512 returns v's two halves added, as four lanes to add up.
 func quad512(v archsimd.Float64x8) archsimd.Float64x4 { return v.GetLo().Add(v.GetHi()) }
 

@@ -435,3 +435,47 @@ func narrowBFloat16x16(dst []BFloat16, src []float32) {
 		dst[j] = BFloat16FromFloat32(src[j])
 	}
 }
+
+// maskRows512 is maskRows32 on AVX-512 vectors.
+func maskRows512(dz, dy, y []float32, upper bool, bits []uint64) int {
+	n := len(dz) / 64 * 64
+	needLen(n, dy, y)
+	if bits != nil && len(bits) < n/64 {
+		panic("kernels: mask bits shorter than the loop")
+	}
+	pz, pd, py := ptr32(dz), ptr32(dy), ptr32(y)
+	zero, six, one := archsimd.BroadcastFloat32x16(0), archsimd.BroadcastFloat32x16(6), archsimd.BroadcastFloat32x16(1)
+	for w := 0; w < n/64; w++ {
+		var word uint64
+		for k := 0; k < 64; k += f32Lanes512 {
+			j := 64*w + k
+			v := load16(py, j)
+			on := v.Greater(zero)
+			if upper {
+				on = on.And(v.Less(six))
+			}
+			store16(load16(pd, j).Mul(one.Masked(on)), pz, j)
+			word |= uint64(on.ToBits()) << k
+		}
+		if bits != nil {
+			bits[w] = word
+		}
+	}
+	archsimd.ClearAVXUpperBits()
+	return n
+}
+
+// unmaskRows512 is unmaskRows32 on AVX-512 vectors.
+func unmaskRows512(dz, dy []float32, bits []uint64, pos int) int {
+	n := len(dz) / f32Lanes512 * f32Lanes512
+	needLen(n, dy)
+	pz, pd := ptr32(dz), ptr32(dy)
+	one := archsimd.BroadcastFloat32x16(1)
+	for j := 0; j < n; j += f32Lanes512 {
+		p := pos + j
+		w := bits[p/64]>>(p%64) | bits[p/64+1]<<(64-p%64)
+		store16(load16(pd, j).Mul(one.Masked(maskFromBits16(w))), pz, j)
+	}
+	archsimd.ClearAVXUpperBits()
+	return n
+}

@@ -59,11 +59,13 @@ func selectLoops(wide bool) {
 		simdWidenBFloat16, simdNarrowBFloat16 = widenBFloat16x16, narrowBFloat16x16
 		simdSumsBFloat16, simdApplyBFloat16 = sumsRowsBF16, applyRowsBF16
 		simdPlaneLanes, simdPlaneLanesBFloat16, simdApplyPlanesBFloat16 = sumsPlaneLanes512, sumsPlaneLanesBF16x16, applyPlanesBF16x16
+		simdMaskRows, simdUnmaskRows = maskRows512, unmaskRows512
 	} else {
 		rowLoopsInUse, sumsPlanes, applyPlanes = avx2Rows, sumsPlanes32, applyPlanes32
 		simdWidenBFloat16, simdNarrowBFloat16 = widenBFloat16, narrowBFloat16
 		simdSumsBFloat16, simdApplyBFloat16 = nil, nil
 		simdPlaneLanes, simdPlaneLanesBFloat16, simdApplyPlanesBFloat16 = sumsPlaneLanes32, sumsPlaneLanesBF16, applyPlanesBF16
+		simdMaskRows, simdUnmaskRows = maskRows32, unmaskRows32
 	}
 }
 
@@ -928,6 +930,60 @@ func streamRun(a, b, mdy, mu float32, dy, x, dx []float32) {
 func streamApplyRow(n int, dy, x, dx, a, b, mdy, mu unsafe.Pointer)
 func streamApplyRun(n int, dy, x, dx unsafe.Pointer, a, b, mdy, mu float32)
 func streamFence()
+
+// maskRows32 is maskGrad over the leading multiple of 64 of dz's
+// elements, eight at a time, and returns that multiple: dz = dy·m, m 1
+// where 0 < y (and y < 6 where upper), else 0 (a NaN y compares false; a
+// NaN or infinite dy times 0 is NaN), and, where bits is not nil, m's
+// bits, element i's at bit i%64 of bits[i/64].
+func maskRows32(dz, dy, y []float32, upper bool, bits []uint64) int {
+	n := len(dz) / 64 * 64
+	needLen(n, dy, y)
+	if bits != nil && len(bits) < n/64 {
+		panic("kernels: mask bits shorter than the loop")
+	}
+	pz, pd, py := ptr32(dz), ptr32(dy), ptr32(y)
+	zero, six, one := archsimd.BroadcastFloat32x8(0), archsimd.BroadcastFloat32x8(6), archsimd.BroadcastFloat32x8(1)
+	for w := 0; w < n/64; w++ {
+		var word uint64
+		for k := 0; k < 64; k += f32Lanes {
+			j := 64*w + k
+			v := load8(py, j)
+			on := v.Greater(zero)
+			if upper {
+				on = on.And(v.Less(six))
+			}
+			store8(load8(pd, j).Mul(one.Masked(on)), pz, j)
+			word |= uint64(on.ToBits()) << k
+		}
+		if bits != nil {
+			bits[w] = word
+		}
+	}
+	archsimd.ClearAVXUpperBits()
+	return n
+}
+
+// unmaskRows32 is unmaskGrad over the leading multiple of eight of dz's
+// elements, eight at a time, and returns that multiple: dz = dy·m, m's
+// bits from bit pos of bits on (bits[(pos+j)/64+1] must be there, the
+// spare word of a granule's).
+func unmaskRows32(dz, dy []float32, bits []uint64, pos int) int {
+	n := len(dz) / f32Lanes * f32Lanes
+	needLen(n, dy)
+	pz, pd := ptr32(dz), ptr32(dy)
+	one := archsimd.BroadcastFloat32x8(1)
+	for j := 0; j < n; j += f32Lanes {
+		p := pos + j
+		w := bits[p/64]>>(p%64) | bits[p/64+1]<<(64-p%64)
+		store8(load8(pd, j).Mul(one.Masked(maskFromBits8(w))), pz, j)
+	}
+	archsimd.ClearAVXUpperBits()
+	return n
+}
+
+// maskFromBits8 returns the mask of the low eight bits of w, lane l bit l.
+func maskFromBits8(w uint64) archsimd.Mask32x8 { return archsimd.Mask32x8FromBits(uint8(w)) }
 
 // widenBFloat16 converts bfloat16 bits to float32, eight at a time.
 func widenBFloat16(dst []float32, src []BFloat16) {

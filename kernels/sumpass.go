@@ -3,7 +3,7 @@ package kernels
 // reduce returns the per-channel sums Σdy and Σdy·(x−mean) over the whole
 // tensor as plan p (FormSums) cuts it.
 func reduce[T Element](s *scratch, p Plan, dy, x []T, mean []float64) (sumDy, sumDyXc []float64) {
-	return sweep(s, p, dy, x, nil, mean, nil)
+	return sweep[T](s, p, dy, x, nil, mean, nil, nil)
 }
 
 // sweep is reduce, and when t is not nil it also writes dx by t block by
@@ -13,21 +13,25 @@ func reduce[T Element](s *scratch, p Plan, dy, x []T, mean []float64) (sumDy, su
 // splitRowC channels or more beyond maxTiledBytes, which is faster there
 // although it reads dy twice), sweep runs them. BenchmarkInferenceGrad's
 // channels-last cases chose both (docs/performance.md, "Block and range
-// sizes").
-func sweep[T Element](s *scratch, p Plan, dy, x, dx []T, mean []float64, t *affine) (sumDy, sumDyXc []float64) {
+// sizes"). m, where not nil, forms the gradient the passes read in dy's
+// place (FusedBatchNormGradEx).
+func sweep[T Element](s *scratch, p Plan, dy, x, dx []T, mean []float64, t *affine, m *gradMask[T]) (sumDy, sumDyXc []float64) {
 	if p.Form == FormPasses {
 		if p.Workers > 1 {
-			return twoPasses(s, p, dy, x, dx, mean, *t, nil)
+			return twoPasses(s, p, dy, x, dx, mean, *t, nil, m)
 		}
 		splits.serial(p.Chunks)
 		sums := newSums(s, p, dy, x, mean)
+		sums.job.mask = m
 		pass{n: sums.n, ranges: p.Chunks, align: p.Align, fn: sums.run}.serially()
 		sums.fold()
 		apply := newApply(s, p, *t, dy, x, dx)
+		apply.mask = m
 		pass{n: sums.n, ranges: p.Chunks, align: p.Align, fn: apply.runRange, reverse: true}.serially()
 		return sums.sumDy, sums.sumDyXc
 	}
 	sums := newSums(s, p, dy, x, mean)
+	sums.job.mask = m
 	if t != nil && sums.n > 0 {
 		sums.job.dx, sums.job.apply = dx, t.repeated(s, p.L).withFloat32(s)
 	}
@@ -136,18 +140,24 @@ func (p *sumsPass[T]) foldPass(plan Plan, form func(sumDy, sumDyXc []float64, c0
 }
 
 // sweepJob is sweep's pass over the period dims pd, in blocks of blk: the
-// sums, and dx by apply when dx is not nil.
+// sums, and dx by apply when dx is not nil; of the gradient mask forms
+// from dy where it is not nil.
 type sweepJob[T Element] struct {
 	pd        Dims
 	blk       int
 	dy, x, dx []T
 	mean      []float64
 	apply     affine
+	mask      *gradMask[T]
 }
 
 // run adds the sums of the elements at [lo, hi) into a and b, and writes
 // their dx.
 func (j *sweepJob[T]) run(lo, hi int, a, b []float64) {
+	if j.mask != nil {
+		j.mask.sweep(j, lo, hi, a, b)
+		return
+	}
 	if L, ok := bfloat16Rows[T](j.pd, lo, hi); ok && (j.dx == nil || j.apply.f32 != nil) {
 		dy, x, dx := any(j.dy).([]BFloat16), any(j.x).([]BFloat16), any(j.dx).([]BFloat16)
 		blk := max(L, j.blk/L*L)

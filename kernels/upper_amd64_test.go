@@ -94,6 +94,11 @@ func TestVectorLoopsClearUpperHalves(t *testing.T) {
 			narrowBFloat16x16(bf[:n-1], dy[:n-1])
 			requireUpperClear(t, name+" narrowBFloat16x16")
 		}
+		bits := make([]uint64, n/64+1)
+		simdMaskRows(dx, dy, x, true, bits)
+		requireUpperClear(t, name+" simdMaskRows")
+		simdUnmaskRows(dx[:n-8], dy[:n-8], bits, 3)
+		requireUpperClear(t, name+" simdUnmaskRows")
 		lanes, mean32 := make([]float64, planeLanes*3), make([]float32, 3+meanPad)
 		bdy, bx, bdx := make([]BFloat16, n), make([]BFloat16, n), make([]BFloat16, n)
 		for _, S := range []int{n / 4, 49, 7} {
@@ -166,6 +171,13 @@ func gradsLeaveUpperClear[T Element](t *testing.T, d Dims) {
 	}
 	leavesUpperClear(t, "TrainingGrad", func() { TrainingGrad(g) })
 	leavesUpperClear(t, "InferenceGrad", func() { InferenceGrad(g) })
+	ex := FusedGradExArgs[T]{Dims: d, YBackprop: g.YBackprop, X: g.X, Y: make([]T, n), Scale: g.Scale,
+		ReserveSpace1: g.ReserveSpace1, ReserveSpace2: g.ReserveSpace2, Offset: g.Scale, Epsilon: g.Epsilon,
+		ActivationMode: "Relu", NumSideInputs: 1, IsTraining: true, XBackprop: g.XBackprop,
+		ScaleBackprop: g.ScaleBackprop, OffsetBackprop: g.OffsetBackprop, SideInputBackprop: make([]T, n)}
+	leavesUpperClear(t, "FusedBatchNormGradEx", func() { FusedBatchNormGradEx(ex) })
+	ex.IsTraining = false
+	leavesUpperClear(t, "FusedBatchNormGradEx, inference", func() { FusedBatchNormGradEx(ex) })
 }
 
 // leavesUpperClear runs grad and checks the upper halves after it, up to

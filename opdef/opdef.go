@@ -62,6 +62,12 @@ const (
 	// GradApply is BatchNormGradApply, the second half: x_backprop of one
 	// replica from the sums all-reduced over every replica.
 	GradApply Kind = "GradApply"
+	// FusedBatchNormGradEx is FusedBatchNormGradEx: FusedBatchNormGradV3's
+	// gradient of dy masked by the derivative of the activation that
+	// followed the batch norm (Identity, Relu, Relu6), given its output y,
+	// and that masked gradient itself for a side input added before the
+	// activation.
+	FusedBatchNormGradEx Kind = "FusedBatchNormGradEx"
 )
 
 // SnakeCase returns the kind's name in snake case, e.g.
@@ -143,6 +149,10 @@ type Attr struct {
 	TypeClass string
 	// Values lists the strings a StringAttr may take; empty: any.
 	Values []string
+	// Accepts lists the strings gobn's kernels take of a StringAttr whose
+	// spec takes any, as stock's does: Op.CheckAttr refuses another, as
+	// stock's kernels do when they are made.
+	Accepts []string
 	// Min is the least value an IntAttr may take, where it has one.
 	Min *int64
 	// Default is the attr's default, a float32, int64, bool or string as
@@ -347,6 +357,11 @@ var mixedKernels = []TypeBinding{
 	{"T": BFloat16, "U": Float},
 }
 
+// ActivationModes are the activations whose gradient FusedBatchNormGradEx
+// fuses, as its activation_mode names them: stock's Identity and Relu, and
+// Relu6.
+var ActivationModes = []string{"Identity", "Relu", "Relu6"}
+
 // All lists every op gobn registers, in a fixed order. Index i of All is the
 // op's number in the generated C tables.
 var All = []Op{
@@ -453,6 +468,28 @@ var All = []Op{
 		Kernels:    mixedKernels,
 		GPUKernels: mixedKernels,
 		HostMemory: []string{"count"},
+	},
+	// FusedBatchNormGradV3 of the activation's gradient: stock's is internal
+	// to TensorFlow, grappler's fusion on a GPU (in half, NHWC, training).
+	// offset and reserve_space_3 are what cuDNN takes; gobn's kernels read
+	// neither. y is the activation's output, which its derivative is read
+	// from as ReluGrad reads it.
+	{
+		Name:       "Gobn>FusedBatchNormGradEx",
+		Stock:      "_FusedBatchNormGradEx",
+		Kind:       FusedBatchNormGradEx,
+		Activation: "x",
+		Inputs: append(fusedInputs("float", "U", true),
+			Arg{Name: "offset", Type: "float", Ranks: vector},
+			Arg{Name: "y", Type: "T", Ranks: activation}),
+		Outputs: append(fusedOutputs("U", "reserve_space_4", "reserve_space_5"),
+			Arg{Name: "side_input_backprop", Type: "T", Shape: ShapeRule{Like: 1}, Number: "num_side_inputs"}),
+		Attrs: []Attr{mixedPrecision[0], mixedPrecision[1], epsilon,
+			{Name: "num_side_inputs", Kind: IntAttr, Min: new(int64(0)), Default: int64(0)},
+			{Name: "activation_mode", Kind: StringAttr, Default: "Identity", Accepts: ActivationModes},
+			dataFormat(allFormats), isTraining},
+		Kernels:    mixedKernels,
+		GPUKernels: mixedKernels,
 	},
 }
 

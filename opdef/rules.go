@@ -133,6 +133,26 @@ func (op Op) Check(dataFormat string, shapes [][]int64) (Geometry, error) {
 	return g, nil
 }
 
+// CheckAttr applies the op's rules to the value of its attr, which
+// TensorFlow has checked against the attr's spec (but for a kernel of
+// gobn's made for a stock op, whose spec is stock's, or an XLA call): an
+// int attr that counts a list output (Arg.Number) is 0 or 1, as gobn's
+// kernels write the list once or not at all; a string attr is one of those
+// it Accepts, where it lists them.
+func (op Op) CheckAttr(attr Attr, value any) error {
+	switch v := value.(type) {
+	case int64:
+		if slices.ContainsFunc(op.Outputs, func(o Arg) bool { return o.Number == attr.Name }) && (v < 0 || v > 1) {
+			return invalid("%s must be 0 or 1 (gobn's kernels write its list once or not at all), got %d", attr.Name, v)
+		}
+	case string:
+		if len(attr.Accepts) > 0 && !slices.Contains(attr.Accepts, v) {
+			return invalid("%s must be one of %s, got %q", attr.Name, strings.Join(attr.Accepts, ", "), v)
+		}
+	}
+	return nil
+}
+
 // PerChannel reports whether the input is a per-channel vector: rank 1,
 // sized as the activation's channels.
 func (a Arg) PerChannel() bool { return slices.Equal(a.Ranks, vector) }

@@ -481,6 +481,40 @@ func TestSpecForms(t *testing.T) {
 	assert.Equal(t, "fused_batch_norm_grad_ex", opdef.Kind("FusedBatchNormGradEx").SnakeCase())
 }
 
+// TestCheckAttr: the attr values an op's kernels refuse though its spec
+// takes them (a spec stock's, for the kernels enable() registers under
+// stock's names): a count of a list output (Arg.Number) but 0 or 1, a
+// string attr's value it does not accept (Attr.Accepts); other values and
+// attrs pass.
+func TestCheckAttr(t *testing.T) {
+	count := opdef.Attr{Name: "num_sides", Kind: opdef.IntAttr, Min: new(int64(0)), Default: int64(0)}
+	mode := opdef.Attr{Name: "mode", Kind: opdef.StringAttr, Default: "Plain", Accepts: []string{"Plain", "Fancy"}}
+	free := opdef.Attr{Name: "label", Kind: opdef.StringAttr}
+	other := opdef.Attr{Name: "other", Kind: opdef.IntAttr}
+	op := opdef.Op{Name: "Gobn>Lists", Outputs: []opdef.Arg{{Name: "dx", Type: "T"},
+		{Name: "sides", Type: "T", Number: "num_sides"}}, Attrs: []opdef.Attr{count, mode, free, other}}
+	for _, ok := range []struct {
+		attr  opdef.Attr
+		value any
+	}{{count, int64(0)}, {count, int64(1)}, {mode, "Plain"}, {mode, "Fancy"}, {free, "anything"}, {other, int64(7)},
+		{opdef.Attr{Name: "epsilon", Kind: opdef.FloatAttr}, float32(2)}} {
+		assert.NoError(t, op.CheckAttr(ok.attr, ok.value), "%s = %v", ok.attr.Name, ok.value)
+	}
+	for _, bad := range []struct {
+		attr    opdef.Attr
+		value   any
+		message string
+	}{
+		{count, int64(2), "num_sides must be 0 or 1 (gobn's kernels write its list once or not at all), got 2"},
+		{count, int64(-1), "num_sides must be 0 or 1 (gobn's kernels write its list once or not at all), got -1"},
+		{mode, "fancy", `mode must be one of Plain, Fancy, got "fancy"`},
+	} {
+		err := op.CheckAttr(bad.attr, bad.value)
+		requireArgumentError(t, err)
+		assert.EqualError(t, err, bad.message)
+	}
+}
+
 func TestAllSignatures(t *testing.T) {
 	v3, ok := byName("Gobn>FusedBatchNormGradV3")
 	require.True(t, ok)
@@ -570,8 +604,13 @@ func TestActivationAndForward(t *testing.T) {
 			}
 		}
 	}
-	assert.Equal(t, []opdef.Kind{opdef.FusedBatchNormGrad, opdef.GlobalNormalizationGrad, opdef.GradReduce, opdef.GradApply},
-		opdef.Kinds())
+	var kinds []opdef.Kind // the table's, each once, in the order of their first op
+	for _, w := range opTable(t) {
+		if !slices.Contains(kinds, opdef.Kind(w.Kind)) {
+			kinds = append(kinds, opdef.Kind(w.Kind))
+		}
+	}
+	assert.Equal(t, kinds, opdef.Kinds())
 	v2, _ := byName("Gobn>FusedBatchNormGradV2")
 	assert.Equal(t, []opdef.DType{opdef.Half, opdef.BFloat16, opdef.Float}, v2.ArgDTypes(v2.Inputs[0]))
 	assert.Equal(t, []opdef.DType{opdef.Float}, v2.ArgDTypes(v2.Inputs[2]))

@@ -212,3 +212,65 @@ func BatchNormGradApply(scope *op.Scope, y_backprop tf.Output, x tf.Output, scal
 	}
 	return operation.Output(0)
 }
+
+// FusedBatchNormGradExAttr is an optional argument to FusedBatchNormGradEx.
+type FusedBatchNormGradExAttr func(optionalAttr)
+
+// FusedBatchNormGradExEpsilon sets the optional epsilon attribute to value;
+// if not specified, it defaults to 0.0001.
+func FusedBatchNormGradExEpsilon(value float32) FusedBatchNormGradExAttr {
+	return FusedBatchNormGradExAttr(setAttr("epsilon", value))
+}
+
+// FusedBatchNormGradExNumSideInputs sets the optional num_side_inputs attribute to value;
+// if not specified, it defaults to 0.
+func FusedBatchNormGradExNumSideInputs(value int64) FusedBatchNormGradExAttr {
+	return FusedBatchNormGradExAttr(setAttr("num_side_inputs", value))
+}
+
+// FusedBatchNormGradExActivationMode sets the optional activation_mode attribute to value;
+// if not specified, it defaults to "Identity".
+func FusedBatchNormGradExActivationMode(value string) FusedBatchNormGradExAttr {
+	return FusedBatchNormGradExAttr(setAttr("activation_mode", value))
+}
+
+// FusedBatchNormGradExDataFormat sets the optional data_format attribute to value, one of 'NHWC', 'NCHW', 'NDHWC', 'NCDHW';
+// if not specified, it defaults to "NHWC".
+func FusedBatchNormGradExDataFormat(value string) FusedBatchNormGradExAttr {
+	return FusedBatchNormGradExAttr(setAttr("data_format", value))
+}
+
+// FusedBatchNormGradExIsTraining sets the optional is_training attribute to value;
+// if not specified, it defaults to true.
+func FusedBatchNormGradExIsTraining(value bool) FusedBatchNormGradExAttr {
+	return FusedBatchNormGradExAttr(setAttr("is_training", value))
+}
+
+// FusedBatchNormGradEx adds a Gobn>FusedBatchNormGradEx operation to the graph:
+// gobn's kernel with the inputs, outputs and attrs of the stock
+// _FusedBatchNormGradEx. Load must have loaded libgobn.so first.
+//
+// Inputs: y_backprop: T, x: T, scale: float, reserve_space_1: U, reserve_space_2: U, reserve_space_3: U, offset: float, y: T.
+// T is inferred from the inputs (half, bfloat16, float); CPU kernels exist for float, half, bfloat16.
+// U is inferred from the inputs (float); CPU kernels exist for float.
+//
+// Returns x_backprop (T, shaped like x), scale_backprop (U, shaped like scale),
+// offset_backprop (U, shaped like scale), reserve_space_4 (U, an empty
+// placeholder of shape [0]), reserve_space_5 (U, an empty placeholder of shape
+// [0]), side_input_backprop (T, shaped like x).
+func FusedBatchNormGradEx(scope *op.Scope, y_backprop tf.Output, x tf.Output, scale tf.Output, reserve_space_1 tf.Output, reserve_space_2 tf.Output, reserve_space_3 tf.Output, offset tf.Output, y tf.Output, optional ...FusedBatchNormGradExAttr) (x_backprop tf.Output, scale_backprop tf.Output, offset_backprop tf.Output, reserve_space_4 tf.Output, reserve_space_5 tf.Output, side_input_backprop []tf.Output) {
+	operation := addOperation(scope, "Gobn>FusedBatchNormGradEx", []tf.Input{y_backprop, x, scale, reserve_space_1, reserve_space_2, reserve_space_3, offset, y},
+		optionalAttr{}, optional)
+	if operation == nil {
+		return
+	}
+	n0, err := operation.OutputListSize("side_input_backprop")
+	if err != nil {
+		scope.UpdateErr("Gobn>FusedBatchNormGradEx", err)
+		return
+	}
+	for i := range n0 {
+		side_input_backprop = append(side_input_backprop, operation.Output(5+i))
+	}
+	return operation.Output(0), operation.Output(1), operation.Output(2), operation.Output(3), operation.Output(4), side_input_backprop
+}

@@ -197,8 +197,15 @@ func fusedInputs(t *testing.T, root *op.Scope, o opdef.Op, b opdef.TypeBinding, 
 		in["reserve_space_2"] = tg.Cast(root, constant(t, root, uniform(rng, g.C, 0.5, 2), []int64{int64(g.C)}), tf.Float)
 		in["reserve_space_3"] = empty
 	}
-	for _, arg := range o.Inputs { // FusedBatchNormGrad takes T everywhere
-		if want := argType(arg.Type, b); in[arg.Name].DataType() != want {
+	for _, arg := range o.Inputs {
+		switch _, ok := in[arg.Name]; {
+		case ok:
+		case arg.PerChannel(): // an op's own (FusedBatchNormGradEx's offset)
+			in[arg.Name] = constant(t, root, uniform(rng, g.C, -1, 1), []int64{int64(g.C)})
+		default: // its own of x's shape (FusedBatchNormGradEx's y), across 0
+			in[arg.Name] = constant(t, root, uniform(rng, g.Len(), -1.5, 7.5), shape)
+		}
+		if want := argType(arg.Type, b); in[arg.Name].DataType() != want { // FusedBatchNormGrad takes T everywhere
 			in[arg.Name] = tg.Cast(root, in[arg.Name], want)
 		}
 	}

@@ -32,4 +32,11 @@ var wrappers = map[string]wrapper{
 		"epsilon":     {ops.BatchNormGradApplyEpsilon, nil},
 		"data_format": {ops.BatchNormGradApplyDataFormat, nil},
 	}},
+	"Gobn>FusedBatchNormGradEx": {ops.FusedBatchNormGradEx, nil, map[string][2]any{
+		"epsilon":         {ops.FusedBatchNormGradExEpsilon, nil},
+		"num_side_inputs": {ops.FusedBatchNormGradExNumSideInputs, nil},
+		"activation_mode": {ops.FusedBatchNormGradExActivationMode, nil},
+		"data_format":     {ops.FusedBatchNormGradExDataFormat, nil},
+		"is_training":     {ops.FusedBatchNormGradExIsTraining, nil},
+	}},
 }

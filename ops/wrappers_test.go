@@ -99,9 +99,15 @@ func TestWrappersBuildTheirOps(t *testing.T) {
 			operation := outs[0].Interface().(tf.Output).Op
 			require.Equal(t, o.Name, operation.Type())
 			for i, out := range outs {
-				got := out.Interface().(tf.Output)
-				require.Equal(t, operation.Name(), got.Op.Name(), "output %d", i)
-				require.Equal(t, i, got.Index, "output %s", o.Outputs[i].Name)
+				got := []tf.Output{}
+				if o.Outputs[i].Number != "" { // a list, of as many as notDefault's count: one
+					got = out.Interface().([]tf.Output)
+					require.Len(t, got, 1, "output %s", o.Outputs[i].Name)
+				} else {
+					got = append(got, out.Interface().(tf.Output))
+				}
+				require.Equal(t, operation.Name(), got[0].Op.Name(), "output %d", i)
+				require.Equal(t, i, got[0].Index, "output %s", o.Outputs[i].Name)
 			}
 			require.Equal(t, len(o.Inputs), operation.NumInputs())
 			for i, in := range inputs {
@@ -120,15 +126,20 @@ func TestWrappersBuildTheirOps(t *testing.T) {
 }
 
 // notDefault returns a value of attr a (not a type attr) other than its
-// default.
+// default: an int attr's the next (a list's count: 1), a string attr's
+// another it allows or its kernels accept.
 func notDefault(a opdef.Attr) any {
 	switch a.Kind {
 	case opdef.FloatAttr:
 		return float32(0.25)
 	case opdef.BoolAttr:
 		return a.Default != true
+	case opdef.IntAttr:
+		if d, ok := a.Default.(int64); ok {
+			return d + 1
+		}
 	case opdef.StringAttr:
-		for _, v := range a.Values {
+		for _, v := range append(a.Values, a.Accepts...) {
 			if v != a.Default {
 				return v
 			}

@@ -23,7 +23,7 @@ import json
 import os
 import sys
 
-import support  # noqa: F401  (first: the package on sys.path)
+import support  # first: the package on sys.path
 
 import numpy as np
 import tensorflow as tf
@@ -88,9 +88,9 @@ report["reconverted_types"] = bn_types(model)
 x = inputs("converted")
 results["reconverted"] = model.predict(x, verbose=0)
 model.compile(keras.optimizers.SGD(0.05), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-before = grad_calls("Gobn>FusedBatchNormGradV3")
+before = grad_calls(*support.BATCH_NORM_GRAD_OPS)
 model.fit(np.concatenate([x, x]), np.arange(8) % 2, batch_size=4, epochs=1, verbose=0, shuffle=False)
-report["reconverted_grad_calls"] = grad_calls("Gobn>FusedBatchNormGradV3") - before
+report["reconverted_grad_calls"] = grad_calls(*support.BATCH_NORM_GRAD_OPS) - before
 
 # A Keras 3 model of stock layers, made before enable() and trained after it.
 keras.utils.set_random_seed(3)
@@ -128,9 +128,9 @@ saved = os.path.join(folder, "tf_keras_saved_model")
 model.save(saved)
 model.save(os.path.join(folder, "tf_keras.keras"))
 keras3.compile(keras.optimizers.SGD(0.1), keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-before = grad_calls("Gobn>FusedBatchNormGradV3")
+before = grad_calls(*support.BATCH_NORM_GRAD_OPS)
 keras3.fit(x, y, batch_size=8, epochs=1, verbose=0, shuffle=False)
-report["keras3_grad_calls"] = grad_calls("Gobn>FusedBatchNormGradV3") - before
+report["keras3_grad_calls"] = grad_calls(*support.BATCH_NORM_GRAD_OPS) - before
 report["keras3_types"] = bn_types(keras3)
 results["keras3_enable/expected"] = keras3.predict(x[:4], verbose=0)
 keras3.export(os.path.join(folder, "keras3_enable_export"), verbose=False)

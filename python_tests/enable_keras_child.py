@@ -40,7 +40,6 @@ import tensorflow as tf
 
 import gobn
 
-GRAD_OP = "Gobn>FusedBatchNormGradV3"
 BATCH, STEPS = 8, 4
 rng = np.random.default_rng(67)
 X = rng.normal(0.5, 2.0, (BATCH * STEPS, 6, 6, 3)).astype("float32")
@@ -50,9 +49,8 @@ TOKENS[:, 5:] = 0  # padding: masked out
 
 
 def grad_calls():
-    """Calls of gobn's batch-norm gradient so far: {"CPU": n, "XLA_CPU": n}."""
-    calls = gobn.kernel_calls().get(GRAD_OP, {})
-    return {device: calls.get(device, 0) for device in ("CPU", "XLA_CPU")}
+    """Calls of gobn's batch-norm gradients so far (support.BATCH_NORM_GRAD_OPS): {"CPU": n, "XLA_CPU": n}."""
+    return {device: support.batch_norm_grad_calls(device) for device in ("CPU", "XLA_CPU")}
 
 
 def sequential():

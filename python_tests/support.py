@@ -142,6 +142,20 @@ print(gobn.library_path(), gobn.__file__)
 """
 
 
+# gobn's gradient ops of a batch norm (gobn.fused_batch_norm, the Keras layers,
+# enable()'s gradients): FusedBatchNormGradEx where the batch norm's output
+# goes through a ReLU or ReLU6 alone (gobn._fusion), else FusedBatchNormGradV3.
+BATCH_NORM_GRAD_OPS = ("Gobn>FusedBatchNormGradV3", "Gobn>FusedBatchNormGradEx")
+
+
+def batch_norm_grad_calls(device="CPU"):
+    """The calls of BATCH_NORM_GRAD_OPS so far on device (CPU, XLA_CPU)."""
+    import gobn
+
+    calls = gobn.kernel_calls()
+    return sum(calls.get(op, {}).get(device, 0) for op in BATCH_NORM_GRAD_OPS)
+
+
 def child_env(**extra):
     """The environment of a child Python process that uses gobn as a user of
     the checkout does: the package on PYTHONPATH, before what the parent had

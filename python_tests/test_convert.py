@@ -5,7 +5,8 @@ and subclassed models (attributes, lists and dicts of layers, nested custom
 layers): the converted model has gobn's layers only, the original's config,
 weights and moving statistics, the same outputs in inference and training,
 the same losses and weights over a few SGD steps, and its training step runs
-Gobn>FusedBatchNormGradV3.
+gobn's gradients (Gobn>FusedBatchNormGradV3; FusedBatchNormGradEx for a batch
+norm followed by a ReLU).
 """
 
 import keras
@@ -14,6 +15,7 @@ import pytest
 import tensorflow as tf
 
 import gobn
+from support import batch_norm_grad_calls
 
 STOCK = keras.layers.BatchNormalization
 # The settings each model's BatchNormalization layers take, in turn.
@@ -192,9 +194,9 @@ def test_fit_runs_gobn_kernels():
     model.fit(x, labels, batch_size=8, verbose=0)
     optimizer = model.optimizer
     assert gobn.keras.convert(model, in_place=True) is model
-    before = gobn.kernel_calls().get("Gobn>FusedBatchNormGradV3", {}).get("CPU", 0)
+    before = batch_norm_grad_calls()
     model.fit(x, labels, batch_size=8, verbose=0)
-    after = gobn.kernel_calls().get("Gobn>FusedBatchNormGradV3", {}).get("CPU", 0)
+    after = batch_norm_grad_calls()
     assert model.optimizer is optimizer
     assert after - before == 2 * 4, (before, after)  # 2 steps, 4 layers
 

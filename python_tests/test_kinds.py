@@ -22,8 +22,8 @@ def test_every_kind_has_its_module():
 
 
 def test_a_kind_without_a_module_names_its_file():
-    assert _kinds.missing("FusedBatchNormGradEx") == [
-        'python/gobn/_kinds/fused_batch_norm_grad_ex.py: no module for the kind FusedBatchNormGradEx '
+    assert _kinds.missing("ThrowawayGrad") == [
+        'python/gobn/_kinds/throwaway_grad.py: no module for the kind ThrowawayGrad '
         '(CONTRIBUTING.md, "Adding an op")']
 
 

@@ -9,8 +9,8 @@ processes, with oneDNN off and on.
 
 - the ops against stock's (or the float64 reference where stock has none);
 - ``gobn.fused_batch_norm``, ``gobn.sync_batch_norm`` and the Keras layer
-  against stock's or the float64 reference, gradients included, and
-  ``gobn.keras.convert``;
+  against stock's or the float64 reference, gradients included (with a
+  ReLU6's, fused), and ``gobn.keras.convert``;
 - ``tf.vectorized_map`` over gobn's ops without the while-loop fallback;
 - SavedModels of gobn.fused_batch_norm and the Keras layer: stock ops only;
 - ``gobn.enable()``: stock's gradient ops on gobn's kernels;
@@ -115,6 +115,35 @@ def test_fused_batch_norm_gradients_match_stock():
         results.append([y] + tape.gradient(loss, [x, scale, offset]))
     for name, g, w in zip(("y", "x", "scale", "offset"), results[1], results[0]):
         assert_close(g, w, tf.float32, name)
+
+
+def test_fused_batch_norm_and_relu6_fuse_in_a_function():
+    """In a tf.function, the gradients of gobn.fused_batch_norm and of the
+    ReLU6 after it are one call of Gobn>FusedBatchNormGradEx, equal to
+    stock's ReLU6 and batch-norm gradients."""
+    rng = np.random.default_rng(10)
+    x = tf.constant(rng.normal(1.0, 2.0, (4, 5, 6, 3)), tf.float32)
+    w = tf.constant(rng.normal(size=(4, 5, 6, 3)), tf.float32)
+    scale, offset = tf.constant([1.0, 2.0, 0.5]), tf.constant([0.0, 1.0, -1.0])
+
+    def gradients(fn):
+        @tf.function
+        def run(x, scale, offset):
+            with tf.GradientTape() as tape:
+                tape.watch([x, scale, offset])
+                loss = tf.reduce_sum(tf.nn.relu6(fn(x, scale, offset, epsilon=EPSILON)[0]) * w)
+            return tape.gradient(loss, [x, scale, offset])
+        return run(x, scale, offset)
+
+    def calls(op):
+        return gobn.kernel_calls().get(op, {}).get("CPU", 0)
+
+    stock = gradients(tf.compat.v1.nn.fused_batch_norm)
+    before = calls("Gobn>FusedBatchNormGradEx"), calls("Gobn>FusedBatchNormGradV3")
+    got = gradients(gobn.fused_batch_norm)
+    assert (calls("Gobn>FusedBatchNormGradEx"), calls("Gobn>FusedBatchNormGradV3")) == (before[0] + 1, before[1])
+    for name, g, s in zip(("x", "scale", "offset"), got, stock):
+        assert_close(g, s, tf.float32, name)
 
 
 def test_keras_layer_matches_the_stock_layer():

@@ -1,9 +1,10 @@
 """gobn inside XLA-compiled functions (jit_compile), on the CPU.
 
-Every route to gobn's kernels, compiled by XLA: the ops (gobn.ops), the
-gradients of gobn.fused_batch_norm, gobn.sync_batch_norm and the Keras layers,
-a Keras 3 model's fit(jit_compile=True), a tf_keras model's after
-gobn.enable() with oneDNN on and off, second-order gradients, and bad input.
+Every route to gobn's kernels, compiled by XLA: the ops (gobn.ops, each in
+each of its modes), the gradients of gobn.fused_batch_norm (fused with a
+ReLU's too), gobn.sync_batch_norm and the Keras layers, a Keras 3 model's
+fit(jit_compile=True), a tf_keras model's after gobn.enable() with oneDNN on
+and off (fused with its ReLU's), second-order gradients, and bad input.
 Expected values come from stock TensorFlow compiled by XLA the same way, or
 from the float64 references of gobn._testing; each test requires that gobn's
 XLA handlers ran (gobn.kernel_calls()'s XLA_CPU). Where TensorFlow has no XLA
@@ -211,6 +212,28 @@ def test_second_order_gradients_in_jit_compile():
 
 
 @needs_xla
+def test_fused_activation_gradients_in_jit_compile():
+    """A batch norm followed by a ReLU or ReLU6 (gobn._fusion): its
+    gradient and the activation's are one call of FusedBatchNormGradEx's
+    handler, known and unknown batch, equal to stock's compiled by XLA."""
+    x, w, scale, offset = gradient_inputs(5)
+
+    def gradients(fn, activation):
+        return lambda x, w, scale, offset: loss_gradients(lambda *a: [activation(fn(*a)[0])], x, w, scale, offset)
+
+    before = xla_calls()
+    for activation in (tf.nn.relu, tf.nn.relu6):
+        stock = tf.function(gradients(tf.compat.v1.nn.fused_batch_norm, activation), jit_compile=True)(
+            x, w, scale, offset)
+        for known in (True, False):
+            got = tf.function(gradients(gobn.fused_batch_norm, activation), jit_compile=True,
+                              input_signature=batch_signature(x, w, scale, offset, known=known))(x, w, scale, offset)
+            for what, g, s in zip(("x", "scale", "offset"), got, stock):
+                assert_close(g, s, tf.float32, f"{activation.__name__}, known batch {known}: {what}")
+    assert calls_since(before) == {"Gobn>FusedBatchNormGradEx": 4}
+
+
+@needs_xla
 def test_keras_layer_gradients_in_jit_compile():
     """gobn's Keras 3 layer against the stock layer, each in a jit_compile
     function: training (channels last) and inference (channels first), the
@@ -293,8 +316,8 @@ TF_KERAS_CHILD = textwrap.dedent("""
         rng = np.random.default_rng(6)
         x, y = rng.normal(size=(32, 6, 6, 3)).astype("float32"), rng.integers(0, 2, 32)
         model = keras.Sequential([keras.layers.Conv2D(4, 3, use_bias=False, input_shape=(6, 6, 3)),
-                                  keras.layers.BatchNormalization(), keras.layers.GlobalAveragePooling2D(),
-                                  keras.layers.Dense(2)])
+                                  keras.layers.BatchNormalization(), keras.layers.ReLU(),
+                                  keras.layers.GlobalAveragePooling2D(), keras.layers.Dense(2)])
         model.compile(keras.optimizers.SGD(0.1), keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       jit_compile=True)
         losses = model.fit(x, y, batch_size=16, epochs=2, verbose=0, shuffle=False).history["loss"]
@@ -324,7 +347,8 @@ def test_tf_keras_after_enable_in_jit_compile(onednn):
     report = run_child(TF_KERAS_CHILD, {"TF_ENABLE_ONEDNN_OPTS": onednn})
     (stock_losses, stock_weights, stock_calls), (losses, weights, calls) = report["stock"], report["gobn"]
     assert stock_calls == {}
-    assert calls == {"Gobn>FusedBatchNormGradV3": {"XLA_CPU": 4}}, "2 epochs of 2 steps, compiled by XLA"
+    # The batch norm's gradient and its ReLU's, fused (gobn._fusion).
+    assert calls == {"Gobn>FusedBatchNormGradEx": {"XLA_CPU": 4}}, "2 epochs of 2 steps, compiled by XLA"
     assert_close(np.array(losses), np.array(stock_losses), tf.float32, "losses")
     for i, (g, s) in enumerate(zip(weights, stock_weights)):
         assert_close(np.array(g), np.array(s), tf.float32, f"weight {i}")

@@ -60,6 +60,8 @@ var loops = []struct {
 	{"applyPlanesBF16", "applyPlanesBF16x16", "", ""},
 	{"widenBFloat16", "widenBFloat16x16", "", ""},
 	{"narrowBFloat16", "narrowBFloat16x16", "", ""},
+	{"maskRows32", "maskRows512", "", ""},
+	{"unmaskRows32", "unmaskRows512", "", ""},
 }
 
 // vocabulary are the names the loops call whose AVX-512 forms are written
@@ -80,6 +82,8 @@ var vocabulary = map[string]string{
 	"storeMasked8": "storeMasked16",
 	// bfloat16's rounding constants
 	"bf16Rounding8": "bf16Rounding16",
+	// FusedBatchNormGradEx's mask of a vector from its bits
+	"maskFromBits8": "maskFromBits16",
 }
 
 // vectorType matches a name that holds an archsimd vector or mask type and

@@ -18,6 +18,10 @@
 // kind's beside its launch): kernels_gen.cuh lists them (GOBN_KERNELS), and
 // the end of this file defines them.
 //
+// FusedBatchNormGradEx runs the same passes on dz, the gradient masked by
+// the activation's derivative where dy is loaded (Masked), and its sweep
+// and apply passes write dz as side_input_backprop where it is asked for.
+//
 // The training gradient (FusedBatchNormGrad*, is_training) is reduce,
 // finalize, apply: x and dy are read twice, and where they fit in L2 the
 // second read comes from it. With R = N·S elements per channel and
@@ -89,6 +93,42 @@ __device__ __forceinline__ void channel_terms(const gobn_params& p, long long c,
   }
 }
 
+// The gradient a pass reads where it loads dy (its template argument G):
+// dy itself (Plain), or FusedBatchNormGradEx's dz (Masked), which the
+// sweep and apply passes also write as side_input_backprop.
+struct Plain {
+  template <typename T, int V>
+  __device__ __forceinline__ static void grad(const gobn_params&, long long, float (&)[V]) {}
+  template <typename T, int V>
+  __device__ __forceinline__ static void side(const gobn_params&, long long, const float (&)[V]) {}
+};
+
+// Masked is FusedBatchNormGradEx's gradient of the activation's input from
+// that of its output, as stock's ReluGrad and Relu6Grad form it from the
+// activation's output y (p.tensors[Y]): dz = dy·m, m = 1 where 0 < y (kRelu),
+// 0 < y < 6 (kRelu6), always (neither), else 0, so that a NaN or infinite
+// dy masked off is NaN. side writes dz at p.tensors[Side] where kSideInput
+// asks for it (Side < 0: the pass writes none). Plain loop it equals:
+// dz[i] = dy[i]·m(y[i]); side_input_backprop[i] = dz[i].
+template <int Y, int Side>
+struct Masked {
+  template <typename T, int V>
+  __device__ __forceinline__ static void grad(const gobn_params& p, long long off, float (&d)[V]) {
+    if (!(p.flags & (kRelu | kRelu6))) return;
+    float y[V];
+    load<T, V>(at<const T>(p.tensors[Y]) + off, y);
+#pragma unroll
+    for (int v = 0; v < V; v++) {
+      const bool on = y[v] > 0.f && (!(p.flags & kRelu6) || y[v] < 6.f);
+      d[v] *= on ? 1.f : 0.f;
+    }
+  }
+  template <typename T, int V>
+  __device__ __forceinline__ static void side(const gobn_params& p, long long off, const float (&d)[V]) {
+    if (Side >= 0 && (p.flags & kSideInput)) store<T, V>(at<T>(p.tensors[Side < 0 ? 0 : Side]) + off, d);
+  }
+};
+
 __device__ __forceinline__ int pow2_ceil(int n) {
   int p = 1;
   while (p < n) p <<= 1;
@@ -138,8 +178,9 @@ __device__ __forceinline__ void block_partials(double (*sh)[kThreads], const gob
 // for each channel c: sum_dy = Σ_r dy[r·C+c], sum_dy_xmu = Σ_r dy[r·C+c]·(x[r·C+c]−μ[c]),
 // and for the sweeps dx[r·C+c] = dy[r·C+c]·A[c].
 // Launch: block (tx, ty), tx·V channels by ty rows; grid (⌈C/(V·tx)⌉, splits).
-// U: rows a thread loads per unrolled step.
-template <typename T, typename P, int V, Mode M, int U>
+// U: rows a thread loads per unrolled step. G: the gradient read where dy
+// is loaded (Plain, Masked).
+template <typename T, typename P, int V, Mode M, int U, typename G = Plain>
 __device__ __forceinline__ void reduce_cl(const gobn_params& p) {
   __shared__ double sh[2 * V][kThreads];
   const long long C = p.c;
@@ -165,6 +206,8 @@ __device__ __forceinline__ void reduce_cl(const gobn_params& p) {
     for (; r + (U - 1) * step < R; r += U * step) {
       float d[U][V], xv[U][V];
       load_rows<T, V, U>(dy, x, r, step, C, c0, d, xv);
+#pragma unroll
+      for (int u = 0; u < U; u++) G::template grad<T, V>(p, (r + u * step) * C + c0, d[u]);
       float gdy[V], gdx[V];
 #pragma unroll
       for (int v = 0; v < V; v++) {
@@ -183,6 +226,7 @@ __device__ __forceinline__ void reduce_cl(const gobn_params& p) {
 #pragma unroll
           for (int v = 0; v < V; v++) o[v] = d[u][v] * a[v];
           store<T, V>(dx + (r + u * step) * C + c0, o);
+          G::template side<T, V>(p, (r + u * step) * C + c0, d[u]);
         }
       }
 #pragma unroll
@@ -196,6 +240,7 @@ __device__ __forceinline__ void reduce_cl(const gobn_params& p) {
       float d[V], xv[V];
       load<T, V>(dy + off, d);
       load<T, V>(x + off, xv);
+      G::template grad<T, V>(p, off, d);
 #pragma unroll
       for (int v = 0; v < V; v++) {
         sdy[v] += d[v];
@@ -206,6 +251,7 @@ __device__ __forceinline__ void reduce_cl(const gobn_params& p) {
 #pragma unroll
         for (int v = 0; v < V; v++) o[v] = d[v] * a[v];
         store<T, V>(dx + off, o);
+        G::template side<T, V>(p, off, d);
       }
     }
   }
@@ -277,8 +323,8 @@ struct cf_cursor {
 // sweep dx[(n·C+c)·S+s] = dy[(n·C+c)·S+s]·A[c].
 // Launch: block (tx, ty), tx vectors of s by ty values of n; grid
 // (C, splits of n, splits of s). U: row pieces (vectors) a thread loads per
-// unrolled step.
-template <typename T, typename P, int V, Mode M, int U>
+// unrolled step. G: as reduce_cl's.
+template <typename T, typename P, int V, Mode M, int U, typename G = Plain>
 __device__ __forceinline__ void reduce_cf(const gobn_params& p) {
   __shared__ double sh[2][kThreads];
   const T* dy = at<const T>(p.dy);
@@ -293,6 +339,10 @@ __device__ __forceinline__ void reduce_cf(const gobn_params& p) {
     bool ok[U];
     float d[U][V], xv[U][V];
     cur.load<T, V, U, true>(dy, x, off, ok, d, xv);
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      if (ok[u]) G::template grad<T, V>(p, off[u], d[u]);
+    }
     float gdy = 0.f, gdx = 0.f;
 #pragma unroll
     for (int u = 0; u < U; u++) {
@@ -306,6 +356,7 @@ __device__ __forceinline__ void reduce_cf(const gobn_params& p) {
 #pragma unroll
         for (int v = 0; v < V; v++) o[v] = d[u][v] * a;
         store<T, V>(dx + off[u], o);
+        G::template side<T, V>(p, off[u], d[u]);
       }
     }
     sdy += gdy;
@@ -324,8 +375,9 @@ __device__ __forceinline__ void reduce_cf(const gobn_params& p) {
 
 // apply_cl writes x_backprop for channels last. Plain loop it equals:
 // dx[r·C+c] = A[c]·(dy[r·C+c] − M[c]) + B[c]·(x[r·C+c] − μ[c]), with A, B, M
-// the rows of coef. Launch as reduce_cl.
-template <typename T, int V, int U>
+// the rows of coef. Launch as reduce_cl. G: as reduce_cl's (dy is its
+// gradient).
+template <typename T, int V, int U, typename G = Plain>
 __device__ __forceinline__ void apply_cl(const gobn_params& p) {
   const long long C = p.c;
   const long long R = p.n * p.s;
@@ -350,10 +402,12 @@ __device__ __forceinline__ void apply_cl(const gobn_params& p) {
     load_rows<T, V, U>(dy, x, r, step, C, c0, d, xv);
 #pragma unroll
     for (int u = 0; u < U; u++) {
+      G::template grad<T, V>(p, (r + u * step) * C + c0, d[u]);
       float o[V];
 #pragma unroll
       for (int v = 0; v < V; v++) o[v] = fmaf(A[v], d[u][v] - Md[v], B[v] * (xv[u][v] - mu[v]));
       store<T, V>(dx + (r + u * step) * C + c0, o);
+      G::template side<T, V>(p, (r + u * step) * C + c0, d[u]);
     }
   }
   for (; r < R; r += step) {
@@ -361,15 +415,17 @@ __device__ __forceinline__ void apply_cl(const gobn_params& p) {
     float d[V], xv[V], o[V];
     load<T, V>(dy + off, d);
     load<T, V>(x + off, xv);
+    G::template grad<T, V>(p, off, d);
 #pragma unroll
     for (int v = 0; v < V; v++) o[v] = fmaf(A[v], d[v] - Md[v], B[v] * (xv[v] - mu[v]));
     store<T, V>(dx + off, o);
+    G::template side<T, V>(p, off, d);
   }
 }
 
 // apply_cf writes x_backprop for channels first, as apply_cl. Launch as
 // reduce_cf.
-template <typename T, int V, int U>
+template <typename T, int V, int U, typename G = Plain>
 __device__ __forceinline__ void apply_cf(const gobn_params& p) {
   const T* dy = at<const T>(p.dy);
   const T* x = at<const T>(p.x);
@@ -386,10 +442,12 @@ __device__ __forceinline__ void apply_cf(const gobn_params& p) {
 #pragma unroll
     for (int u = 0; u < U; u++) {
       if (ok[u]) {
+        G::template grad<T, V>(p, off[u], d[u]);
         float o[V];
 #pragma unroll
         for (int v = 0; v < V; v++) o[v] = fmaf(A, d[u][v] - Md, B * (xv[u][v] - mu));
         store<T, V>(dx + off[u], o);
+        G::template side<T, V>(p, off[u], d[u]);
       }
     }
   }

@@ -12,7 +12,10 @@ constexpr int kLanes = 32;  // cudaspec.FinalizeLanes
 constexpr int kSplitLanes = 8;  // cudaspec.FinalizeSplitLanes
 
 // The values the launch layer shares with the kernels (cuda.Constants).
+constexpr int kRelu = 2;
+constexpr int kRelu6 = 4;
 constexpr int kScaleAfterNormalization = 1;
+constexpr int kSideInput = 8;
 
 // Each job's outputs by name, in the slots of gobn_params.out
 // (cudaspec.Kernel): p.out[out::<job>::<name>].
@@ -34,6 +37,15 @@ enum { scale_backprop, offset_backprop };
 // Each job's tensors by name, in the slots of gobn_params.tensors
 // (cudaspec.Kernel): p.tensors[tensor::<job>::<name>].
 namespace tensor {
+namespace apply_ex {
+enum { y, side_input_backprop };
+}
+namespace reduce_ex {
+enum { y };
+}
+namespace sweep_ex {
+enum { y, side_input_backprop };
+}
 }  // namespace tensor
 
 // GOBN_KERNELS(K) is K(name, call) for every kernel of the table: its name,
@@ -62,6 +74,28 @@ namespace tensor {
   K(gobn_apply_cl_f32_v1, (apply_cl<float, 1, 16>(p))) \
   K(gobn_apply_cl_f32_v2, (apply_cl<float, 2, 8>(p))) \
   K(gobn_apply_cl_f32_v4, (apply_cl<float, 4, 4>(p))) \
+  K(gobn_apply_ex_cf_bf16_v1, (apply_cf<bf16, 1, 8, Masked<tensor::apply_ex::y, tensor::apply_ex::side_input_backprop>>(p))) \
+  K(gobn_apply_ex_cf_bf16_v2, (apply_cf<bf16, 2, 4, Masked<tensor::apply_ex::y, tensor::apply_ex::side_input_backprop>>(p))) \
+  K(gobn_apply_ex_cf_bf16_v4, (apply_cf<bf16, 4, 2, Masked<tensor::apply_ex::y, tensor::apply_ex::side_input_backprop>>(p))) \
+  K(gobn_apply_ex_cf_bf16_v8, (apply_cf<bf16, 8, 2, Masked<tensor::apply_ex::y, tensor::apply_ex::side_input_backprop>>(p))) \
+  K(gobn_apply_ex_cf_f16_v1, (apply_cf<f16, 1, 8, Masked<tensor::apply_ex::y, tensor::apply_ex::side_input_backprop>>(p))) \
+  K(gobn_apply_ex_cf_f16_v2, (apply_cf<f16, 2, 4, Masked<tensor::apply_ex::y, tensor::apply_ex::side_input_backprop>>(p))) \
+  K(gobn_apply_ex_cf_f16_v4, (apply_cf<f16, 4, 2, Masked<tensor::apply_ex::y, tensor::apply_ex::side_input_backprop>>(p))) \
+  K(gobn_apply_ex_cf_f16_v8, (apply_cf<f16, 8, 2, Masked<tensor::apply_ex::y, tensor::apply_ex::side_input_backprop>>(p))) \
+  K(gobn_apply_ex_cf_f32_v1, (apply_cf<float, 1, 8, Masked<tensor::apply_ex::y, tensor::apply_ex::side_input_backprop>>(p))) \
+  K(gobn_apply_ex_cf_f32_v2, (apply_cf<float, 2, 4, Masked<tensor::apply_ex::y, tensor::apply_ex::side_input_backprop>>(p))) \
+  K(gobn_apply_ex_cf_f32_v4, (apply_cf<float, 4, 2, Masked<tensor::apply_ex::y, tensor::apply_ex::side_input_backprop>>(p))) \
+  K(gobn_apply_ex_cl_bf16_v1, (apply_cl<bf16, 1, 16, Masked<tensor::apply_ex::y, tensor::apply_ex::side_input_backprop>>(p))) \
+  K(gobn_apply_ex_cl_bf16_v2, (apply_cl<bf16, 2, 8, Masked<tensor::apply_ex::y, tensor::apply_ex::side_input_backprop>>(p))) \
+  K(gobn_apply_ex_cl_bf16_v4, (apply_cl<bf16, 4, 4, Masked<tensor::apply_ex::y, tensor::apply_ex::side_input_backprop>>(p))) \
+  K(gobn_apply_ex_cl_bf16_v8, (apply_cl<bf16, 8, 2, Masked<tensor::apply_ex::y, tensor::apply_ex::side_input_backprop>>(p))) \
+  K(gobn_apply_ex_cl_f16_v1, (apply_cl<f16, 1, 16, Masked<tensor::apply_ex::y, tensor::apply_ex::side_input_backprop>>(p))) \
+  K(gobn_apply_ex_cl_f16_v2, (apply_cl<f16, 2, 8, Masked<tensor::apply_ex::y, tensor::apply_ex::side_input_backprop>>(p))) \
+  K(gobn_apply_ex_cl_f16_v4, (apply_cl<f16, 4, 4, Masked<tensor::apply_ex::y, tensor::apply_ex::side_input_backprop>>(p))) \
+  K(gobn_apply_ex_cl_f16_v8, (apply_cl<f16, 8, 2, Masked<tensor::apply_ex::y, tensor::apply_ex::side_input_backprop>>(p))) \
+  K(gobn_apply_ex_cl_f32_v1, (apply_cl<float, 1, 16, Masked<tensor::apply_ex::y, tensor::apply_ex::side_input_backprop>>(p))) \
+  K(gobn_apply_ex_cl_f32_v2, (apply_cl<float, 2, 8, Masked<tensor::apply_ex::y, tensor::apply_ex::side_input_backprop>>(p))) \
+  K(gobn_apply_ex_cl_f32_v4, (apply_cl<float, 4, 4, Masked<tensor::apply_ex::y, tensor::apply_ex::side_input_backprop>>(p))) \
   K(gobn_finalize_apply, (finalize_apply(p))) \
   K(gobn_finalize_global_f16, (global_finalize<f16>(p))) \
   K(gobn_finalize_global_f32, (global_finalize<float>(p))) \
@@ -97,6 +131,28 @@ namespace tensor {
   K(gobn_reduce_cl_f32_v1, (reduce_cl<float, float, 1, kSums, 16>(p))) \
   K(gobn_reduce_cl_f32_v2, (reduce_cl<float, float, 2, kSums, 8>(p))) \
   K(gobn_reduce_cl_f32_v4, (reduce_cl<float, float, 4, kSums, 4>(p))) \
+  K(gobn_reduce_ex_cf_bf16_v1, (reduce_cf<bf16, float, 1, kSums, 8, Masked<tensor::reduce_ex::y, -1>>(p))) \
+  K(gobn_reduce_ex_cf_bf16_v2, (reduce_cf<bf16, float, 2, kSums, 4, Masked<tensor::reduce_ex::y, -1>>(p))) \
+  K(gobn_reduce_ex_cf_bf16_v4, (reduce_cf<bf16, float, 4, kSums, 2, Masked<tensor::reduce_ex::y, -1>>(p))) \
+  K(gobn_reduce_ex_cf_bf16_v8, (reduce_cf<bf16, float, 8, kSums, 2, Masked<tensor::reduce_ex::y, -1>>(p))) \
+  K(gobn_reduce_ex_cf_f16_v1, (reduce_cf<f16, float, 1, kSums, 8, Masked<tensor::reduce_ex::y, -1>>(p))) \
+  K(gobn_reduce_ex_cf_f16_v2, (reduce_cf<f16, float, 2, kSums, 4, Masked<tensor::reduce_ex::y, -1>>(p))) \
+  K(gobn_reduce_ex_cf_f16_v4, (reduce_cf<f16, float, 4, kSums, 2, Masked<tensor::reduce_ex::y, -1>>(p))) \
+  K(gobn_reduce_ex_cf_f16_v8, (reduce_cf<f16, float, 8, kSums, 2, Masked<tensor::reduce_ex::y, -1>>(p))) \
+  K(gobn_reduce_ex_cf_f32_v1, (reduce_cf<float, float, 1, kSums, 8, Masked<tensor::reduce_ex::y, -1>>(p))) \
+  K(gobn_reduce_ex_cf_f32_v2, (reduce_cf<float, float, 2, kSums, 4, Masked<tensor::reduce_ex::y, -1>>(p))) \
+  K(gobn_reduce_ex_cf_f32_v4, (reduce_cf<float, float, 4, kSums, 2, Masked<tensor::reduce_ex::y, -1>>(p))) \
+  K(gobn_reduce_ex_cl_bf16_v1, (reduce_cl<bf16, float, 1, kSums, 16, Masked<tensor::reduce_ex::y, -1>>(p))) \
+  K(gobn_reduce_ex_cl_bf16_v2, (reduce_cl<bf16, float, 2, kSums, 8, Masked<tensor::reduce_ex::y, -1>>(p))) \
+  K(gobn_reduce_ex_cl_bf16_v4, (reduce_cl<bf16, float, 4, kSums, 4, Masked<tensor::reduce_ex::y, -1>>(p))) \
+  K(gobn_reduce_ex_cl_bf16_v8, (reduce_cl<bf16, float, 8, kSums, 2, Masked<tensor::reduce_ex::y, -1>>(p))) \
+  K(gobn_reduce_ex_cl_f16_v1, (reduce_cl<f16, float, 1, kSums, 16, Masked<tensor::reduce_ex::y, -1>>(p))) \
+  K(gobn_reduce_ex_cl_f16_v2, (reduce_cl<f16, float, 2, kSums, 8, Masked<tensor::reduce_ex::y, -1>>(p))) \
+  K(gobn_reduce_ex_cl_f16_v4, (reduce_cl<f16, float, 4, kSums, 4, Masked<tensor::reduce_ex::y, -1>>(p))) \
+  K(gobn_reduce_ex_cl_f16_v8, (reduce_cl<f16, float, 8, kSums, 2, Masked<tensor::reduce_ex::y, -1>>(p))) \
+  K(gobn_reduce_ex_cl_f32_v1, (reduce_cl<float, float, 1, kSums, 16, Masked<tensor::reduce_ex::y, -1>>(p))) \
+  K(gobn_reduce_ex_cl_f32_v2, (reduce_cl<float, float, 2, kSums, 8, Masked<tensor::reduce_ex::y, -1>>(p))) \
+  K(gobn_reduce_ex_cl_f32_v4, (reduce_cl<float, float, 4, kSums, 4, Masked<tensor::reduce_ex::y, -1>>(p))) \
   K(gobn_sweep_cf_bf16_v1, (reduce_cf<bf16, float, 1, kSweep, 8>(p))) \
   K(gobn_sweep_cf_bf16_v2, (reduce_cf<bf16, float, 2, kSweep, 4>(p))) \
   K(gobn_sweep_cf_bf16_v4, (reduce_cf<bf16, float, 4, kSweep, 2>(p))) \
@@ -118,6 +174,28 @@ namespace tensor {
   K(gobn_sweep_cl_f16_v8, (reduce_cl<f16, float, 8, kSweep, 4>(p))) \
   K(gobn_sweep_cl_f32_v1, (reduce_cl<float, float, 1, kSweep, 16>(p))) \
   K(gobn_sweep_cl_f32_v2, (reduce_cl<float, float, 2, kSweep, 8>(p))) \
-  K(gobn_sweep_cl_f32_v4, (reduce_cl<float, float, 4, kSweep, 4>(p)))
+  K(gobn_sweep_cl_f32_v4, (reduce_cl<float, float, 4, kSweep, 4>(p))) \
+  K(gobn_sweep_ex_cf_bf16_v1, (reduce_cf<bf16, float, 1, kSweep, 8, Masked<tensor::sweep_ex::y, tensor::sweep_ex::side_input_backprop>>(p))) \
+  K(gobn_sweep_ex_cf_bf16_v2, (reduce_cf<bf16, float, 2, kSweep, 4, Masked<tensor::sweep_ex::y, tensor::sweep_ex::side_input_backprop>>(p))) \
+  K(gobn_sweep_ex_cf_bf16_v4, (reduce_cf<bf16, float, 4, kSweep, 2, Masked<tensor::sweep_ex::y, tensor::sweep_ex::side_input_backprop>>(p))) \
+  K(gobn_sweep_ex_cf_bf16_v8, (reduce_cf<bf16, float, 8, kSweep, 2, Masked<tensor::sweep_ex::y, tensor::sweep_ex::side_input_backprop>>(p))) \
+  K(gobn_sweep_ex_cf_f16_v1, (reduce_cf<f16, float, 1, kSweep, 8, Masked<tensor::sweep_ex::y, tensor::sweep_ex::side_input_backprop>>(p))) \
+  K(gobn_sweep_ex_cf_f16_v2, (reduce_cf<f16, float, 2, kSweep, 4, Masked<tensor::sweep_ex::y, tensor::sweep_ex::side_input_backprop>>(p))) \
+  K(gobn_sweep_ex_cf_f16_v4, (reduce_cf<f16, float, 4, kSweep, 2, Masked<tensor::sweep_ex::y, tensor::sweep_ex::side_input_backprop>>(p))) \
+  K(gobn_sweep_ex_cf_f16_v8, (reduce_cf<f16, float, 8, kSweep, 2, Masked<tensor::sweep_ex::y, tensor::sweep_ex::side_input_backprop>>(p))) \
+  K(gobn_sweep_ex_cf_f32_v1, (reduce_cf<float, float, 1, kSweep, 8, Masked<tensor::sweep_ex::y, tensor::sweep_ex::side_input_backprop>>(p))) \
+  K(gobn_sweep_ex_cf_f32_v2, (reduce_cf<float, float, 2, kSweep, 4, Masked<tensor::sweep_ex::y, tensor::sweep_ex::side_input_backprop>>(p))) \
+  K(gobn_sweep_ex_cf_f32_v4, (reduce_cf<float, float, 4, kSweep, 2, Masked<tensor::sweep_ex::y, tensor::sweep_ex::side_input_backprop>>(p))) \
+  K(gobn_sweep_ex_cl_bf16_v1, (reduce_cl<bf16, float, 1, kSweep, 16, Masked<tensor::sweep_ex::y, tensor::sweep_ex::side_input_backprop>>(p))) \
+  K(gobn_sweep_ex_cl_bf16_v2, (reduce_cl<bf16, float, 2, kSweep, 8, Masked<tensor::sweep_ex::y, tensor::sweep_ex::side_input_backprop>>(p))) \
+  K(gobn_sweep_ex_cl_bf16_v4, (reduce_cl<bf16, float, 4, kSweep, 4, Masked<tensor::sweep_ex::y, tensor::sweep_ex::side_input_backprop>>(p))) \
+  K(gobn_sweep_ex_cl_bf16_v8, (reduce_cl<bf16, float, 8, kSweep, 2, Masked<tensor::sweep_ex::y, tensor::sweep_ex::side_input_backprop>>(p))) \
+  K(gobn_sweep_ex_cl_f16_v1, (reduce_cl<f16, float, 1, kSweep, 16, Masked<tensor::sweep_ex::y, tensor::sweep_ex::side_input_backprop>>(p))) \
+  K(gobn_sweep_ex_cl_f16_v2, (reduce_cl<f16, float, 2, kSweep, 8, Masked<tensor::sweep_ex::y, tensor::sweep_ex::side_input_backprop>>(p))) \
+  K(gobn_sweep_ex_cl_f16_v4, (reduce_cl<f16, float, 4, kSweep, 4, Masked<tensor::sweep_ex::y, tensor::sweep_ex::side_input_backprop>>(p))) \
+  K(gobn_sweep_ex_cl_f16_v8, (reduce_cl<f16, float, 8, kSweep, 2, Masked<tensor::sweep_ex::y, tensor::sweep_ex::side_input_backprop>>(p))) \
+  K(gobn_sweep_ex_cl_f32_v1, (reduce_cl<float, float, 1, kSweep, 16, Masked<tensor::sweep_ex::y, tensor::sweep_ex::side_input_backprop>>(p))) \
+  K(gobn_sweep_ex_cl_f32_v2, (reduce_cl<float, float, 2, kSweep, 8, Masked<tensor::sweep_ex::y, tensor::sweep_ex::side_input_backprop>>(p))) \
+  K(gobn_sweep_ex_cl_f32_v4, (reduce_cl<float, float, 4, kSweep, 4, Masked<tensor::sweep_ex::y, tensor::sweep_ex::side_input_backprop>>(p)))
 
 #endif  // GOBN_KERNELS_CUDA_KERNELS_GEN_CUH_

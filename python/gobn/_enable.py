@@ -12,7 +12,7 @@ import importlib.util
 
 import tensorflow as tf
 
-from gobn import _library
+from gobn import _fusion, _library
 from gobn._opdefs_gen import BY_STOCK_NAME, OP_NAMES
 
 # The stock ops gobn.enable() gives gobn's kernels: each Gobn> op's twin.
@@ -21,7 +21,7 @@ STOCK_OPS = tuple(BY_STOCK_NAME)
 _enabled = None  # enable()'s report, once it has run: it lasts for the process
 
 
-def enable():
+def enable(fuse_activations=None):
     """Runs stock TensorFlow's batch-norm gradients on gobn's kernels.
 
     Add ``gobn.enable()`` at the top of a training script, before the model
@@ -30,11 +30,19 @@ def enable():
     batch-norm gradients on gobn, on every configuration.
 
     - It registers gobn's kernels under the names of stock's
-      FusedBatchNormGrad, FusedBatchNormGradV2, FusedBatchNormGradV3 and
-      BatchNormWithGlobalNormalizationGrad, for every dtype gobn has kernels
-      for, on the CPU and (in a library built with the CUDA path) the GPU,
-      with a kernel priority above stock's: TensorFlow picks gobn's kernel
-      wherever it would have picked stock's, even for graphs built before.
+      FusedBatchNormGrad, FusedBatchNormGradV2, FusedBatchNormGradV3,
+      BatchNormWithGlobalNormalizationGrad and _FusedBatchNormGradEx (which
+      grappler makes of a batch norm's and its ReLU's gradients on a GPU),
+      for every dtype gobn has kernels for, on the CPU and (in a library
+      built with the CUDA path) the GPU, with a kernel priority above
+      stock's: TensorFlow picks gobn's kernel wherever it would have picked
+      stock's, even for graphs built before.
+    - It gives the forward ops (FusedBatchNorm, V2, V3) gradient functions
+      of gobn's, which fuse a ReLU's or ReLU6's gradient that follows a
+      batch norm into one Gobn>FusedBatchNormGradEx (gobn._fusion) with
+      oneDNN on or off, and under XLA; where there is nothing to fuse, they
+      are stock's with oneDNN off (whose gradient ops run gobn's kernels),
+      and build Gobn> ops with oneDNN on (below).
     - With oneDNN on (TensorFlow's default on CPUs with AVX512_VNNI or AMX),
       TensorFlow rewrites those gradient ops to its own ``_MklNative`` ops
       before it picks a kernel, so enable() also makes the gradients of the
@@ -74,6 +82,12 @@ def enable():
     ``gobn.kernel_calls()`` counts what ran: stock's names for the kernels
     registered under them, ``Gobn>`` names for gobn's own ops.
 
+    Args:
+      fuse_activations: whether gradients built from now on fuse a ReLU's
+        gradient into the batch norm's (gobn._fusion), for the process;
+        None (the default) leaves it as it was: on, unless the environment
+        says GOBN_FUSE_ACTIVATIONS=0.
+
     Returns:
       {stock op: {device type: [dtypes of T]}}: the kernels registered under
       stock's names.
@@ -83,6 +97,8 @@ def enable():
         a GPU, or the registration failed.
     """
     global _enabled
+    if fuse_activations is not None:
+        _fusion.set_on(fuse_activations)
     if _enabled is not None:
         return _enabled
     lib = _library.loaded()

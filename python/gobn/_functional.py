@@ -9,7 +9,7 @@ import collections
 
 import tensorflow as tf
 
-from gobn import _saving, _xla
+from gobn import _fusion, _saving, _xla
 from gobn._opdefs_gen import CHANNELS_FIRST
 
 
@@ -33,7 +33,9 @@ def fused_batch_norm(x, scale, offset, mean=None, variance=None, epsilon=0.001, 
     The forward pass is stock FusedBatchNormV3; the gradient with respect to
     x, scale and offset is Gobn>FusedBatchNormGradV3 with the forward's
     reserve spaces (training) or mean and variance (inference), exactly
-    where stock's gradient uses FusedBatchNormGradV3. As in stock, mean and
+    where stock's gradient uses FusedBatchNormGradV3; in a graph where y
+    goes through a ReLU or ReLU6 alone, Gobn>FusedBatchNormGradEx of the
+    activation's gradient instead (gobn._fusion). As in stock, mean and
     variance get no gradient, nor do the batch_mean and batch_variance
     outputs pass one back. Second-order gradients work (gobn registers them).
 
@@ -75,6 +77,11 @@ def _fused_batch_norm(x, scale, offset, mean, variance, epsilon, data_format, is
                 dx, dscale, doffset = _saving.stock_fused_grad(
                     dy, x, scale, saved_mean, saved_variance, out.reserve_space_3, epsilon, data_format, is_training)
                 return dx, dscale, doffset, None, None
+            fused = _fusion.gradient(dy, out.y, xla, x=x, scale=scale, offset=offset, reserve_space_1=saved_mean,
+                                     reserve_space_2=saved_variance, reserve_space_3=out.reserve_space_3,
+                                     epsilon=epsilon, data_format=data_format, is_training=is_training)
+            if fused is not None:  # dy is a ReLU's gradient of y (gobn._fusion)
+                return (*fused, None, None)
             dx, dscale, doffset, _, _ = _xla.call(
                 "Gobn>FusedBatchNormGradV3", xla, y_backprop=dy, x=x, scale=scale, reserve_space_1=saved_mean,
                 reserve_space_2=saved_variance, reserve_space_3=out.reserve_space_3, epsilon=epsilon,

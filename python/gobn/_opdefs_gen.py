@@ -70,6 +70,17 @@ OPS = (
        xla_inputs=(("y_backprop", "T", (4, 5)), ("x", "T", (4, 5)), ("scale", "float", (1,)), ("mean", "float", (1,)), ("variance", "float", (1,)), ("sum_dy", "float", (1,)), ("sum_dy_xmu", "float", (1,))),
        xla_outputs=(("x_backprop", "x"),),
        xla_attrs=(("epsilon", "float"), ("data_format", "string"))),
+    Op("Gobn>FusedBatchNormGradEx", "gobn_fused_batch_norm_grad_ex", stock="_FusedBatchNormGradEx", gradient_of=None, kind="FusedBatchNormGradEx",
+       inputs=("y_backprop", "x", "scale", "reserve_space_1", "reserve_space_2", "reserve_space_3", "offset", "y"),
+       outputs=("x_backprop", "scale_backprop", "offset_backprop", "reserve_space_4", "reserve_space_5", "side_input_backprop"),
+       attrs=("T", "U", "epsilon", "num_side_inputs", "activation_mode", "data_format", "is_training"),
+       lists=(("side_input_backprop", "num_side_inputs"),),
+       data_formats=("NHWC", "NCHW", "NDHWC", "NCDHW"),
+       dtypes=("float", "half", "bfloat16"), gpu_dtypes=("float", "half", "bfloat16"),
+       output_types=("T", "float", "float", "float", "float", "T"), host_memory=(),
+       xla_inputs=(("y_backprop", "T", (4, 5)), ("x", "T", (4, 5)), ("scale", "float", (1,)), ("reserve_space_1", "float", (1,)), ("reserve_space_2", "float", (1,)), ("reserve_space_3", "float", ()), ("offset", "float", (1,)), ("y", "T", (4, 5))),
+       xla_outputs=(("x_backprop", "x"), ("scale_backprop", "scale"), ("offset_backprop", "scale"), ("side_input_backprop", "x")),
+       xla_attrs=(("epsilon", "float"), ("num_side_inputs", "int"), ("activation_mode", "string"), ("data_format", "string"), ("is_training", "bool"))),
 )
 
 # Registered names, in order.

@@ -31,10 +31,11 @@ stock's until it is traced again.
 
 import threading
 
+import tensorflow as tf
 from tensorflow.python.framework import ops
 from tensorflow.python.ops import control_flow_util
 
-from gobn import _kinds, _opdef, _saving, _xla
+from gobn import _fusion, _kinds, _opdef, _saving, _xla
 from gobn._opdefs_gen import OPS
 
 _lock = threading.Lock()
@@ -68,16 +69,38 @@ def _gradient(spec):
 
     def grad(op, *grads):
         on_gobn, xla = _on_gobn(op)
-        if not on_gobn or _saving.saving():
+        if _saving.saving() or xla and not on_gobn:  # traced for a SavedModel; an XLA gobn cannot serve
             return _stock[op.type]["type"](op, *grads)
         args = kind.stock_inputs(op, grads)
         args.update((name, op.get_attr(name)) for name, _ in spec.xla_attrs)  # all but the type attrs
-        result = _xla.call(spec.name, xla, **args)
-        outputs = result._asdict() if hasattr(result, "_asdict") else {spec.outputs[0]: result}
+        fused = _fused(op, args, xla) if "offset" in _opdef.input_names(op) else None
+        if fused is not None:
+            outputs = dict(zip(("x_backprop", "scale_backprop", "offset_backprop"), fused, strict=True))
+        elif not on_gobn:  # stock's function, whose gradient op runs gobn's kernel (enable())
+            return _stock[op.type]["type"](op, *grads)
+        else:
+            result = _xla.call(spec.name, xla, **args)
+            outputs = result._asdict() if hasattr(result, "_asdict") else {spec.outputs[0]: result}
         gradients = kind.stock_gradients(outputs)
         return [gradients.get(name) for name in _opdef.input_names(op)]
 
     return grad
+
+
+def _fused(op, args, xla):
+    """The fused gradient (gobn._fusion) of the batch norm op, whose
+    gradient op would take args, where its output's gradient is an
+    activation's; None otherwise."""
+    # A tape's record of op keeps only the outputs its gradient reads (the
+    # reserve spaces), which tell its op in the graph.
+    output = next((t for t in op.outputs if t is not None), None)
+    if output is None:
+        return None
+    offset = _opdef.inputs_by_name(op)["offset"]  # which the record leaves out, and no kernel of gobn's reads
+    fused = dict(args, offset=tf.zeros_like(args["scale"]) if offset is None else offset)
+    fused.setdefault("reserve_space_3", tf.zeros([0]))  # what FusedBatchNorm and V2 do not save
+    dy = fused.pop("y_backprop")
+    return _fusion.gradient(dy, output, xla, **fused)
 
 
 # Each forward op, and the function that gives its gradient on gobn.

@@ -450,9 +450,11 @@ def sample(case, seed, device="CPU:0"):
 
 def outputs_by_name(op, result, names):
     """{name: output} of result, what op's wrapper returned (its outputs
-    in op.outputs' order, or the one output), for each of names."""
+    in op.outputs' order, or the one output), for each of names; a list
+    output (op.lists) as its one tensor."""
     result = result if isinstance(result, (list, tuple)) else (result,)
-    return {name: result[op.outputs.index(name)] for name in names}
+    found = {name: result[op.outputs.index(name)] for name in names}
+    return {name: value[0] if name in dict(op.lists) else value for name, value in found.items()}
 
 
 # ---------------------------------------------------------------------------

@@ -1,0 +1,357 @@
+package kernels_test
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/gobn/gobn/internal/reference"
+	"github.com/gobn/gobn/internal/tolerance"
+	"github.com/gobn/gobn/kernels"
+	"github.com/gobn/gobn/opdef"
+)
+
+// exMode is a way FusedBatchNormGradEx is called: the activation, training
+// or inference, and whether side_input_backprop is asked for.
+type exMode struct {
+	activation string
+	training   bool
+	side       bool
+}
+
+func (m exMode) String() string {
+	return fmt.Sprintf("%s/training=%v/side=%v", m.activation, m.training, m.side)
+}
+
+// exModes are every mode: each activation, training and inference, with
+// and without side_input_backprop.
+var exModes = func() []exMode {
+	var out []exMode
+	for _, a := range opdef.ActivationModes {
+		for _, training := range []bool{true, false} {
+			for _, side := range []bool{false, true} {
+				out = append(out, exMode{a, training, side})
+			}
+		}
+	}
+	return out
+}()
+
+// exInputs are a FusedBatchNormGradEx problem: FusedBatchNormGrad's inputs
+// and the activation's output y.
+type exInputs[T kernels.Element] struct {
+	fusedInputs[T]
+	y []T
+}
+
+// newExInputs draws a problem: y uniform across 0 and 6, and an element in
+// twenty exactly 0 or exactly 6, where the masks' comparisons turn.
+func newExInputs[T kernels.Element](rng *rand.Rand, training bool, layout kernels.Layout, sc shapeCase) exInputs[T] {
+	in := exInputs[T]{fusedInputs: newFusedInputs[T](rng, training, layout, sc), y: make([]T, sc.N*sc.C*sc.S)}
+	for i := range in.y {
+		v := -1.5 + 9*rng.Float64()
+		switch rng.IntN(20) {
+		case 0:
+			v = 0
+		case 1:
+			v = 6
+		}
+		in.y[i] = fromF64[T](v)
+	}
+	return in
+}
+
+// exOutputs are FusedBatchNormGradEx's outputs.
+type exOutputs[T kernels.Element] struct {
+	dx, side                      []T
+	scaleBackprop, offsetBackprop []float32
+}
+
+// runEx runs FusedBatchNormGradEx on in in mode m with guarded outputs,
+// checks the guards and that the inputs are unchanged, and returns the
+// outputs (side nil without side_input_backprop).
+func runEx[T kernels.Element](t *testing.T, m exMode, in exInputs[T]) exOutputs[T] {
+	t.Helper()
+	n, C := len(in.x), len(in.scale)
+	dx, side := newGuarded[T](n), newGuarded[T](n)
+	scaleBp, offsetBp := newGuarded[float32](C), newGuarded[float32](C)
+	saved := [][]T{append([]T(nil), in.dy...), append([]T(nil), in.x...), append([]T(nil), in.y...)}
+	savedC := [][]float32{append([]float32(nil), in.scale...), append([]float32(nil), in.mean...),
+		append([]float32(nil), in.variance...)}
+	args := kernels.FusedGradExArgs[T]{
+		Dims: in.dims, YBackprop: in.dy, X: in.x, Y: in.y,
+		Scale: in.scale, ReserveSpace1: in.mean, ReserveSpace2: in.variance, ReserveSpace3: []float32{},
+		Offset: make([]float32, C), Epsilon: in.epsilon, ActivationMode: m.activation, IsTraining: m.training,
+		XBackprop: dx.inner, ScaleBackprop: scaleBp.inner, OffsetBackprop: offsetBp.inner,
+	}
+	if m.side {
+		args.NumSideInputs, args.SideInputBackprop = 1, side.inner
+	}
+	kernels.FusedBatchNormGradEx(args)
+	dx.check(t, "x_backprop")
+	scaleBp.check(t, "scale_backprop")
+	offsetBp.check(t, "offset_backprop")
+	out := exOutputs[T]{dx: dx.inner, scaleBackprop: scaleBp.inner, offsetBackprop: offsetBp.inner}
+	if m.side {
+		side.check(t, "side_input_backprop")
+		out.side = side.inner
+	} else {
+		for i, v := range side.full {
+			require.Equal(t, bitsOf(sentinel[T]()), bitsOf(v), "side_input_backprop written at %d without a side input", i)
+		}
+	}
+	for i, name := range []string{"y_backprop", "x", "y"} {
+		requireUnchanged(t, name, [][]T{in.dy, in.x, in.y}[i], saved[i])
+	}
+	for i, name := range []string{"scale", "reserve_space_1", "reserve_space_2"} {
+		requireUnchanged(t, name, [][]float32{in.scale, in.mean, in.variance}[i], savedC[i])
+	}
+	return out
+}
+
+// wantEx returns the float64 reference of in in mode m: the outputs, and
+// dz, side_input_backprop.
+func wantEx[T kernels.Element](m exMode, in exInputs[T]) (reference.Fused, []float64) {
+	return reference.FusedGradEx(shapeOf(in.dims), m.activation, widenAll(in.dy), widenAll(in.x), widenAll(in.scale),
+		widenAll(in.mean), widenAll(in.variance), widenAll(in.y), float64(in.epsilon), m.training)
+}
+
+// checkEx runs in in mode m and compares every output with the float64
+// reference: the activations by assertActivation, the 1-D outputs within
+// float32's tolerance; dz, a mask of dy, exactly.
+func checkEx[T kernels.Element](t *testing.T, m exMode, in exInputs[T]) exOutputs[T] {
+	t.Helper()
+	got := runEx(t, m, in)
+	want, dz := wantEx(m, in)
+	assertActivation(t, "x_backprop", got.dx, want.XBackprop, want.XBackpropMagnitude)
+	reference.Close(t, "scale_backprop", widenAll(got.scaleBackprop), want.ScaleBackprop, tolerance.Bound{Atol: 1e-5}, 0)
+	reference.Close(t, "offset_backprop", widenAll(got.offsetBackprop), want.OffsetBackprop, tolerance.Bound{Atol: 1e-5}, 0)
+	if m.side {
+		reference.Close(t, "side_input_backprop", widenAll(got.side), dz, tolerance.Bound{}, 0)
+	}
+	return got
+}
+
+// TestFusedBatchNormGradExByHand: the case of internal/reference's tests
+// worked by hand from docs/design.md's formulas (N = 1, S = 3, C = 2,
+// ε = 0.25; channel 0: x = 0 1 2, μ = 1, σ² = 3.75, so c = ½, scale = 2,
+// dy = 1 2 6; channel 1: x = 4 4 4, μ = 3, σ² = 0, so c = 2, scale = −1,
+// dy = 1 −1 3), with y = 0.5 −1 3 and 7 0 5.5: Relu masks dy to
+// dz = 1 0 6 and 1 0 3, Relu6 to 1 0 6 and 0 0 3.
+func TestFusedBatchNormGradExByHand(t *testing.T) {
+	for _, tc := range []struct {
+		mode              exMode
+		dz, dx            [2][3]float64
+		scaleBp, offsetBp [2]float64
+	}{
+		// Σdz = 7, 4; Σdz·(x−μ) = 5, 4; dx = scale·c·(dz − Σdz/3 − (x−μ)·c²·Σdz·(x−μ)/3).
+		{mode: exMode{"Relu", true, true}, dz: [2][3]float64{{1, 0, 6}, {1, 0, 3}},
+			dx: [2][3]float64{{-11. / 12, -7. / 3, 39. / 12}, {34. / 3, 40. / 3, 22. / 3}}, scaleBp: [2]float64{2.5, 8},
+			offsetBp: [2]float64{7, 4}},
+		// Σdz = 7, 3; Σdz·(x−μ) = 5, 3.
+		{mode: exMode{"Relu6", true, true}, dz: [2][3]float64{{1, 0, 6}, {0, 0, 3}},
+			dx: [2][3]float64{{-11. / 12, -7. / 3, 39. / 12}, {10, 10, 4}}, scaleBp: [2]float64{2.5, 6},
+			offsetBp: [2]float64{7, 3}},
+		// dx = dz·scale·c.
+		{mode: exMode{"Relu", false, true}, dz: [2][3]float64{{1, 0, 6}, {1, 0, 3}},
+			dx: [2][3]float64{{1, 0, 6}, {-2, 0, -6}}, scaleBp: [2]float64{2.5, 8}, offsetBp: [2]float64{7, 4}},
+		// dz = dy: FusedBatchNormGrad's Σdy = 9, 3 and Σdy·(x−μ) = 5, 3.
+		{mode: exMode{"Identity", false, true}, dz: [2][3]float64{{1, 2, 6}, {1, -1, 3}},
+			dx: [2][3]float64{{1, 2, 6}, {-2, 2, -6}}, scaleBp: [2]float64{2.5, 6}, offsetBp: [2]float64{9, 3}},
+	} {
+		for _, l := range layouts {
+			t.Run(fmt.Sprintf("%s/%s", tc.mode, l.name), func(t *testing.T) {
+				flat := func(ch [2][3]float64) []float32 {
+					out := make([]float32, 6)
+					for c := range 2 {
+						for s := range 3 {
+							out[index(l.layout, 2, 3, 0, c, s)] = float32(ch[c][s])
+						}
+					}
+					return out
+				}
+				in := exInputs[float32]{fusedInputs: fusedInputs[float32]{
+					dims: kernels.Dims{N: 1, C: 2, S: 3, Layout: l.layout},
+					dy:   flat([2][3]float64{{1, 2, 6}, {1, -1, 3}}), x: flat([2][3]float64{{0, 1, 2}, {4, 4, 4}}),
+					scale: []float32{2, -1}, mean: []float32{1, 3}, variance: []float32{3.75, 0}, epsilon: 0.25,
+				}, y: flat([2][3]float64{{0.5, -1, 3}, {7, 0, 5.5}})}
+				got := runEx(t, tc.mode, in)
+				assert.InDeltaSlice(t, widenAll(flat(tc.dx)), widenAll(got.dx), 1e-5, "x_backprop")
+				assert.Equal(t, flat(tc.dz), got.side, "side_input_backprop")
+				assert.InDeltaSlice(t, tc.scaleBp[:], widenAll(got.scaleBackprop), 1e-5, "scale_backprop")
+				assert.InDeltaSlice(t, tc.offsetBp[:], widenAll(got.offsetBackprop), 1e-5, "offset_backprop")
+			})
+		}
+	}
+}
+
+// testFusedGradEx runs every shape case in both layouts, each in one mode,
+// the modes taken in turn so that each meets shapes of every kind.
+func testFusedGradEx[T kernels.Element](t *testing.T) {
+	rng := rand.New(rand.NewPCG(71, uint64(len(typeName[T]()))))
+	i := 0
+	eachShapeLayout(t, func(t *testing.T, sc shapeCase, layout kernels.Layout) {
+		m := exModes[i%len(exModes)]
+		i++
+		t.Logf("%s", m)
+		checkEx(t, m, newExInputs[T](rng, m.training, layout, sc))
+	})
+}
+
+func TestFusedBatchNormGradEx(t *testing.T) {
+	eachElement(t, testFusedGradEx[float32], testFusedGradEx[float64], testFusedGradEx[kernels.Half],
+		testFusedGradEx[kernels.BFloat16])
+}
+
+// TestFusedBatchNormGradExModes: every mode on a shape of each layout that
+// splits (channels last in chunks, channels first by channel units).
+func TestFusedBatchNormGradExModes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(72, 1))
+	for _, m := range exModes {
+		for _, l := range layouts {
+			t.Run(fmt.Sprintf("%s/%s", m, l.name), func(t *testing.T) {
+				checkEx(t, m, newExInputs[float32](rng, m.training, l.layout, shapeCase{"", 4, 96, 800}))
+			})
+		}
+	}
+}
+
+// TestFusedBatchNormGradExNaN: dy·0 is NaN where dy is NaN or infinite,
+// as stock's ReluGrad has it, so a NaN masked off still reaches its
+// channel's sums; a NaN y masks dy off.
+func TestFusedBatchNormGradExNaN(t *testing.T) {
+	rng := rand.New(rand.NewPCG(73, 2))
+	sc := shapeCase{"", 2, 5, 8}
+	for _, m := range []exMode{{"Relu", true, true}, {"Relu6", false, true}} {
+		for _, l := range layouts {
+			t.Run(fmt.Sprintf("%s/%s", m, l.name), func(t *testing.T) {
+				in := newExInputs[float32](rng, m.training, l.layout, sc)
+				at := func(c, s int) int { return index(l.layout, sc.C, sc.S, 1, c, s) }
+				in.dy[at(1, 2)], in.y[at(1, 2)] = float32(math.NaN()), -1 // masked off: NaN
+				in.dy[at(3, 4)], in.y[at(3, 4)] = float32(math.Inf(1)), 0 // masked off: NaN
+				in.dy[at(4, 1)], in.y[at(4, 1)] = 2, float32(math.NaN())  // y NaN: masked off, 0
+				got := checkEx(t, m, in)
+				assert.True(t, math.IsNaN(float64(got.side[at(1, 2)])), "NaN dy masked off")
+				assert.True(t, math.IsNaN(float64(got.side[at(3, 4)])), "infinite dy masked off")
+				assert.Zero(t, got.side[at(4, 1)], "dy where y is NaN")
+				assert.True(t, math.IsNaN(float64(got.offsetBackprop[1])), "offset_backprop of a NaN's channel")
+				assert.False(t, math.IsNaN(float64(got.offsetBackprop[4])), "offset_backprop where y is NaN")
+			})
+		}
+	}
+}
+
+// TestFusedBatchNormGradExInPlace: x_backprop over y_backprop or x equals,
+// bit for bit, x_backprop written apart, with and without a side input.
+func TestFusedBatchNormGradExInPlace(t *testing.T) {
+	rng := rand.New(rand.NewPCG(74, 3))
+	for _, m := range []exMode{{"Relu", true, false}, {"Relu6", true, true}, {"Relu", false, true}} {
+		for _, l := range layouts {
+			for _, over := range []string{"y_backprop", "x"} {
+				t.Run(fmt.Sprintf("%s/%s/over %s", m, l.name, over), func(t *testing.T) {
+					in := newExInputs[float32](rng, m.training, l.layout, shapeCase{"", 3, 37, 1000})
+					want := runEx(t, m, in)
+					args := kernels.FusedGradExArgs[float32]{
+						Dims: in.dims, YBackprop: in.dy, X: in.x, Y: in.y, Scale: in.scale, ReserveSpace1: in.mean,
+						ReserveSpace2: in.variance, Offset: make([]float32, len(in.scale)), Epsilon: in.epsilon,
+						ActivationMode: m.activation, IsTraining: m.training,
+						ScaleBackprop: make([]float32, len(in.scale)), OffsetBackprop: make([]float32, len(in.scale)),
+					}
+					if m.side {
+						args.NumSideInputs, args.SideInputBackprop = 1, make([]float32, len(in.x))
+					}
+					if over == "x" {
+						writeOver(&args.X, &args.XBackprop)
+					} else {
+						writeOver(&args.YBackprop, &args.XBackprop)
+					}
+					kernels.FusedBatchNormGradEx(args)
+					requireUnchanged(t, "x_backprop in place", args.XBackprop, want.dx)
+					requireUnchanged(t, "scale_backprop", args.ScaleBackprop, want.scaleBackprop)
+					requireUnchanged(t, "offset_backprop", args.OffsetBackprop, want.offsetBackprop)
+					if m.side {
+						requireUnchanged(t, "side_input_backprop", args.SideInputBackprop, want.side)
+					}
+				})
+			}
+		}
+	}
+}
+
+// TestFusedBatchNormGradExActivationModes: the kernel takes every mode
+// opdef accepts, and panics on another (capi refuses it first).
+func TestFusedBatchNormGradExActivationModes(t *testing.T) {
+	a, ok := opdef.Named("Gobn>FusedBatchNormGradEx")
+	require.True(t, ok)
+	attr, _ := a.Attr("activation_mode")
+	require.Equal(t, opdef.ActivationModes, attr.Accepts)
+	in := newExInputs[float32](rand.New(rand.NewPCG(75, 4)), true, kernels.ChannelsLast, shapeCase{"", 2, 3, 4})
+	for _, mode := range opdef.ActivationModes {
+		runEx(t, exMode{mode, true, false}, in)
+	}
+	assert.PanicsWithValue(t, `kernels: activation mode "Tanh", want Identity, Relu or Relu6`, func() {
+		runEx(t, exMode{"Tanh", true, false}, in)
+	})
+}
+
+// TestFusedBatchNormGradExForms runs each form of FusedBatchNormGrad's plan
+// on dz, on machines of one and four cores: the outputs match the float64
+// reference and are the same bits on both, the plan has the form, and the
+// two-pass forms wrote the mask's bits (a granule a first-pass block). The
+// channels-last granules are rows of 200 and 513 channels, which the second
+// pass's blocks cross.
+func TestFusedBatchNormGradExForms(t *testing.T) {
+	rng := rand.New(rand.NewPCG(76, 5))
+	for _, tc := range []struct {
+		name      string
+		m         exMode
+		layout    kernels.Layout
+		sc        shapeCase
+		byChannel bool
+		form      kernels.Form
+	}{
+		{"two passes, period 200", exMode{"Relu", true, true}, kernels.ChannelsLast, shapeCase{"", 4, 100, 800}, true, kernels.FormPasses},
+		{"two passes, rows of 513", exMode{"Relu6", true, false}, kernels.ChannelsLast, shapeCase{"", 2, 513, 300}, true, kernels.FormPasses},
+		{"two passes, planes", exMode{"Relu", true, true}, kernels.ChannelsFirst, shapeCase{"", 1, 2, 160000}, true, kernels.FormPasses},
+		{"two passes, no units", exMode{"Relu6", true, true}, kernels.ChannelsFirst, shapeCase{"", 4, 96, 800}, false, kernels.FormPasses},
+		{"by channel", exMode{"Relu6", true, true}, kernels.ChannelsFirst, shapeCase{"", 4, 96, 800}, true, kernels.FormByChannel},
+		{"sweep", exMode{"Relu", false, true}, kernels.ChannelsLast, shapeCase{"", 4, 100, 800}, true, kernels.FormSweep},
+		{"inference in two passes", exMode{"Relu6", false, true}, kernels.ChannelsLast, shapeCase{"", 1, 1024, 2100}, true, kernels.FormPasses},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer kernels.SetByChannel(kernels.SetByChannel(tc.byChannel))
+			in := newExInputs[float32](rng, tc.m.training, tc.layout, tc.sc)
+			var first exOutputs[float32]
+			for i, cores := range []int{1, 4} {
+				onMachine(t, cores)
+				p := kernels.TrainingPlan(in.dims, in.dy, in.x, nil)
+				if !tc.m.training {
+					p = kernels.InferencePlan[float32](in.dims)
+				}
+				require.Equal(t, tc.form, p.Form, "cores=%d: %+v", cores, p)
+				kernels.ResetSplitStats()
+				got := checkEx(t, tc.m, in)
+				if tc.form == kernels.FormPasses {
+					require.Equal(t, uint64((len(in.x)+p.Align-1)/p.Align), kernels.MaskBitGranules(), "granules of bits written")
+				} else {
+					require.Zero(t, kernels.MaskBitGranules(), "bits written by a form of one pass over its data")
+				}
+				if p.Workers > 1 {
+					requireSplit(t, p)
+				}
+				if i == 0 {
+					first = got
+					continue
+				}
+				require.Equal(t, first, got, "cores=%d: other bits than on one core", cores)
+			}
+			if tc.form == kernels.FormPasses && tc.m.training { // the bits' Half and BFloat16 blocks
+				checkEx(t, tc.m, newExInputs[kernels.BFloat16](rng, true, tc.layout, tc.sc))
+			}
+		})
+	}
+}

@@ -52,7 +52,9 @@ func (j *applyJob[T]) run(lo, hi int) {
 	}
 	fn32 := func(off int, dy, x, dx []float32) { applyAffine(j.pd, off, j.t, dy, x, dx) }
 	fn64 := func(off int, dy, x, dx []float64) { applyAffine(j.pd, off, j.t, dy, x, dx) }
-	if j.mask != nil {
+	if j.mask != nil && j.t.f32 != nil && !j.t.ScaleOnly && j.mask.inRegisters(j.pd) {
+		j.mask.applyInRegisters(j, lo, hi)
+	} else if j.mask != nil {
 		j.mask.blocks(lo, hi, j.blk, j.dy, j.x, j.dx, true, fn32, fn64)
 	} else {
 		forBlocks(lo, hi, j.blk, j.dy, j.x, j.dx, fn32, fn64)

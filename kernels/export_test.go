@@ -20,6 +20,9 @@ func AVX512Available() bool { return canAVX512() }
 // ones.
 func SelectAVX512(on bool) { selectLoops(on) }
 
+// AVX512Selected reports whether the AVX-512 forms are the loops in use.
+func AVX512Selected() bool { return avx512InUse() }
+
 // Streams reports whether TrainingGrad, with the current tuning
 // (SetMinStreamElements), writes dx with non-temporal stores.
 func Streams[T Element](d Dims, dy, x, dx []T) bool { return TrainingPlan(d, dy, x, dx).Stream }
@@ -60,6 +63,8 @@ func ResetSplitStats() {
 	splits.folds.Store(0)
 	splits.planeLanes.Store(0)
 	splits.maskBits.Store(0)
+	splits.maskRegisters.Store(0)
+	splits.maskStreamed.Store(0)
 	splits.ranges.Store(0)
 	splits.helperRanges.Store(0)
 	splits.waitNanos.Store(0)
@@ -84,3 +89,10 @@ func PlaneLaneUnits() uint64 { return splits.planeLanes.Load() }
 // MaskBitGranules returns how many granules' mask bits FusedBatchNormGradEx's
 // two-pass forms wrote since ResetSplitStats.
 func MaskBitGranules() uint64 { return splits.maskBits.Load() }
+
+// MaskedInRegisters returns how many pieces of FusedBatchNormGradEx's two
+// passes had their dz formed in the vector loops since ResetSplitStats, and
+// how many spans of rows of the second pass were streamed.
+func MaskedInRegisters() (pieces, streamed uint64) {
+	return splits.maskRegisters.Load(), splits.maskStreamed.Load()
+}

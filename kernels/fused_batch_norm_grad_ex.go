@@ -3,6 +3,7 @@ package kernels
 import (
 	"fmt"
 	"sync"
+	"unsafe"
 )
 
 // FusedGradExArgs are the arguments of FusedBatchNormGradEx: FusedGradArgs'
@@ -172,6 +173,10 @@ type masks struct {
 // sweep is sweepJob.run of dz: the sums of dz and x, and where j writes
 // dx (the inference sweep), dx of dz and side_input_backprop.
 func (m *gradMask[T]) sweep(j *sweepJob[T], lo, hi int, a, b []float64) {
+	if j.dx == nil && m.inRegisters(j.pd) {
+		m.sumsInRegisters(j, lo, hi, a, b)
+		return
+	}
 	m.blocks(lo, hi, j.blk, j.dy, j.x, j.dx, j.dx != nil,
 		func(off int, dz, x, dx []float32) {
 			channelSums(j.pd, off, dz, x, j.mean, a, b)
@@ -185,6 +190,63 @@ func (m *gradMask[T]) sweep(j *sweepJob[T], lo, hi int, a, b []float64) {
 				applyAffine(j.pd, off, j.apply, dz, x, dx)
 			}
 		})
+}
+
+// inRegisters reports whether the two passes over the period dims pd
+// form dz in the vector loops (simdMaskedSums, simdMaskedApply) rather
+// than in blocks of memory: float32 channels-last rows of a multiple of
+// eight channels, m's bits kept (FormPasses), whole granules of a multiple
+// of eight elements, and no side_input_backprop to write. A block of
+// another length or offset goes through blocks.
+func (m *gradMask[T]) inRegisters(pd Dims) bool {
+	_, f32 := any(m.y).([]float32)
+	return f32 && simdMaskedSums != nil && m.form.bits != nil && m.side == nil && pd.Layout == ChannelsLast &&
+		pd.C%8 == 0 && m.form.granule%8 == 0
+}
+
+// sumsInRegisters is sweep's first pass of two where inRegisters: the
+// sums of dz, m's bits written granule by granule (each block one).
+func (m *gradMask[T]) sumsInRegisters(j *sweepJob[T], lo, hi int, a, b []float64) {
+	f := m.form
+	dy, x, y := any(j.dy).([]float32), any(j.x).([]float32), any(m.y).([]float32)
+	blk := min(j.blk, maxBlockLen)
+	for o := lo; o < hi; o += blk {
+		e := min(o+blk, hi)
+		if o%f.granule != 0 || e-o > f.granule {
+			panic("kernels: mask bits written off their granule")
+		}
+		if (e-o)%8 != 0 {
+			m.blocks(o, e, blk, j.dy, j.x, nil, false, func(off int, dz, x, _ []float32) {
+				channelSums(j.pd, off, dz, x, j.mean, a, b)
+			}, nil)
+			continue
+		}
+		splits.maskBits.Add(1)
+		splits.maskRegisters.Add(1)
+		bits := unsafe.Pointer(&f.bits[o/f.granule*f.words])
+		simdMaskedSums(int(j.pd.C), o, dy[o:e], x[o:e], y[o:e], j.mean, a, b, bits, f.act.upper)
+	}
+}
+
+// applyInRegisters is applyJob.run's second pass where inRegisters: dx of
+// dz, m's bits read, in pieces that end at the granules' ends.
+func (m *gradMask[T]) applyInRegisters(j *applyJob[T], lo, hi int) {
+	f := m.form
+	dy, x, dx := any(j.dy).([]float32), any(j.x).([]float32), any(j.dx).([]float32)
+	fn32 := func(off int, dz, x, dx []float32) { applyAffine(j.pd, off, j.t, dz, x, dx) }
+	for o := lo; o < hi; {
+		k := o / f.granule
+		pos := o - k*f.granule
+		e := min(hi, (k+1)*f.granule)
+		if pos%8 != 0 || (e-o)%8 != 0 {
+			m.blocks(o, e, j.blk, j.dy, j.x, j.dx, true, fn32, nil)
+		} else {
+			bits := unsafe.Add(unsafe.Pointer(&f.bits[k*f.words]), pos/8)
+			splits.maskRegisters.Add(1)
+			simdMaskedApply(int(j.pd.C), o, j.t.f32, dy[o:e], x[o:e], dx[o:e], bits)
+		}
+		o = e
+	}
 }
 
 // blocks is forBlocks of dz: it calls fn for the elements at [lo, hi) of

@@ -355,3 +355,69 @@ func TestFusedBatchNormGradExForms(t *testing.T) {
 		})
 	}
 }
+
+// TestFusedBatchNormGradExInRegisters runs the channels-last two-pass form
+// whose vector loops form dz where they load dy, at both vector widths
+// (TestMain), on one core and four: rows of 64 channels (whole AVX-512
+// tiles), 144 (two tiles and a vector), 40 (a vector and the AVX2 loops'
+// last eight) and 200 (granules that end inside a row), Relu and Relu6,
+// against the float64 reference, with a NaN and an infinite dy masked off
+// and a NaN y. The loops must have taken every piece of both passes, and
+// with a small StreamBytes the second pass's rows stream (AVX-512, rows of
+// a multiple of sixteen) into an x_backprop of its own, 64-byte aligned.
+func TestFusedBatchNormGradExInRegisters(t *testing.T) {
+	if !kernels.SIMD() {
+		t.Skip("no vector loops in this build")
+	}
+	rng := rand.New(rand.NewPCG(77, 6))
+	for _, sc := range []shapeCase{{"", 4, 128, 800}, {"", 2, 144, 900}, {"", 3, 40, 700}, {"", 2, 200, 513}} {
+		for _, act := range []string{"Relu", "Relu6"} {
+			for _, cores := range []int{1, 4} {
+				t.Run(fmt.Sprintf("C=%d/%s/cores=%d", sc.C, act, cores), func(t *testing.T) {
+					onMachine(t, cores)
+					m := exMode{act, true, false}
+					in := newExInputs[float32](rng, true, kernels.ChannelsLast, sc)
+					in.dy[3*sc.C+5], in.y[3*sc.C+5] = float32(math.NaN()), -1
+					off := float32(-2) // the Relu's off side, Relu6's other one
+					if act == "Relu6" {
+						off = 7
+					}
+					in.dy[7*sc.C+9], in.y[7*sc.C+9] = float32(math.Inf(-1)), off
+					in.y[11*sc.C+2] = float32(math.NaN())
+					p := kernels.TrainingPlan(in.dims, in.dy, in.x, nil)
+					require.Equal(t, kernels.FormPasses, p.Form, "%+v", p)
+					kernels.ResetSplitStats()
+					got := checkEx(t, m, in)
+					granules := uint64((len(in.x) + p.Align - 1) / p.Align)
+					pieces, _ := kernels.MaskedInRegisters()
+					require.Equal(t, granules, kernels.MaskBitGranules(), "granules of bits written")
+					require.GreaterOrEqual(t, pieces, 2*granules, "pieces of both passes in the vector loops")
+					assert.True(t, math.IsNaN(float64(got.offsetBackprop[5])), "offset_backprop of a NaN dy's channel")
+					assert.True(t, math.IsNaN(float64(got.offsetBackprop[9])), "offset_backprop of an infinite dy's channel")
+					assert.False(t, math.IsNaN(float64(got.offsetBackprop[2])), "offset_backprop where y is NaN")
+
+					// Streamed: an x_backprop of its own, as capi's, 64-byte aligned.
+					defer kernels.SetTuning(kernels.SetTuning(kernels.Tuning{StreamBytes: 4096}))
+					dx, guards := alignedFloat32s(len(in.x))
+					args := kernels.FusedGradExArgs[float32]{
+						Dims: in.dims, YBackprop: in.dy, X: in.x, Y: in.y, Scale: in.scale, ReserveSpace1: in.mean,
+						ReserveSpace2: in.variance, Offset: make([]float32, sc.C), Epsilon: in.epsilon, ActivationMode: act,
+						IsTraining: true, XBackprop: dx, ScaleBackprop: make([]float32, sc.C), OffsetBackprop: make([]float32, sc.C),
+					}
+					require.True(t, kernels.TrainingPlan(in.dims, in.dy, in.x, dx).Stream, "the plan streams")
+					kernels.ResetSplitStats()
+					kernels.FusedBatchNormGradEx(args)
+					want, _ := wantEx(m, in)
+					assertActivation(t, "x_backprop streamed", dx, want.XBackprop, want.XBackpropMagnitude)
+					guards(t)
+					_, streamed := kernels.MaskedInRegisters()
+					if kernels.AVX512Selected() && p.L%16 == 0 { // else the rows' starts are not all aligned
+						require.NotZero(t, streamed, "rows streamed")
+					} else if !kernels.AVX512Selected() {
+						require.Zero(t, streamed, "rows streamed by the AVX2 loops, which have no streaming form")
+					}
+				})
+			}
+		}
+	}
+}

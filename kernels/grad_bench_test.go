@@ -3,6 +3,7 @@ package kernels_test
 import (
 	"math"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"slices"
 	"sync"
@@ -274,6 +275,92 @@ func BenchmarkTrainingGradAffine(b *testing.B) {
 				b.ReportMetric(t[len(t)/2], name+"-ms-median")
 				b.ReportMetric(t[len(t)*9/10], name+"-ms-p90")
 			}
+		})
+	}
+}
+
+// fusionShapes are float32 NHWC training shapes of ResNet-50 (Relu) and
+// MobileNetV2 (Relu6), batch 8, as make bench-fusion times them.
+var fusionShapes = []struct {
+	name       string
+	activation string
+	N, C, S    int64
+}{
+	{"8x56x56x64", "Relu", 8, 64, 56 * 56},
+	{"8x28x28x128", "Relu", 8, 128, 28 * 28},
+	{"8x14x14x256", "Relu", 8, 256, 14 * 14},
+	{"8x7x7x512", "Relu", 8, 512, 7 * 7},
+	{"8x112x112x32", "Relu6", 8, 32, 112 * 112},
+	{"8x56x56x144", "Relu6", 8, 144, 56 * 56},
+	{"8x28x28x192", "Relu6", 8, 192, 28 * 28},
+	{"8x14x14x576", "Relu6", 8, 576, 14 * 14},
+}
+
+// BenchmarkFusedGradEx times, call after call on the same tensors, the
+// float32 NHWC training gradient alone (v3), the activation's gradient as a
+// plain loop writing dz then the gradient of dz (pair), and
+// FusedBatchNormGradEx (fused), and reports each way's median in ms and
+// pair/fused and v3/fused.
+func BenchmarkFusedGradEx(b *testing.B) {
+	for _, s := range fusionShapes {
+		b.Run(s.activation+"/"+s.name, func(b *testing.B) {
+			args := newBenchArgs[float32](false, kernels.Dims{N: s.N, C: s.C, S: s.S, Layout: kernels.ChannelsLast})
+			n := args.Dims.Len()
+			y, dz := make([]float32, n), make([]float32, n)
+			rng := rand.New(rand.NewPCG(3, 4))
+			for i := range y {
+				y[i] = float32(max(0, rng.NormFloat64()))
+			}
+			ex := kernels.FusedGradExArgs[float32]{Dims: args.Dims, YBackprop: args.YBackprop, X: args.X, Y: y,
+				Scale: args.Scale, ReserveSpace1: args.ReserveSpace1, ReserveSpace2: args.ReserveSpace2,
+				ReserveSpace3: args.Scale, Offset: args.Scale, Epsilon: args.Epsilon, ActivationMode: s.activation,
+				IsTraining: true, XBackprop: args.XBackprop, ScaleBackprop: args.ScaleBackprop,
+				OffsetBackprop: args.OffsetBackprop}
+			pairArgs := args
+			pairArgs.YBackprop = dz
+			relu := func(lo, hi int) {
+				for i := lo; i < hi; i++ {
+					if y[i] > 0 && (s.activation == "Relu" || y[i] < 6) {
+						dz[i] = args.YBackprop[i]
+					} else {
+						dz[i] = 0
+					}
+				}
+			}
+			ways := []func(){
+				func() { kernels.TrainingGrad(args) },
+				func() {
+					w := runtime.GOMAXPROCS(0)
+					var wg sync.WaitGroup
+					for i := range w {
+						wg.Go(func() { relu(n*i/w, n*(i+1)/w) })
+					}
+					wg.Wait()
+					kernels.TrainingGrad(pairArgs)
+				},
+				func() { kernels.FusedBatchNormGradEx(ex) },
+			}
+			times := make([][]float64, len(ways))
+			only := os.Getenv("GOBN_BENCH_ONLY")
+			for b.Loop() {
+				for k, way := range ways {
+					if only != "" && only != []string{"v3", "pair", "fused"}[k] {
+						times[k] = append(times[k], 1)
+						continue
+					}
+					start := time.Now()
+					way()
+					times[k] = append(times[k], float64(time.Since(start).Nanoseconds())/1e6)
+				}
+			}
+			med := make([]float64, len(ways))
+			for k, name := range []string{"v3", "pair", "fused"} {
+				slices.Sort(times[k])
+				med[k] = times[k][len(times[k])/2]
+				b.ReportMetric(med[k], name+"-ms")
+			}
+			b.ReportMetric(med[1]/med[2], "pair/fused")
+			b.ReportMetric(med[0]/med[2], "v3/fused")
 		})
 	}
 }

@@ -125,6 +125,13 @@ var (
 	// how many they took.
 	simdMaskRows   func(dz, dy, y []float32, upper bool, bits []uint64) int
 	simdUnmaskRows func(dz, dy []float32, bits []uint64, pos int) int
+	// simdMaskedSums and simdMaskedApply are channelSums and applyAffine of
+	// dz = dy·m over float32 rows of L channels (FusedBatchNormGradEx's two
+	// passes), dz formed in the vector loops: the former takes m from y
+	// and writes its bits from bit 0 of the bytes at bits, the latter reads
+	// them. L, off and len(dy) are multiples of eight.
+	simdMaskedSums  func(L, off int, dy, x, y []float32, mean, a, b []float64, bits unsafe.Pointer, upper bool)
+	simdMaskedApply func(L, off int, t *affine32, dy, x, dx []float32, bits unsafe.Pointer)
 )
 
 // aligned32 reports whether s is not empty and starts on a 32-byte boundary,

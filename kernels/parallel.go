@@ -41,6 +41,11 @@ type splitCounter struct {
 	folds                 atomic.Uint64 // the calls that added up their chunks' sums in ranges (Plan.Folds)
 	planeLanes            atomic.Uint64 // the by-channel units whose planes were summed in lanes (simdPlaneLanes)
 	maskBits              atomic.Uint64 // the granules whose mask bits FusedBatchNormGradEx's first pass wrote (maskForm)
+	// maskRegisters counts the pieces of FusedBatchNormGradEx's two passes
+	// whose dz the vector loops formed (gradMask.inRegisters), and
+	// maskStreamed those of the second pass's rows written with
+	// non-temporal stores.
+	maskRegisters, maskStreamed atomic.Uint64
 	// ranges and helperRanges count the ranges that calls with helpers
 	// ran, and those of them that a helper ran; waitNanos the time their
 	// callers waited, out of ranges, for the helpers' last: SplitShares.

@@ -56,6 +56,40 @@ func storeMasked16(v archsimd.Float32x16, p unsafe.Pointer, i int, m archsimd.Ma
 // maskFromBits16 is maskFromBits8 at this width: the low sixteen bits.
 func maskFromBits16(w uint64) archsimd.Mask32x16 { return archsimd.Mask32x16FromBits(uint16(w)) }
 
+// sumsTileMaskRows512 and sumsTileMask1Rows512 are sumsTileMask32 for 64
+// channels and sumsTileMask1x32 for sixteen on AVX-512 vectors, the means
+// rounded to float32 by the caller; applyRowsMask512 is applyRowsMask32
+// (mask_amd64.s). In archsimd, the compiler kept their masks in vectors.
+//
+//go:noescape
+func sumsTileMaskRows512(rows, W int, dy, x, y, mean, a, b, bits unsafe.Pointer, upper bool)
+
+//go:noescape
+func sumsTileMask1Rows512(rows, W int, dy, x, y, mean, a, b, bits unsafe.Pointer, upper bool)
+
+//go:noescape
+func applyRowsMask512(rows, n, W int, dy, x, dx, bits, a, b, mdy, mu unsafe.Pointer, stream bool)
+
+// sumsTileMaskAsm512 is sumsTileMask32 for 64 channels on AVX-512 vectors.
+func sumsTileMaskAsm512(rows, W int, dy, x, y, mean, a, b, bits unsafe.Pointer, upper bool) {
+	var mu [64]float32
+	pm := unsafe.Pointer(&mu)
+	for i := 0; i < 64; i += 16 {
+		store16(mean16(mean, i), pm, i)
+	}
+	sumsTileMaskRows512(rows, W, dy, x, y, pm, a, b, bits, upper)
+	archsimd.ClearAVXUpperBits()
+}
+
+// sumsTileMask1Asm512 is sumsTileMask1x32 for sixteen channels.
+func sumsTileMask1Asm512(rows, W int, dy, x, y, mean, a, b, bits unsafe.Pointer, upper bool) {
+	var mu [16]float32
+	pm := unsafe.Pointer(&mu)
+	store16(mean16(mean, 0), pm, 0)
+	sumsTileMask1Rows512(rows, W, dy, x, y, pm, a, b, bits, upper)
+	archsimd.ClearAVXUpperBits()
+}
+
 // quad512 returns v's two halves added, as four lanes to add up.
 func quad512(v archsimd.Float64x8) archsimd.Float64x4 { return v.GetLo().Add(v.GetHi()) }
 

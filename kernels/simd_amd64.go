@@ -59,13 +59,13 @@ func selectLoops(wide bool) {
 		simdWidenBFloat16, simdNarrowBFloat16 = widenBFloat16x16, narrowBFloat16x16
 		simdSumsBFloat16, simdApplyBFloat16 = sumsRowsBF16, applyRowsBF16
 		simdPlaneLanes, simdPlaneLanesBFloat16, simdApplyPlanesBFloat16 = sumsPlaneLanes512, sumsPlaneLanesBF16x16, applyPlanesBF16x16
-		simdMaskRows, simdUnmaskRows = maskRows512, unmaskRows512
+		simdMaskRows, simdUnmaskRows, maskedInUse = maskRows512, unmaskRows512, avx512Masked
 	} else {
 		rowLoopsInUse, sumsPlanes, applyPlanes = avx2Rows, sumsPlanes32, applyPlanes32
 		simdWidenBFloat16, simdNarrowBFloat16 = widenBFloat16, narrowBFloat16
 		simdSumsBFloat16, simdApplyBFloat16 = nil, nil
 		simdPlaneLanes, simdPlaneLanesBFloat16, simdApplyPlanesBFloat16 = sumsPlaneLanes32, sumsPlaneLanesBF16, applyPlanesBF16
-		simdMaskRows, simdUnmaskRows = maskRows32, unmaskRows32
+		simdMaskRows, simdUnmaskRows, maskedInUse = maskRows32, unmaskRows32, avx2Masked
 	}
 }
 
@@ -90,6 +90,7 @@ func init() {
 		}
 	}
 	simdFence = streamFence
+	simdMaskedSums, simdMaskedApply = sumsMaskedChannelsLast32, applyMaskedChannelsLast32
 	invStdsInVectors = true
 	if hasF16C() {
 		simdWidenHalf = widenHalf
@@ -1056,3 +1057,177 @@ func narrowHalf(dst []Half, src []float32) {
 		dst[j] = HalfFromFloat32(src[j])
 	}
 }
+
+// The masked channels-last loops of FusedBatchNormGradEx's two passes,
+// which form dz = dy·m in their registers where they load dy instead of in
+// a block of memory (gradMask.blocks): the first pass's sums tiles write
+// m's bits as they go, the second pass's rows read them. Bits are stored a
+// vector at a time, bit e of the bytes at bits for element e of the tile or
+// row (e a multiple of eight: the rows' lengths and offsets are).
+
+// storeBits8 stores the eight bits of m, lane l's at bit e+l of the bytes
+// at p.
+func storeBits8(p unsafe.Pointer, e int, m archsimd.Mask32x8) {
+	*(*uint8)(unsafe.Add(p, e/8)) = m.ToBits()
+}
+
+// loadBits8 returns the mask of the eight bits from bit e of the bytes at p.
+func loadBits8(p unsafe.Pointer, e int) archsimd.Mask32x8 {
+	return archsimd.Mask32x8FromBits(*(*uint8)(unsafe.Add(p, e/8)))
+}
+
+// activeLanes returns the lanes where y is on the activation: 0 < y, and
+// y < 6 where upper (a NaN y is off).
+func activeLanes(y, zero, six archsimd.Float32x8, upper bool) archsimd.Mask32x8 {
+	on := y.Greater(zero)
+	if upper {
+		on = on.And(y.Less(six))
+	}
+	return on
+}
+
+// sumsTileMask32 is sumsTile1x32 over two vectors of channels of dz = dy·m,
+// m from y (maskRows32's), and writes m's bits from the bytes at bits, the
+// rows W bits apart.
+func sumsTileMask32(rows, W int, dy, x, y, mean, a, b, bits unsafe.Pointer, upper bool) {
+	m0, m1 := mean8(mean, 0), mean8(mean, f32Lanes)
+	zero, six, one := archsimd.BroadcastFloat32x8(0), archsimd.BroadcastFloat32x8(6), archsimd.BroadcastFloat32x8(1)
+	o := 0 // the row's offset: no pointer past the last row is formed
+	for rows > 0 {
+		k := min(rows, foldRows)
+		rows -= k
+		var a0, a1, b0, b1 archsimd.Float32x8
+		for ; k > 0; k-- {
+			on := activeLanes(load8(y, o), zero, six, upper)
+			storeBits8(bits, o, on)
+			g := load8(dy, o).Mul(one.Masked(on))
+			a0, b0 = a0.Add(g), g.MulAdd(load8(x, o).Sub(m0), b0)
+			on = activeLanes(load8(y, o+f32Lanes), zero, six, upper)
+			storeBits8(bits, o+f32Lanes, on)
+			g = load8(dy, o+f32Lanes).Mul(one.Masked(on))
+			a1, b1 = a1.Add(g), g.MulAdd(load8(x, o+f32Lanes).Sub(m1), b1)
+			o += W
+		}
+		fold8(a0, a, 0)
+		fold8(a1, a, f32Lanes)
+		fold8(b0, b, 0)
+		fold8(b1, b, f32Lanes)
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
+// sumsTileMask1x32 is sumsTileMask32 for one vector of channels.
+func sumsTileMask1x32(rows, W int, dy, x, y, mean, a, b, bits unsafe.Pointer, upper bool) {
+	m0 := mean8(mean, 0)
+	zero, six, one := archsimd.BroadcastFloat32x8(0), archsimd.BroadcastFloat32x8(6), archsimd.BroadcastFloat32x8(1)
+	o := 0
+	for rows > 0 {
+		k := min(rows, foldRows)
+		rows -= k
+		var a0, b0 archsimd.Float32x8
+		for ; k > 0; k-- {
+			on := activeLanes(load8(y, o), zero, six, upper)
+			storeBits8(bits, o, on)
+			g := load8(dy, o).Mul(one.Masked(on))
+			a0, b0 = a0.Add(g), g.MulAdd(load8(x, o).Sub(m0), b0)
+			o += W
+		}
+		fold8(a0, a, 0)
+		fold8(b0, b, 0)
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
+// applyRowMask32 is applyRow32 of dz = dy·m, m's bits read from the bytes
+// at bits.
+func applyRowMask32(n int, dy, x, dx, bits, a, b, mdy, mu unsafe.Pointer) {
+	one := archsimd.BroadcastFloat32x8(1)
+	for j := 0; j < n; j += f32Lanes {
+		g := load8(dy, j).Mul(one.Masked(loadBits8(bits, j)))
+		r := load8(x, j).Sub(load8(mu, j)).Mul(load8(b, j))
+		store8(g.Sub(load8(mdy, j)).MulAdd(load8(a, j), r), dx, j)
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
+// applyRowsMask32 is applyRowMask32 over rows rows W apart, their first
+// n channels, the rows' bits W bits apart. It has no streaming form.
+func applyRowsMask32(rows, n, W int, dy, x, dx, bits, a, b, mdy, mu unsafe.Pointer, _ bool) {
+	for r := range rows {
+		o := r * W
+		applyRowMask32(n, unsafe.Add(dy, 4*o), unsafe.Add(x, 4*o), unsafe.Add(dx, 4*o), unsafe.Add(bits, o/8), a, b, mdy, mu)
+	}
+}
+
+// maskedLoops are the masked channels-last loops at one vector width: tile
+// sums tileStep channels, tile1 and apply (over rows of a multiple of
+// lanes) one vector's; the last eight channels of a row of AVX-512
+// vectors go to the AVX2 loops.
+type maskedLoops struct {
+	tileStep, lanes int
+	tile, tile1     func(rows, W int, dy, x, y, mean, a, b, bits unsafe.Pointer, upper bool)
+	apply           func(rows, n, W int, dy, x, dx, bits, a, b, mdy, mu unsafe.Pointer, stream bool)
+}
+
+var (
+	avx2Masked   = &maskedLoops{2 * f32Lanes, f32Lanes, sumsTileMask32, sumsTileMask1x32, applyRowsMask32}
+	avx512Masked = &maskedLoops{64, f32Lanes512, sumsTileMaskAsm512, sumsTileMask1Asm512, applyRowsMask512}
+	maskedInUse  = avx2Masked
+)
+
+// sumsMaskedChannelsLast32 is channelSums of dz = dy·m over float32 rows of
+// L channels from flat offset off, m from y (upper: Relu6's), its bits
+// written from bit 0 of the bytes at bits; L, off and len(dy) multiples of
+// eight.
+func sumsMaskedChannelsLast32(L, off int, dy, x, y []float32, mean, a, b []float64, bits unsafe.Pointer, upper bool) {
+	needLen(len(dy), x, y)
+	l := maskedInUse
+	rowSpans(L, off, len(dy), func(c0, i, W, rows int) {
+		tile := func(fn func(rows, W int, dy, x, y, mean, a, b, bits unsafe.Pointer, upper bool), c int) {
+			fn(rows, L, unsafe.Pointer(&dy[i+c]), unsafe.Pointer(&x[i+c]), unsafe.Pointer(&y[i+c]),
+				unsafe.Pointer(&mean[c0+c]), unsafe.Pointer(&a[c0+c]), unsafe.Pointer(&b[c0+c]), unsafe.Add(bits, (i+c)/8), upper)
+		}
+		c := 0
+		for ; c+l.tileStep <= W; c += l.tileStep {
+			tile(l.tile, c)
+		}
+		for ; c+l.lanes <= W; c += l.lanes {
+			tile(l.tile1, c)
+		}
+		for ; c < W; c += f32Lanes {
+			tile(sumsTileMask1x32, c)
+		}
+	})
+}
+
+// applyMaskedChannelsLast32 is applyAffine of dz = dy·m over float32 rows
+// of L channels from flat offset off, m's bits read from bit 0 of the
+// bytes at bits; L, off and len(dy) multiples of eight. Where t.Stream,
+// the AVX-512 loop writes rows that start 64-byte aligned with
+// non-temporal stores.
+func applyMaskedChannelsLast32(L, off int, t *affine32, dy, x, dx []float32, bits unsafe.Pointer) {
+	needLen(len(dy), x, dx)
+	l := maskedInUse
+	rowSpans(L, off, len(dy), func(c0, i, W, rows int) {
+		Wv := W / l.lanes * l.lanes
+		at := func(c int) (pdy, px, pdx, pbits, pa, pb, pd, pm unsafe.Pointer) {
+			return unsafe.Pointer(&dy[i+c]), unsafe.Pointer(&x[i+c]), unsafe.Pointer(&dx[i+c]), unsafe.Add(bits, (i+c)/8),
+				unsafe.Pointer(&t.A[c0+c]), unsafe.Pointer(&t.B[c0+c]), unsafe.Pointer(&t.MeanDy[c0+c]), unsafe.Pointer(&t.Mean[c0+c])
+		}
+		if Wv > 0 {
+			pdy, px, pdx, pbits, pa, pb, pd, pm := at(0)
+			stream := t.Stream && uintptr(pdx)%64 == 0 && (rows == 1 || L%16 == 0) && l == avx512Masked
+			if stream {
+				splits.maskStreamed.Add(1)
+			}
+			l.apply(rows, Wv, L, pdy, px, pdx, pbits, pa, pb, pd, pm, stream)
+		}
+		if Wv < W {
+			pdy, px, pdx, pbits, pa, pb, pd, pm := at(Wv)
+			applyRowsMask32(rows, W-Wv, L, pdy, px, pdx, pbits, pa, pb, pd, pm, false)
+		}
+	})
+}
+
+// avx512InUse reports whether the AVX-512 loops are selected.
+func avx512InUse() bool { return maskedInUse == avx512Masked }

@@ -280,7 +280,8 @@ func BenchmarkTrainingGradAffine(b *testing.B) {
 }
 
 // fusionShapes are float32 NHWC training shapes of ResNet-50 (Relu) and
-// MobileNetV2 (Relu6), batch 8, as make bench-fusion times them.
+// MobileNetV2 (Relu6), batch 8 and two of batch 32, as make bench-fusion
+// times them.
 var fusionShapes = []struct {
 	name       string
 	activation string
@@ -294,6 +295,8 @@ var fusionShapes = []struct {
 	{"8x56x56x144", "Relu6", 8, 144, 56 * 56},
 	{"8x28x28x192", "Relu6", 8, 192, 28 * 28},
 	{"8x14x14x576", "Relu6", 8, 576, 14 * 14},
+	{"32x28x28x128", "Relu", 32, 128, 28 * 28},
+	{"32x14x14x384", "Relu6", 32, 384, 14 * 14},
 }
 
 // BenchmarkFusedGradEx times, call after call on the same tensors, the

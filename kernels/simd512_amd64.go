@@ -56,6 +56,39 @@ func storeMasked16(v archsimd.Float32x16, p unsafe.Pointer, i int, m archsimd.Ma
 // maskFromBits16 is maskFromBits8 at this width: the low sixteen bits.
 func maskFromBits16(w uint64) archsimd.Mask32x16 { return archsimd.Mask32x16FromBits(uint16(w)) }
 
+// sumsPlaneLanesRuns512 and applyPlanesRuns512 are the runs' loops of
+// sumsPlaneLanes512 and applyPlanes512 (planes_amd64.s), which the plane
+// paths call through sumsPlaneLanesAsm512 and applyPlanesAsm512.
+//
+//go:noescape
+func sumsPlaneLanesRuns512(n, C, S, c, pos int, dy, x, mean, lanes unsafe.Pointer)
+
+//go:noescape
+func applyPlanesRuns512(n, C, S, c, pos int, dy, x, dx, a, b, mdy, mu unsafe.Pointer, scaleOnly bool)
+
+// sumsPlaneLanesAsm512 is sumsPlaneLanes512, its loop in assembly.
+func sumsPlaneLanesAsm512(C, S, off int, dy, x, mean []float32, lanes []float64) {
+	n := len(x)
+	if n == 0 {
+		return
+	}
+	needLen(n, dy)
+	needLen(C+meanPad, mean)
+	needLen(planeLanes*C, lanes)
+	sumsPlaneLanesRuns512(n, C, S, off/S%C, off%S, ptr32(dy), ptr32(x), ptr32(mean), ptr64(lanes))
+}
+
+// applyPlanesAsm512 is applyPlanes512, its loop in assembly.
+func applyPlanesAsm512(C, S, c, pos int, t *affine32, dy, x, dx []float32) {
+	n := len(x)
+	if n == 0 {
+		return
+	}
+	needLen(n, dy, dx)
+	needLen(C, t.A, t.B, t.MeanDy, t.Mean)
+	applyPlanesRuns512(n, C, S, c, pos, ptr32(dy), ptr32(x), ptr32(dx), ptr32(t.A), ptr32(t.B), ptr32(t.MeanDy), ptr32(t.Mean), t.ScaleOnly)
+}
+
 // sumsTileMaskRows512 and sumsTileMask1Rows512 are sumsTileMask32 for 64
 // channels and sumsTileMask1x32 for sixteen on AVX-512 vectors, the means
 // rounded to float32 by the caller; applyRowsMask512 is applyRowsMask32

@@ -263,19 +263,21 @@ func TestSelectLoops(t *testing.T) {
 	fn := func(f any) uintptr { return reflect.ValueOf(f).Pointer() }
 	want := map[bool]map[string]any{
 		false: {"rows": avx2Rows, "sumsPlanes": sumsPlanes32, "applyPlanes": applyPlanes32,
-			"widenBFloat16": widenBFloat16, "narrowBFloat16": narrowBFloat16},
-		true: {"rows": avx512Rows, "sumsPlanes": sumsPlanes512, "applyPlanes": applyPlanes512,
-			"widenBFloat16": widenBFloat16x16, "narrowBFloat16": narrowBFloat16x16},
+			"planeLanes": sumsPlaneLanes32, "widenBFloat16": widenBFloat16, "narrowBFloat16": narrowBFloat16},
+		true: {"rows": avx512Rows, "sumsPlanes": sumsPlanes512, "applyPlanes": applyPlanesAsm512,
+			"planeLanes": sumsPlaneLanesAsm512, "widenBFloat16": widenBFloat16x16, "narrowBFloat16": narrowBFloat16x16},
 	}
 	require.Equal(t, canAVX512(), loopsAtInit == avx512Rows, "the package's loops are not the CPU's widest")
 	forEachLoopSet(func(wide bool, l *rowLoops) {
 		w := want[wide]
 		require.Same(t, w["rows"], l, "wide=%v: row loops", wide)
-		got := map[string]any{"sumsPlanes": sumsPlanes, "applyPlanes": applyPlanes,
+		got := map[string]any{"sumsPlanes": sumsPlanes, "applyPlanes": applyPlanes, "planeLanes": simdPlaneLanes,
 			"widenBFloat16": simdWidenBFloat16, "narrowBFloat16": simdNarrowBFloat16}
 		for name, f := range got {
 			require.Equal(t, fn(w[name]), fn(f), "wide=%v: %s", wide, name)
 		}
+		require.Same(t, map[bool]*maskedLoops{false: avx2Masked, true: avx512Masked}[wide], maskedInUse,
+			"wide=%v: the masked channels-last loops", wide)
 		// The bfloat16 rows' fused loops exist at AVX-512 only.
 		require.Equal(t, wide, simdSumsBFloat16 != nil && simdApplyBFloat16 != nil, "wide=%v: bfloat16 rows", wide)
 	})

@@ -1,0 +1,214 @@
+//go:build goexperiment.simd && amd64
+
+#include "textflag.h"
+
+// The channels-first loops over runs of one channel (a plane, or the part
+// of one a block holds) on AVX-512 vectors, with the runs' loop inside:
+// sumsPlaneLanes512's and applyPlanes512's arithmetic in their order, bit
+// for bit, where archsimd's compiler kept the loop's pointers and sums on
+// the stack and its masks in vectors. A run's tail of r < 16 elements is
+// masked by the low r bits (BZHI of 0xffff), or, in the sums of a run of
+// 16 elements or more, by the high r bits of its last vector.
+
+// func sumsPlaneLanesRuns512(n, C, S, c, pos int, dy, x, mean, lanes unsafe.Pointer)
+// For the n elements at dy and x, runs of channel c's plane of S from pos
+// on, then the next channels' (wrapping at C), adds each run's Σdy and
+// Σdy·(x−mean[c]), in float32 lanes over 16 vectors at most, widened and
+// halves added, into channel c's float64 lanes at lanes[16c:] (Σdy's
+// eight) and lanes[16c+8:].
+TEXT ·sumsPlaneLanesRuns512(SB), NOSPLIT, $0-72
+	MOVQ n+0(FP), CX
+	MOVQ C+8(FP), R10
+	MOVQ S+16(FP), DX
+	MOVQ c+24(FP), R11
+	MOVQ pos+32(FP), R13
+	MOVQ dy+40(FP), SI
+	MOVQ x+48(FP), DI
+	MOVQ mean+56(FP), R8
+	MOVQ lanes+64(FP), R9
+	NEGQ R13
+	ADDQ DX, R13 // the first run's length, S − pos, before n bounds it
+	TESTQ CX, CX
+	JZ    done
+
+run:
+	CMPQ    R13, CX
+	CMOVQGT CX, R13 // R13: this run's length
+	MOVQ    R11, AX
+	SHLQ    $7, AX
+	ADDQ    R9, AX  // the channel's lanes
+	VBROADCASTSS (R8)(R11*4), Z2
+	VMOVUPD (AX), Z3
+	VMOVUPD 64(AX), Z4
+	MOVQ    R13, BX // the run's elements left
+
+group:
+	VXORPS Z0, Z0, Z0
+	VXORPS Z1, Z1, Z1
+	MOVQ   $16, R15
+
+vec:
+	CMPQ        BX, $16
+	JLT         tail
+	VMOVUPS     (SI), Z5
+	VMOVUPS     (DI), Z6
+	VSUBPS      Z2, Z6, Z6
+	VADDPS      Z5, Z0, Z0
+	VFMADD231PS Z6, Z5, Z1
+	ADDQ        $64, SI
+	ADDQ        $64, DI
+	SUBQ        $16, BX
+	DECQ        R15
+	JNZ         vec
+	JMP         fold
+
+tail:
+	TESTQ BX, BX
+	JZ    fold
+	MOVL  $0xffff, R12
+	CMPQ  R13, $16
+	JGE   last
+	BZHIL BX, R12, R14 // the low r lanes, from the tail's first element
+	KMOVW R14, K1
+	VMOVUPS.Z (SI), K1, Z5
+	VMOVUPS.Z (DI), K1, Z6
+	JMP   masked
+
+last:
+	MOVL  $16, R14
+	SUBL  BX, R14
+	BZHIL R14, R12, R14
+	XORL  R12, R14 // the high r lanes of the run's last vector
+	KMOVW R14, K1
+	MOVQ  BX, R14
+	SUBQ  $16, R14
+	SHLQ  $2, R14  // −(16 − r)·4: from the tail back to the last vector
+	VMOVUPS.Z (SI)(R14*1), K1, Z5
+	VMOVUPS.Z (DI)(R14*1), K1, Z6
+
+masked:
+	VSUBPS.Z    Z2, Z6, K1, Z6
+	VADDPS      Z5, Z0, Z0
+	VFMADD231PS Z6, Z5, Z1
+	LEAQ        (SI)(BX*4), SI
+	LEAQ        (DI)(BX*4), DI
+	XORQ        BX, BX
+
+fold:
+	VEXTRACTF32X8 $1, Z0, Y7
+	VCVTPS2PD     Y0, Z8
+	VCVTPS2PD     Y7, Z7
+	VADDPD        Z7, Z8, Z8
+	VADDPD        Z8, Z3, Z3
+	VEXTRACTF32X8 $1, Z1, Y7
+	VCVTPS2PD     Y1, Z8
+	VCVTPS2PD     Y7, Z7
+	VADDPD        Z7, Z8, Z8
+	VADDPD        Z8, Z4, Z4
+	TESTQ         BX, BX
+	JNZ           group
+
+	VMOVUPD Z3, (AX)
+	VMOVUPD Z4, 64(AX)
+	SUBQ    R13, CX
+	MOVQ    DX, R13 // the next runs start their planes
+	INCQ    R11
+	CMPQ    R11, R10
+	JNE     next
+	XORQ    R11, R11
+
+next:
+	TESTQ CX, CX
+	JNZ   run
+
+done:
+	VZEROUPPER
+	RET
+
+// APPLY_RUNS(op, run, vec, tail, next, wrap, done) is applyPlanesRuns512's
+// loop, op the arithmetic of Z5 (dy) and Z6 (x) into Z5.
+#define APPLY_RUNS(op, run, vec, tail, next, wrap, done) \
+run: \
+	CMPQ    R15, CX; \
+	CMOVQGT CX, R15; \
+	VBROADCASTSS (R9)(R13*4), Z0; \
+	VBROADCASTSS (R10)(R13*4), Z1; \
+	VBROADCASTSS (R11)(R13*4), Z2; \
+	VBROADCASTSS (R12)(R13*4), Z3; \
+	MOVQ    R15, BX; \
+vec: \
+	CMPQ    BX, $16; \
+	JLT     tail; \
+	VMOVUPS (SI), Z5; \
+	VMOVUPS (DI), Z6; \
+	op; \
+	VMOVUPS Z5, (R8); \
+	ADDQ    $64, SI; \
+	ADDQ    $64, DI; \
+	ADDQ    $64, R8; \
+	SUBQ    $16, BX; \
+	JMP     vec; \
+tail: \
+	TESTQ   BX, BX; \
+	JZ      next; \
+	MOVL    $0xffff, AX; \
+	BZHIL   BX, AX, AX; \
+	KMOVW   AX, K1; \
+	VMOVUPS.Z (SI), K1, Z5; \
+	VMOVUPS.Z (DI), K1, Z6; \
+	op; \
+	VMOVUPS Z5, K1, (R8); \
+	LEAQ    (SI)(BX*4), SI; \
+	LEAQ    (DI)(BX*4), DI; \
+	LEAQ    (R8)(BX*4), R8; \
+next: \
+	SUBQ    R15, CX; \
+	MOVQ    DX, R15; \
+	INCQ    R13; \
+	CMPQ    R13, R14; \
+	JNE     wrap; \
+	XORQ    R13, R13; \
+wrap: \
+	TESTQ   CX, CX; \
+	JNZ     run; \
+done: \
+	VZEROUPPER; \
+	RET
+
+// AFFINE: dx = (dy − mdy)·a + (x − mu)·b; SCALE: dx = dy·a.
+#define AFFINE \
+	VSUBPS      Z3, Z6, Z6; \
+	VMULPS      Z1, Z6, Z6; \
+	VSUBPS      Z2, Z5, Z5; \
+	VFMADD132PS Z0, Z6, Z5
+#define SCALE \
+	VMULPS Z0, Z5, Z5
+
+// func applyPlanesRuns512(n, C, S, c, pos int, dy, x, dx, a, b, mdy, mu unsafe.Pointer, scaleOnly bool)
+// For the n elements at dy and x, runs of channel c's plane of S from pos
+// on, then the next channels' (wrapping at C), writes dx = (dy −
+// mdy[c])·a[c] + (x − mu[c])·b[c], or with scaleOnly dx = dy·a[c] (x
+// unread but for the pointer's steps), the tails by masked loads and
+// stores.
+TEXT ·applyPlanesRuns512(SB), NOSPLIT, $0-97
+	MOVQ n+0(FP), CX
+	MOVQ C+8(FP), R14
+	MOVQ S+16(FP), DX
+	MOVQ c+24(FP), R13
+	MOVQ pos+32(FP), R15
+	MOVQ dy+40(FP), SI
+	MOVQ x+48(FP), DI
+	MOVQ dx+56(FP), R8
+	MOVQ a+64(FP), R9
+	MOVQ b+72(FP), R10
+	MOVQ mdy+80(FP), R11
+	MOVQ mu+88(FP), R12
+	NEGQ R15
+	ADDQ DX, R15 // the first run's length, S − pos, before n bounds it
+	TESTQ CX, CX
+	JZ    sdone
+	MOVBQZX scaleOnly+96(FP), AX
+	TESTQ AX, AX
+	JNZ   srun
+	APPLY_RUNS(AFFINE, arun, avec, atail, anext, awrap, adone)
+	APPLY_RUNS(SCALE, srun, svec, stail, snext, swrap, sdone)

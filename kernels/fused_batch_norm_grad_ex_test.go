@@ -360,30 +360,35 @@ func TestFusedBatchNormGradExForms(t *testing.T) {
 // whose vector loops form dz where they load dy, at both vector widths
 // (TestMain), on one core and four: rows of 64 channels (whole AVX-512
 // tiles), 144 (two tiles and a vector), 40 (a vector and the AVX2 loops'
-// last eight) and 200 (granules that end inside a row), Relu and Relu6,
-// against the float64 reference, with a NaN and an infinite dy masked off
-// and a NaN y. The loops must have taken every piece of both passes, and
-// with a small StreamBytes the second pass's rows stream (AVX-512, rows of
-// a multiple of sixteen) into an x_backprop of its own, 64-byte aligned.
+// last eight), 200 (granules that end inside a row) and 37 (a period of
+// 296, and a last granule of a length the loops do not take, which goes
+// through the blocks), Relu and Relu6, against the float64 reference,
+// with a NaN and an infinite dy masked off and a NaN y; the same bits on
+// one core and four. The loops must have taken every piece of both passes
+// (but the odd last granule's), and with a small StreamBytes the second
+// pass's rows stream (AVX-512, rows of a multiple of sixteen) into an
+// x_backprop of its own, 64-byte aligned. An inference call in two passes
+// sums in the loops too.
 func TestFusedBatchNormGradExInRegisters(t *testing.T) {
 	if !kernels.SIMD() {
 		t.Skip("no vector loops in this build")
 	}
 	rng := rand.New(rand.NewPCG(77, 6))
-	for _, sc := range []shapeCase{{"", 4, 128, 800}, {"", 2, 144, 900}, {"", 3, 40, 700}, {"", 2, 200, 513}} {
+	for _, sc := range []shapeCase{{"", 4, 128, 800}, {"", 2, 144, 900}, {"", 3, 40, 700}, {"", 2, 200, 513}, {"", 3, 37, 1001}} {
 		for _, act := range []string{"Relu", "Relu6"} {
+			m := exMode{act, true, false}
+			in := newExInputs[float32](rng, true, kernels.ChannelsLast, sc)
+			in.dy[3*sc.C+5], in.y[3*sc.C+5] = float32(math.NaN()), -1
+			off := float32(-2) // the Relu's off side, Relu6's other one
+			if act == "Relu6" {
+				off = 7
+			}
+			in.dy[7*sc.C+9], in.y[7*sc.C+9] = float32(math.Inf(-1)), off
+			in.y[11*sc.C+2] = float32(math.NaN())
+			var first exOutputs[float32]
 			for _, cores := range []int{1, 4} {
 				t.Run(fmt.Sprintf("C=%d/%s/cores=%d", sc.C, act, cores), func(t *testing.T) {
 					onMachine(t, cores)
-					m := exMode{act, true, false}
-					in := newExInputs[float32](rng, true, kernels.ChannelsLast, sc)
-					in.dy[3*sc.C+5], in.y[3*sc.C+5] = float32(math.NaN()), -1
-					off := float32(-2) // the Relu's off side, Relu6's other one
-					if act == "Relu6" {
-						off = 7
-					}
-					in.dy[7*sc.C+9], in.y[7*sc.C+9] = float32(math.Inf(-1)), off
-					in.y[11*sc.C+2] = float32(math.NaN())
 					p := kernels.TrainingPlan(in.dims, in.dy, in.x, nil)
 					require.Equal(t, kernels.FormPasses, p.Form, "%+v", p)
 					kernels.ResetSplitStats()
@@ -391,10 +396,21 @@ func TestFusedBatchNormGradExInRegisters(t *testing.T) {
 					granules := uint64((len(in.x) + p.Align - 1) / p.Align)
 					pieces, _ := kernels.MaskedInRegisters()
 					require.Equal(t, granules, kernels.MaskBitGranules(), "granules of bits written")
-					require.GreaterOrEqual(t, pieces, 2*granules, "pieces of both passes in the vector loops")
+					inLoops := 2 * granules
+					if len(in.x)%8 != 0 {
+						inLoops -= 2 // the last granule, in both passes
+					}
+					require.GreaterOrEqual(t, pieces, inLoops, "pieces of both passes in the vector loops")
 					assert.True(t, math.IsNaN(float64(got.offsetBackprop[5])), "offset_backprop of a NaN dy's channel")
 					assert.True(t, math.IsNaN(float64(got.offsetBackprop[9])), "offset_backprop of an infinite dy's channel")
 					assert.False(t, math.IsNaN(float64(got.offsetBackprop[2])), "offset_backprop where y is NaN")
+					if cores == 1 {
+						first = got
+					} else { // bit for bit, NaNs among them
+						requireSameBits(t, "x_backprop on four cores and one", got.dx, first.dx)
+						requireSameBits(t, "scale_backprop on four cores and one", got.scaleBackprop, first.scaleBackprop)
+						requireSameBits(t, "offset_backprop on four cores and one", got.offsetBackprop, first.offsetBackprop)
+					}
 
 					// Streamed: an x_backprop of its own, as capi's, 64-byte aligned.
 					defer kernels.SetTuning(kernels.SetTuning(kernels.Tuning{StreamBytes: 4096}))
@@ -418,6 +434,27 @@ func TestFusedBatchNormGradExInRegisters(t *testing.T) {
 					}
 				})
 			}
+		}
+	}
+	t.Run("inference in two passes", func(t *testing.T) {
+		onMachine(t, 2)
+		m := exMode{"Relu6", false, false}
+		in := newExInputs[float32](rng, false, kernels.ChannelsLast, shapeCase{"", 1, 1024, 2100})
+		require.Equal(t, kernels.FormPasses, kernels.InferencePlan[float32](in.dims).Form)
+		kernels.ResetSplitStats()
+		checkEx(t, m, in)
+		pieces, _ := kernels.MaskedInRegisters()
+		require.Equal(t, kernels.MaskBitGranules(), pieces, "the first pass's granules summed in the vector loops")
+	})
+}
+
+// requireSameBits requires got to hold want's bits, element by element.
+func requireSameBits[T kernels.Element](t *testing.T, name string, got, want []T) {
+	t.Helper()
+	require.Equal(t, len(want), len(got), "%s: length", name)
+	for i := range want {
+		if bitsOf(got[i]) != bitsOf(want[i]) {
+			t.Fatalf("%s: %v at %d, want %v", name, got[i], i, want[i])
 		}
 	}
 }

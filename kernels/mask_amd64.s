@@ -8,8 +8,10 @@
 // compiler kept masks in vectors and converted them on every use). m is 1
 // where 0 < y (Relu) or 0 < y < 6 (Relu6), else 0, a NaN y off; dz = dy·m
 // is a multiplication, as stock's ReluGrad's, so a NaN or infinite dy
-// times 0 is NaN. Each element takes the operations of the archsimd loops
-// sumsTileMask512 and applyRowMask512, in their order: the same bits.
+// times 0 is NaN. Each element takes the operations of the AVX2 loops
+// sumsTileMask32 and applyRowMask32 (simd_amd64.go) at sixteen lanes: the
+// same values, but for which NaN's payload comes through an addition of
+// two.
 // m's bits: element e's at bit e of the bytes at bits, sixteen a vector.
 
 // MASK_CONSTANTS sets 0 in Z24, 6 in Z25 and 1 in Z26.

@@ -7,8 +7,9 @@
 // sumsPlaneLanes512's and applyPlanes512's arithmetic in their order, bit
 // for bit, where archsimd's compiler kept the loop's pointers and sums on
 // the stack and its masks in vectors. A run's tail of r < 16 elements is
-// masked by the low r bits (BZHI of 0xffff), or, in the sums of a run of
-// 16 elements or more, by the high r bits of its last vector.
+// masked by the low r bits (BZHI of 0xffff: BMI2, which hasBMI2 checks), or,
+// in the sums of a run of 16 elements or more, by the high r bits of its
+// last vector.
 
 // func sumsPlaneLanesRuns512(n, C, S, c, pos int, dy, x, mean, lanes unsafe.Pointer)
 // For the n elements at dy and x, runs of channel c's plane of S from pos
@@ -125,9 +126,10 @@ done:
 	VZEROUPPER
 	RET
 
-// APPLY_RUNS(op, run, vec, tail, next, wrap, done) is applyPlanesRuns512's
-// loop, op the arithmetic of Z5 (dy) and Z6 (x) into Z5.
-#define APPLY_RUNS(op, run, vec, tail, next, wrap, done) \
+// APPLY_RUNS(op, optail, run, vec, tail, next, wrap, done) is
+// applyPlanesRuns512's loop: op writes a vector's dx into Z5 from dy in Z5
+// (and x from (DI)), optail the tail's, x masked by K1.
+#define APPLY_RUNS(op, optail, run, vec, tail, next, wrap, done) \
 run: \
 	CMPQ    R15, CX; \
 	CMOVQGT CX, R15; \
@@ -140,7 +142,6 @@ vec: \
 	CMPQ    BX, $16; \
 	JLT     tail; \
 	VMOVUPS (SI), Z5; \
-	VMOVUPS (DI), Z6; \
 	op; \
 	VMOVUPS Z5, (R8); \
 	ADDQ    $64, SI; \
@@ -155,8 +156,7 @@ tail: \
 	BZHIL   BX, AX, AX; \
 	KMOVW   AX, K1; \
 	VMOVUPS.Z (SI), K1, Z5; \
-	VMOVUPS.Z (DI), K1, Z6; \
-	op; \
+	optail; \
 	VMOVUPS Z5, K1, (R8); \
 	LEAQ    (SI)(BX*4), SI; \
 	LEAQ    (DI)(BX*4), DI; \
@@ -175,12 +175,16 @@ done: \
 	VZEROUPPER; \
 	RET
 
-// AFFINE: dx = (dy − mdy)·a + (x − mu)·b; SCALE: dx = dy·a.
-#define AFFINE \
+// AFFINE: dx = (dy − mdy)·a + (x − mu)·b, x loaded as load loads it;
+// SCALE: dx = dy·a, x unread.
+#define AFFINE(load) \
+	load; \
 	VSUBPS      Z3, Z6, Z6; \
 	VMULPS      Z1, Z6, Z6; \
 	VSUBPS      Z2, Z5, Z5; \
 	VFMADD132PS Z0, Z6, Z5
+#define X_FULL VMOVUPS (DI), Z6
+#define X_TAIL VMOVUPS.Z (DI), K1, Z6
 #define SCALE \
 	VMULPS Z0, Z5, Z5
 
@@ -188,8 +192,7 @@ done: \
 // For the n elements at dy and x, runs of channel c's plane of S from pos
 // on, then the next channels' (wrapping at C), writes dx = (dy −
 // mdy[c])·a[c] + (x − mu[c])·b[c], or with scaleOnly dx = dy·a[c] (x
-// unread but for the pointer's steps), the tails by masked loads and
-// stores.
+// unread: only its pointer steps), the tails by masked loads and stores.
 TEXT ·applyPlanesRuns512(SB), NOSPLIT, $0-97
 	MOVQ n+0(FP), CX
 	MOVQ C+8(FP), R14
@@ -210,5 +213,23 @@ TEXT ·applyPlanesRuns512(SB), NOSPLIT, $0-97
 	MOVBQZX scaleOnly+96(FP), AX
 	TESTQ AX, AX
 	JNZ   srun
-	APPLY_RUNS(AFFINE, arun, avec, atail, anext, awrap, adone)
-	APPLY_RUNS(SCALE, srun, svec, stail, snext, swrap, sdone)
+	APPLY_RUNS(AFFINE(X_FULL), AFFINE(X_TAIL), arun, avec, atail, anext, awrap, adone)
+	APPLY_RUNS(SCALE, SCALE, srun, svec, stail, snext, swrap, sdone)
+
+// func hasBMI2() bool
+// Reports whether the CPU has BMI2 (CPUID leaf 7, EBX bit 8), which every
+// AVX-512 CPU has but a hypervisor may hide.
+TEXT ·hasBMI2(SB), NOSPLIT, $0-1
+	MOVB  $0, ret+0(FP)
+	XORL  AX, AX
+	CPUID
+	CMPL  AX, $7
+	JB    nobmi2
+	MOVL  $7, AX
+	XORL  CX, CX
+	CPUID
+	SHRL  $8, BX
+	ANDL  $1, BX
+	MOVB  BX, ret+0(FP)
+nobmi2:
+	RET

@@ -6,7 +6,10 @@ import (
 	"math"
 	"math/big"
 	"math/rand/v2"
+	"runtime/debug"
+	"syscall"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 )
@@ -393,5 +396,28 @@ func TestBFloat16PlanesMatchFloat32Planes(t *testing.T) {
 				require.Equal(t, guarded(wantDx), inPlace, "wide=%v C=%d S=%d c=%d pos=%d n=%d scaleOnly=%v, dx over dy", wide, C, S, c, pos, n, scaleOnly)
 			}
 		})
+	})
+}
+
+// TestScaleOnlyPlanesLeaveXUnread: the scale-only planes (inference's
+// x_backprop, dy·a) do not read x, at either width: x lies in memory that
+// faults on any read, which the affine form (reading it) shows.
+func TestScaleOnlyPlanesLeaveXUnread(t *testing.T) {
+	mem, err := syscall.Mmap(-1, 0, 1<<16, syscall.PROT_NONE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	require.NoError(t, err)
+	defer syscall.Munmap(mem)
+	x := unsafe.Slice((*float32)(unsafe.Pointer(&mem[0])), 1000)
+	dy, dx := make([]float32, 1000), make([]float32, 1000)
+	faults := func(scaleOnly bool) (faulted bool) {
+		aff := paddedAffine32(make([]float32, 4), make([]float32, 4), make([]float32, 4), make([]float32, 4))
+		aff.ScaleOnly = scaleOnly
+		defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+		defer func() { faulted = recover() != nil }()
+		applyPlanes(4, 250, 0, 0, aff, dy, x, dx)
+		return false
+	}
+	forEachLoopSet(func(wide bool, _ *rowLoops) {
+		require.False(t, faults(true), "wide=%v: the scale-only planes read x", wide)
+		require.True(t, faults(false), "wide=%v: the affine planes left x unread (the mapping does not fault)", wide)
 	})
 }

@@ -66,6 +66,13 @@ func sumsPlaneLanesRuns512(n, C, S, c, pos int, dy, x, mean, lanes unsafe.Pointe
 //go:noescape
 func applyPlanesRuns512(n, C, S, c, pos int, dy, x, dx, a, b, mdy, mu unsafe.Pointer, scaleOnly bool)
 
+// hasBMI2 reports whether the CPU has BMI2, which the assembly plane loops
+// use (planes_amd64.s); without it the archsimd forms run.
+func hasBMI2() bool
+
+// planesInAsm: the AVX-512 plane loops in assembly.
+var planesInAsm = hasBMI2()
+
 // sumsPlaneLanesAsm512 is sumsPlaneLanes512, its loop in assembly.
 func sumsPlaneLanesAsm512(C, S, off int, dy, x, mean []float32, lanes []float64) {
 	n := len(x)

@@ -55,10 +55,13 @@ func canAVX512() bool { return archsimd.X86.AVX512() }
 // selectLoops selects the AVX-512 loops (wide) or the AVX2 ones.
 func selectLoops(wide bool) {
 	if wide {
-		rowLoopsInUse, sumsPlanes, applyPlanes = avx512Rows, sumsPlanes512, applyPlanesAsm512
+		rowLoopsInUse, sumsPlanes, applyPlanes = avx512Rows, sumsPlanes512, applyPlanes512
 		simdWidenBFloat16, simdNarrowBFloat16 = widenBFloat16x16, narrowBFloat16x16
 		simdSumsBFloat16, simdApplyBFloat16 = sumsRowsBF16, applyRowsBF16
-		simdPlaneLanes, simdPlaneLanesBFloat16, simdApplyPlanesBFloat16 = sumsPlaneLanesAsm512, sumsPlaneLanesBF16x16, applyPlanesBF16x16
+		simdPlaneLanes, simdPlaneLanesBFloat16, simdApplyPlanesBFloat16 = sumsPlaneLanes512, sumsPlaneLanesBF16x16, applyPlanesBF16x16
+		if planesInAsm {
+			applyPlanes, simdPlaneLanes = applyPlanesAsm512, sumsPlaneLanesAsm512
+		}
 		simdMaskRows, simdUnmaskRows, maskedInUse = maskRows512, unmaskRows512, avx512Masked
 	} else {
 		rowLoopsInUse, sumsPlanes, applyPlanes = avx2Rows, sumsPlanes32, applyPlanes32

@@ -1,6 +1,7 @@
 //go:build goexperiment.simd && amd64
 
 #include "textflag.h"
+#include "tiles_amd64.h"
 
 // FusedBatchNormGradEx's masked channels-last loops on AVX-512 vectors:
 // the loops of sumsTileRows512 and applyRow512 over dz = dy·m instead of
@@ -62,17 +63,6 @@
 	act; \
 	MASKED_SUMS(0, 0, Z8, Z13, Z16, Z0, Z4)
 
-// FOLD(z, y, p, off) adds the sixteen float32 sums z (y its low half) into
-// the float64 sums at off(p).
-#define FOLD(z, y, p, off) \
-	VEXTRACTF32X8 $1, z, Y20; \
-	VCVTPS2PD     y, Z21; \
-	VADDPD        off(p), Z21, Z21; \
-	VMOVUPD       Z21, off(p); \
-	VCVTPS2PD     Y20, Z22; \
-	VADDPD        off+64(p), Z22, Z22; \
-	VMOVUPD       Z22, off+64(p)
-
 // MASK_ARGS loads what both tiles take: rows (CX), the row stride W·4 in
 // bytes (DX) and W/8 in bytes of bits (R12), dy (SI), x (DI), y (R13), a
 // (R8), b (R9), bits (R11), upper (R10), and the constants.
@@ -90,22 +80,6 @@
 	MOVQ    b+56(FP), R9; \
 	MOVQ    bits+64(FP), R11; \
 	MASK_CONSTANTS
-
-// FOLD_START takes the next min(CX, 16) rows into BX, out of CX, and
-// clears the eight sums Z0-Z7.
-#define FOLD_START \
-	MOVQ    $16, BX; \
-	CMPQ    CX, BX; \
-	CMOVQLT CX, BX; \
-	SUBQ    BX, CX; \
-	VXORPS  Z0, Z0, Z0; \
-	VXORPS  Z1, Z1, Z1; \
-	VXORPS  Z2, Z2, Z2; \
-	VXORPS  Z3, Z3, Z3; \
-	VXORPS  Z4, Z4, Z4; \
-	VXORPS  Z5, Z5, Z5; \
-	VXORPS  Z6, Z6, Z6; \
-	VXORPS  Z7, Z7, Z7
 
 // NEXT_ROW(loop) steps dy, x, y and the bits to the next row and runs loop
 // again while the fold has rows left (BX).
@@ -134,16 +108,6 @@ test: \
 	VZEROUPPER; \
 	RET
 
-#define FOLD4 \
-	FOLD(Z0, Y0, R8, 0); \
-	FOLD(Z1, Y1, R8, 128); \
-	FOLD(Z2, Y2, R8, 256); \
-	FOLD(Z3, Y3, R8, 384); \
-	FOLD(Z4, Y4, R9, 0); \
-	FOLD(Z5, Y5, R9, 128); \
-	FOLD(Z6, Y6, R9, 256); \
-	FOLD(Z7, Y7, R9, 384)
-
 #define FOLD1 \
 	FOLD(Z0, Y0, R8, 0); \
 	FOLD(Z4, Y4, R9, 0)
@@ -162,9 +126,9 @@ TEXT ·sumsTileMaskRows512(SB), NOSPLIT, $0-73
 	MOVBQZX upper+72(FP), AX
 	TESTQ   AX, AX
 	JNZ     relu6
-	TILE(RELU, MASK_ROW, FOLD4, relu_test, relu_next, relu_row)
+	TILE(RELU, MASK_ROW, FOLD_TILE, relu_test, relu_next, relu_row)
 relu6:
-	TILE(RELU6, MASK_ROW, FOLD4, relu6_test, relu6_next, relu6_row)
+	TILE(RELU6, MASK_ROW, FOLD_TILE, relu6_test, relu6_next, relu6_row)
 
 // func sumsTileMask1Rows512(rows, W int, dy, x, y, mean, a, b, bits unsafe.Pointer, upper bool)
 // sumsTileMaskRows512 for sixteen channels (mean: 16 float32s).

@@ -1,6 +1,7 @@
 //go:build goexperiment.simd && amd64
 
 #include "textflag.h"
+#include "tiles_amd64.h"
 
 // The float32 channels-last sums over a tile of 64 channels (AVX-512), the
 // loop of sumsTile512 with its eight sums in registers: the compiler's
@@ -9,15 +10,6 @@
 // takes the same operations in the same order as in Go, so the sums are bit
 // for bit the same. Each vector's loads and sums come together: loading all
 // eight first was slower on tensors in L3 (NHWC 8x28x28x128, 8x56x56x64).
-
-#define FOLD(z, y, p, off) \
-	VEXTRACTF32X8 $1, z, Y20; \
-	VCVTPS2PD     y, Z21; \
-	VADDPD        off(p), Z21, Z21; \
-	VMOVUPD       Z21, off(p); \
-	VCVTPS2PD     Y20, Z22; \
-	VADDPD        off+64(p), Z22, Z22; \
-	VMOVUPD       Z22, off+64(p)
 
 // TILE_ARGS loads the arguments both loops share: rows (CX), the row
 // stride W·size in bytes (DX), dy (SI), x (DI), a (R8), b (R9), and the 64
@@ -35,22 +27,6 @@
 	VMOVUPS 64(R10), Z17; \
 	VMOVUPS 128(R10), Z18; \
 	VMOVUPS 192(R10), Z19
-
-// FOLD_START takes the next min(CX, 16) rows into BX, out of CX, and clears
-// the eight sums Z0-Z7.
-#define FOLD_START \
-	MOVQ    $16, BX; \
-	CMPQ    CX, BX; \
-	CMOVQLT CX, BX; \
-	SUBQ    BX, CX; \
-	VXORPS  Z0, Z0, Z0; \
-	VXORPS  Z1, Z1, Z1; \
-	VXORPS  Z2, Z2, Z2; \
-	VXORPS  Z3, Z3, Z3; \
-	VXORPS  Z4, Z4, Z4; \
-	VXORPS  Z5, Z5, Z5; \
-	VXORPS  Z6, Z6, Z6; \
-	VXORPS  Z7, Z7, Z7
 
 // NEXT_ROW(loop) steps dy and x to the next row and runs loop again while
 // the fold has rows left (BX).
@@ -104,14 +80,7 @@ row_loop:
 	NEXT_ROW(row_loop)
 
 	// Fold: each sum's low and high eight lanes, widened, into a and b.
-	FOLD(Z0, Y0, R8, 0)
-	FOLD(Z1, Y1, R8, 128)
-	FOLD(Z2, Y2, R8, 256)
-	FOLD(Z3, Y3, R8, 384)
-	FOLD(Z4, Y4, R9, 0)
-	FOLD(Z5, Y5, R9, 128)
-	FOLD(Z6, Y6, R9, 256)
-	FOLD(Z7, Y7, R9, 384)
+	FOLD_TILE
 
 	FOLD_TEST(fold_test, fold_loop)
 

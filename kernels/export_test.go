@@ -65,6 +65,7 @@ func ResetSplitStats() {
 	splits.maskBits.Store(0)
 	splits.maskRegisters.Store(0)
 	splits.maskStreamed.Store(0)
+	splits.maskBF16Rows.Store(0)
 	splits.ranges.Store(0)
 	splits.helperRanges.Store(0)
 	splits.waitNanos.Store(0)
@@ -95,4 +96,18 @@ func MaskBitGranules() uint64 { return splits.maskBits.Load() }
 // how many spans of rows of the second pass were streamed.
 func MaskedInRegisters() (pieces, streamed uint64) {
 	return splits.maskRegisters.Load(), splits.maskStreamed.Load()
+}
+
+// MaskedBFloat16Rows returns how many blocks of FusedBatchNormGradEx's
+// bfloat16 rows had their dz formed in bfloat16 for the bfloat16 row loops
+// since ResetSplitStats.
+func MaskedBFloat16Rows() uint64 { return splits.maskBF16Rows.Load() }
+
+// WithoutBFloat16MaskRows turns off the bfloat16 mask loops, so that
+// FusedBatchNormGradEx's bfloat16 rows form dz in float32 blocks, and
+// returns the function that turns them back on.
+func WithoutBFloat16MaskRows() (restore func()) {
+	m, u := simdMaskRowsBFloat16, simdUnmaskRowsBFloat16
+	simdMaskRowsBFloat16, simdUnmaskRowsBFloat16 = nil, nil
+	return func() { simdMaskRowsBFloat16, simdUnmaskRowsBFloat16 = m, u }
 }

@@ -173,6 +173,10 @@ type masks struct {
 // sweep is sweepJob.run of dz: the sums of dz and x, and where j writes
 // dx (the inference sweep), dx of dz and side_input_backprop.
 func (m *gradMask[T]) sweep(j *sweepJob[T], lo, hi int, a, b []float64) {
+	if L, ok := m.bfloat16Rows(j.pd, lo, hi); ok && (j.dx == nil || j.apply.f32 != nil) {
+		m.sweepBFloat16(j, L, lo, hi, a, b)
+		return
+	}
 	if j.dx == nil && m.inRegisters(j.pd) {
 		m.sumsInRegisters(j, lo, hi, a, b)
 		return
@@ -245,6 +249,103 @@ func (m *gradMask[T]) applyInRegisters(j *applyJob[T], lo, hi int) {
 			splits.maskRegisters.Add(1)
 			simdMaskedApply(int(j.pd.C), o, j.t.f32, dy[o:e], x[o:e], dx[o:e], bits)
 		}
+		o = e
+	}
+}
+
+// bfloat16Rows reports whether the elements at [lo, hi) are whole
+// bfloat16 rows that the bfloat16 row loops take (bfloat16Rows), with
+// their dz formed in bfloat16 blocks by the bfloat16 mask loops, and their
+// row length: rows short enough that one fits in a block buffer.
+func (m *gradMask[T]) bfloat16Rows(pd Dims, lo, hi int) (L int, ok bool) {
+	L, ok = bfloat16Rows[T](pd, lo, hi)
+	return L, ok && simdMaskRowsBFloat16 != nil && L <= bf16BlockLen
+}
+
+// bf16BlockLen is the most bfloat16 elements of dz a block buffer holds.
+const bf16BlockLen = 2 * maxBlockLen
+
+// bf16Block returns buf's dy as a block of bfloat16.
+func bf16Block(buf *blockBuffers) []BFloat16 {
+	return unsafe.Slice((*BFloat16)(unsafe.Pointer(&buf.dy[0])), bf16BlockLen)
+}
+
+// sweepBFloat16 is sweep over whole bfloat16 rows of L channels: dz formed
+// block by block in bfloat16 and handed to the bfloat16 row loops as dy,
+// m's bits written in the first pass of two (blocks of the sums pass are
+// its granules), side_input_backprop written where j writes dx.
+func (m *gradMask[T]) sweepBFloat16(j *sweepJob[T], L, lo, hi int, a, b []float64) {
+	f := m.form
+	dy, x, y := any(j.dy).([]BFloat16), any(j.x).([]BFloat16), any(m.y).([]BFloat16)
+	dx, _ := any(j.dx).([]BFloat16)
+	var side []BFloat16
+	if dx != nil {
+		side, _ = any(m.side).([]BFloat16)
+	}
+	buf := bufferPool.Get().(*blockBuffers)
+	defer bufferPool.Put(buf)
+	dzBuf := bf16Block(buf)
+	blk := max(L, min(j.blk, bf16BlockLen)/L*L)
+	for o := lo; o < hi; o += blk {
+		e := min(o+blk, hi)
+		dz := dy[o:e]
+		if !f.act.identity {
+			dz = dzBuf[:e-o]
+			var bits []uint64
+			pos := 0
+			if f.bits != nil {
+				k := o / f.granule
+				if e > (k+1)*f.granule {
+					panic("kernels: mask bits written off their granule")
+				}
+				bits, pos = f.bits[k*f.words:(k+1)*f.words], o-k*f.granule
+				splits.maskBits.Add(1)
+			}
+			simdMaskRowsBFloat16(dz, dy[o:e], y[o:e], f.act.upper, bits, pos)
+		}
+		splits.maskBF16Rows.Add(1)
+		if side != nil {
+			copy(side[o:e], dz)
+		}
+		simdSumsBFloat16(L, dz, x[o:e], j.mean, a, b)
+		if dx != nil {
+			simdApplyBFloat16(L, j.apply.f32, dz, x[o:e], dx[o:e])
+		}
+	}
+}
+
+// applyBFloat16 is applyJob.run over whole bfloat16 rows of L channels:
+// dz formed in bfloat16 from dy and m's bits (from y where the call has
+// no bits), in pieces that end at the granules' ends, and handed to the
+// bfloat16 apply loop as dy; side_input_backprop written.
+func (m *gradMask[T]) applyBFloat16(j *applyJob[T], L, lo, hi int) {
+	f := m.form
+	dy, x, dx := any(j.dy).([]BFloat16), any(j.x).([]BFloat16), any(j.dx).([]BFloat16)
+	y, _ := any(m.y).([]BFloat16)
+	side, _ := any(m.side).([]BFloat16)
+	buf := bufferPool.Get().(*blockBuffers)
+	defer bufferPool.Put(buf)
+	dzBuf := bf16Block(buf)
+	blk := max(L, min(j.blk, bf16BlockLen)/L*L)
+	for o := lo; o < hi; {
+		e := min(o+blk, hi)
+		dz := dy[o:e]
+		switch {
+		case f.act.identity:
+		case f.bits != nil:
+			k := o / f.granule
+			e = min(e, (k+1)*f.granule)
+			dz = dzBuf[:e-o]
+			simdUnmaskRowsBFloat16(dz, dy[o:e], f.bits[k*f.words:(k+1)*f.words], o-k*f.granule)
+		default:
+			dz = dzBuf[:e-o]
+			simdMaskRowsBFloat16(dz, dy[o:e], y[o:e], f.act.upper, nil, 0)
+		}
+		splits.maskBF16Rows.Add(1)
+		if side != nil {
+			copy(side[o:e], dz)
+		}
+		simdApplyBFloat16(L, j.t.f32, dz, x[o:e], dx[o:e])
 		o = e
 	}
 }

@@ -458,3 +458,86 @@ func requireSameBits[T kernels.Element](t *testing.T, name string, got, want []T
 		}
 	}
 }
+
+// TestFusedBatchNormGradExBFloat16Rows runs bfloat16 channels-last rows of
+// a multiple of sixteen channels, whose dz the bfloat16 mask loops form in
+// bfloat16 blocks for the bfloat16 row loops (AVX-512): rows of 64, 48
+// (granules that end inside a word of the bits), 144 and 16 channels, in
+// two passes, Relu and Relu6, on one core and four, and the one-pass sweep
+// of inference with side_input_backprop, against the float64 reference,
+// with a NaN and an infinite dy masked off and a NaN y. The loops must
+// have formed every block's dz, and the outputs must be the bits of
+// FusedBatchNormGrad (whose bfloat16 rows take the same row loops) on dz =
+// dy·m formed by the rule, NaNs among them; with the mask loops off (dz in
+// float32 blocks, which sum by other loops), within the tolerance.
+func TestFusedBatchNormGradExBFloat16Rows(t *testing.T) {
+	if !kernels.AVX512Selected() {
+		t.Skip("the bfloat16 row loops are AVX-512 only")
+	}
+	rng := rand.New(rand.NewPCG(77, 7))
+	for _, tc := range []struct {
+		sc shapeCase
+		m  exMode
+	}{
+		{shapeCase{"", 4, 64, 400}, exMode{"Relu", true, false}},
+		{shapeCase{"", 4, 64, 400}, exMode{"Relu6", true, false}},
+		{shapeCase{"", 3, 48, 700}, exMode{"Relu6", true, false}},
+		{shapeCase{"", 2, 144, 300}, exMode{"Relu", true, false}},
+		{shapeCase{"", 5, 16, 999}, exMode{"Relu", true, false}},
+		{shapeCase{"", 4, 64, 400}, exMode{"Relu6", false, true}},
+		{shapeCase{"", 2, 48, 300}, exMode{"Identity", true, true}},
+	} {
+		sc := tc.sc
+		in := newExInputs[kernels.BFloat16](rng, tc.m.training, kernels.ChannelsLast, sc)
+		in.dy[3*sc.C+5], in.y[3*sc.C+5] = kernels.BFloat16FromFloat32(float32(math.NaN())), kernels.BFloat16FromFloat32(-1)
+		off := float32(-2) // the Relu's off side, Relu6's other one
+		if tc.m.activation == "Relu6" {
+			off = 7
+		}
+		in.dy[7*sc.C+9], in.y[7*sc.C+9] = kernels.BFloat16FromFloat32(float32(math.Inf(-1))), kernels.BFloat16FromFloat32(off)
+		in.y[11*sc.C+2] = kernels.BFloat16FromFloat32(float32(math.NaN()))
+		for _, cores := range []int{1, 4} {
+			t.Run(fmt.Sprintf("C=%d/%v/cores=%d", sc.C, tc.m, cores), func(t *testing.T) {
+				onMachine(t, cores)
+				kernels.ResetSplitStats()
+				got := checkEx(t, tc.m, in)
+				blocks := kernels.MaskedBFloat16Rows()
+				require.NotZero(t, blocks, "blocks of dz formed by the bfloat16 mask loops")
+				if tc.m.training && tc.m.activation != "Identity" {
+					p := kernels.TrainingPlan(in.dims, in.dy, in.x, nil)
+					require.Equal(t, kernels.FormPasses, p.Form, "%+v", p)
+					granules := uint64((len(in.x) + p.Align - 1) / p.Align)
+					require.Equal(t, granules, kernels.MaskBitGranules(), "granules of bits written")
+					require.GreaterOrEqual(t, blocks, 2*granules, "blocks of both passes")
+				}
+				if tc.m.activation != "Identity" {
+					assert.True(t, math.IsNaN(float64(got.offsetBackprop[5])), "offset_backprop of a NaN dy's channel")
+					assert.True(t, math.IsNaN(float64(got.offsetBackprop[9])), "offset_backprop of an infinite dy's channel")
+				}
+				dz := make([]kernels.BFloat16, len(in.dy))
+				for i, v := range in.dy {
+					on := tc.m.activation == "Identity" || in.y[i].Float32() > 0 && (tc.m.activation == "Relu" || in.y[i].Float32() < 6)
+					if on {
+						dz[i] = kernels.BFloat16FromFloat32(v.Float32() * 1)
+					} else {
+						dz[i] = kernels.BFloat16FromFloat32(v.Float32() * 0)
+					}
+				}
+				pair := in.fusedInputs
+				pair.dy = dz
+				dx, scaleBp, offsetBp := runFused(t, tc.m.training, pair)
+				requireSameBits(t, "x_backprop, FusedBatchNormGrad's of dz", got.dx, dx)
+				requireSameBits(t, "scale_backprop, FusedBatchNormGrad's of dz", got.scaleBackprop, scaleBp)
+				requireSameBits(t, "offset_backprop, FusedBatchNormGrad's of dz", got.offsetBackprop, offsetBp)
+				if tc.m.side {
+					requireSameBits(t, "side_input_backprop, dz", got.side, dz)
+				}
+				restore := kernels.WithoutBFloat16MaskRows()
+				kernels.ResetSplitStats()
+				checkEx(t, tc.m, in)
+				restore()
+				require.Zero(t, kernels.MaskedBFloat16Rows(), "the bfloat16 mask loops, turned off")
+			})
+		}
+	}
+}

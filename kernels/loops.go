@@ -107,6 +107,12 @@ var (
 	// L a multiple of 16, converting in the vector loops (AVX-512 only).
 	simdSumsBFloat16  func(L int, dy, x []BFloat16, mean, sumDy, sumDyXc []float64)
 	simdApplyBFloat16 func(L int, t *affine32, dy, x, dx []BFloat16)
+	// simdMaskRowsBFloat16 and simdUnmaskRowsBFloat16 are maskGrad and
+	// unmaskGrad over bfloat16 rows for those loops (FusedBatchNormGradEx),
+	// m's bits at bit pos of bits on: where the former's bits are not nil,
+	// it writes them. pos and len(dz) are multiples of 16 (AVX-512 only).
+	simdMaskRowsBFloat16   func(dz, dy, y []BFloat16, upper bool, bits []uint64, pos int)
+	simdUnmaskRowsBFloat16 func(dz, dy []BFloat16, bits []uint64, pos int)
 	// simdPlaneLanes sums a by-channel unit's float32 planes into each
 	// channel's planeLanes float64 lanes, added up by reducePlaneLanes once
 	// the channel's planes are summed.

@@ -80,3 +80,61 @@ func len8or16(wide bool) int {
 	}
 	return f32Lanes
 }
+
+// The bfloat16 mask loops (maskRowsBF16, unmaskRowsBF16) against the
+// scalar rule on the widened values (maskGrad), bit for bit: every one of
+// the 65536 bfloat16 y, dy drawn with NaN, ±Inf and signed zeros among
+// them, dz narrowed as BFloat16FromFloat32 narrows; the mask's bits written
+// from every multiple of sixteen within a word, the bits below it kept,
+// and read back from there.
+func TestBFloat16MaskLoopsMatchTheRule(t *testing.T) {
+	if !canAVX512() {
+		t.Skip("no AVX-512 on this CPU")
+	}
+	rng := rand.New(rand.NewPCG(77, 2))
+	special := []float32{0, float32(math.Copysign(0, -1)), float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), 1e-40}
+	const n = 1 << 16
+	y, dy := make([]BFloat16, n), make([]BFloat16, n)
+	for i := range y {
+		y[i] = BFloat16(i)
+		f := float32(rng.NormFloat64())
+		if rng.IntN(8) == 0 {
+			f = special[rng.IntN(len(special))]
+		}
+		dy[i] = BFloat16FromFloat32(f)
+	}
+	y[5] = 0x7f81  // a signalling NaN y
+	dy[6] = 0x7f81 // and dy
+	for _, upper := range []bool{false, true} {
+		a := activation{upper: upper}
+		wy, wdy := make([]float32, n), make([]float32, n)
+		for i := range y {
+			wy[i], wdy[i] = y[i].Float32(), dy[i].Float32()
+		}
+		want, wantBits := make([]float32, n), make([]uint64, n/64)
+		maskGrad(a, want, wdy, wy, wantBits)
+		for _, pos := range []int{0, 16, 48} {
+			got := make([]BFloat16, n-64)
+			bits := make([]uint64, n/64+1)
+			for i := range bits {
+				bits[i] = 0x5555_5555_5555_5555 // what lies below pos must stay
+			}
+			maskRowsBF16(got, dy[:n-64], y[:n-64], upper, bits, pos)
+			for i := range got {
+				require.Equal(t, BFloat16FromFloat32(want[i]), got[i], "upper=%v pos=%d: dz[%d] of dy %#x, y %#x", upper, pos, i, dy[i], y[i])
+				p := pos + i
+				require.Equal(t, wantBits[i/64]>>(i%64)&1, bits[p/64]>>(p%64)&1, "upper=%v pos=%d: bit of y %#x", upper, pos, y[i])
+			}
+			require.Equal(t, uint64(0x5555_5555_5555_5555)&(1<<pos-1), bits[0]&(1<<pos-1), "pos=%d: the bits below pos", pos)
+			back := make([]BFloat16, n-64)
+			unmaskRowsBF16(back, dy[:n-64], bits, pos)
+			require.Equal(t, got, back, "upper=%v pos=%d: dz from the bits", upper, pos)
+		}
+	}
+	// In place: dz over dy.
+	d := append([]BFloat16(nil), dy[:256]...)
+	want := make([]BFloat16, 256)
+	maskRowsBF16(want, d, y[:256], false, nil, 0)
+	maskRowsBF16(d, d, y[:256], false, nil, 0)
+	require.Equal(t, want, d, "dz in place")
+}

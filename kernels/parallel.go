@@ -46,6 +46,10 @@ type splitCounter struct {
 	// maskStreamed those of the second pass's rows written with
 	// non-temporal stores.
 	maskRegisters, maskStreamed atomic.Uint64
+	// maskBF16Rows counts the blocks of FusedBatchNormGradEx's bfloat16
+	// rows whose dz was formed in bfloat16 for the bfloat16 row loops
+	// (gradMask.bfloat16Rows).
+	maskBF16Rows atomic.Uint64
 	// ranges and helperRanges count the ranges that calls with helpers
 	// ran, and those of them that a helper ran; waitNanos the time their
 	// callers waited, out of ranges, for the helpers' last: SplitShares.

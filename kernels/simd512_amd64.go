@@ -317,3 +317,67 @@ type bf16Rounding16 struct {
 	abs, bias, one, quiet, by16 archsimd.Uint32x16
 	inf                         archsimd.Int32x16
 }
+
+// maskRowsBF16 is maskGrad over bfloat16, sixteen elements at a time: dz
+// = dy·m of FusedBatchNormGradEx's bfloat16 rows, which the bfloat16 row
+// loops then read as dy (simdSumsBFloat16, simdApplyBFloat16). m is taken
+// from the widened y and dy·m computed in float32, as maskRows512 does it,
+// then narrowed by truncation, which is exact: dy·1 is dy, dy·0 a signed
+// zero or a quiet NaN, each a bfloat16 value as float32 (a NaN's quiet bit
+// is one of its upper sixteen). Where bits is not nil, element j's bit is
+// written at bit pos+j of bits, the bits below pos in its word kept. pos
+// and len(dz) are multiples of sixteen.
+func maskRowsBF16(dz, dy, y []BFloat16, upper bool, bits []uint64, pos int) {
+	n := len(dz)
+	if n%f32Lanes512 != 0 || pos%f32Lanes512 != 0 || len(dy) < n || len(y) < n {
+		panic("kernels: bfloat16 mask rows off their vectors")
+	}
+	if bits != nil && len(bits) < (pos+n+63)/64 {
+		panic("kernels: mask bits shorter than the loop")
+	}
+	pz, pd, py := unsafe.Pointer(unsafe.SliceData(dz)), unsafe.Pointer(unsafe.SliceData(dy)), unsafe.Pointer(unsafe.SliceData(y))
+	zero, six, one := archsimd.BroadcastFloat32x16(0), archsimd.BroadcastFloat32x16(6), archsimd.BroadcastFloat32x16(1)
+	by16 := archsimd.BroadcastUint32x16(16) // a shift by a vector: by a constant, the compiler loads the count with an SSE move
+	var word uint64
+	for j := 0; j < n; j += f32Lanes512 {
+		v := wideBF16(py, j)
+		on := v.Greater(zero)
+		if upper {
+			on = on.And(v.Less(six))
+		}
+		storeBF16x16(wideBF16(pd, j).Mul(one.Masked(on)).AsUint32x16().ShiftRight(by16), pz, j)
+		if bits == nil {
+			continue
+		}
+		p := pos + j
+		if j == 0 {
+			word = bits[p/64] & (1<<(p%64) - 1)
+		}
+		word |= uint64(on.ToBits()) << (p % 64)
+		if p%64 == 64-f32Lanes512 || j+f32Lanes512 == n {
+			bits[p/64], word = word, 0
+		}
+	}
+	archsimd.ClearAVXUpperBits()
+}
+
+// unmaskRowsBF16 is unmaskGrad over bfloat16, sixteen elements at a time:
+// dz = dy·m, m's bits from bit pos of bits on, dy·m as maskRowsBF16
+// computes it. pos and len(dz) are multiples of sixteen.
+func unmaskRowsBF16(dz, dy []BFloat16, bits []uint64, pos int) {
+	n := len(dz)
+	if n%f32Lanes512 != 0 || pos%f32Lanes512 != 0 || len(dy) < n {
+		panic("kernels: bfloat16 mask rows off their vectors")
+	}
+	if len(bits) < (pos+n+63)/64 {
+		panic("kernels: mask bits shorter than the loop")
+	}
+	pz, pd := unsafe.Pointer(unsafe.SliceData(dz)), unsafe.Pointer(unsafe.SliceData(dy))
+	one, by16 := archsimd.BroadcastFloat32x16(1), archsimd.BroadcastUint32x16(16)
+	for j := 0; j < n; j += f32Lanes512 {
+		p := pos + j
+		m := maskFromBits16(bits[p/64] >> (p % 64))
+		storeBF16x16(wideBF16(pd, j).Mul(one.Masked(m)).AsUint32x16().ShiftRight(by16), pz, j)
+	}
+	archsimd.ClearAVXUpperBits()
+}

@@ -58,6 +58,7 @@ func selectLoops(wide bool) {
 		rowLoopsInUse, sumsPlanes, applyPlanes = avx512Rows, sumsPlanes512, applyPlanes512
 		simdWidenBFloat16, simdNarrowBFloat16 = widenBFloat16x16, narrowBFloat16x16
 		simdSumsBFloat16, simdApplyBFloat16 = sumsRowsBF16, applyRowsBF16
+		simdMaskRowsBFloat16, simdUnmaskRowsBFloat16 = maskRowsBF16, unmaskRowsBF16
 		simdPlaneLanes, simdPlaneLanesBFloat16, simdApplyPlanesBFloat16 = sumsPlaneLanes512, sumsPlaneLanesBF16x16, applyPlanesBF16x16
 		if planesInAsm {
 			applyPlanes, simdPlaneLanes = applyPlanesAsm512, sumsPlaneLanesAsm512
@@ -67,6 +68,7 @@ func selectLoops(wide bool) {
 		rowLoopsInUse, sumsPlanes, applyPlanes = avx2Rows, sumsPlanes32, applyPlanes32
 		simdWidenBFloat16, simdNarrowBFloat16 = widenBFloat16, narrowBFloat16
 		simdSumsBFloat16, simdApplyBFloat16 = nil, nil
+		simdMaskRowsBFloat16, simdUnmaskRowsBFloat16 = nil, nil
 		simdPlaneLanes, simdPlaneLanesBFloat16, simdApplyPlanesBFloat16 = sumsPlaneLanes32, sumsPlaneLanesBF16, applyPlanesBF16
 		simdMaskRows, simdUnmaskRows, maskedInUse = maskRows32, unmaskRows32, avx2Masked
 	}

@@ -312,6 +312,9 @@ func hasAVX512BF16() bool
 //go:noescape
 func applyRowsBF16x32(rows, L int, dy, x, dx, a, b, mdy, mu unsafe.Pointer)
 
+// bf16Round16 is bf16Round8 at this width, set where the CPU has AVX-512.
+var bf16Round16 bf16Rounding16
+
 // bf16Rounding16 is bf16Rounding8 on AVX-512 vectors.
 type bf16Rounding16 struct {
 	abs, bias, one, quiet, by16 archsimd.Uint32x16

@@ -359,7 +359,7 @@ func applyPlanesBF16x16(C, S, c, pos int, t *affine32, dy, x, dx []BFloat16) {
 	t.needPadded()
 	pdy, px, pdx := unsafe.Pointer(unsafe.SliceData(dy)), unsafe.Pointer(unsafe.SliceData(x)), unsafe.Pointer(unsafe.SliceData(dx))
 	pa, pb, pmdy, pmu := ptr32(t.A), ptr32(t.B), ptr32(t.MeanDy), ptr32(t.Mean)
-	k := newBF16Rounding16()
+	k := &bf16Round16
 	by16 := k.by16
 	var tail [3 * f32Lanes512]uint32 // a run's last few: dy and x widened, then dx rounded
 	pt := unsafe.Pointer(&tail)
@@ -376,20 +376,20 @@ func applyPlanesBF16x16(C, S, c, pos int, t *affine32, dy, x, dx []BFloat16) {
 		av := broadcastAt16(pa, c)
 		if t.ScaleOnly {
 			for ; j+f32Lanes512 <= e; j += f32Lanes512 {
-				storeBF16x16(roundBF16x16(loadBF16x16(pdy, j, by16).Mul(av), &k), pdx, j)
+				storeBF16x16(roundBF16x16(loadBF16x16(pdy, j, by16).Mul(av), k), pdx, j)
 			}
 			if r > 0 {
-				roundBF16x16(load16(pt, 0).Mul(av), &k).Store((*[f32Lanes512]uint32)(unsafe.Add(pt, 8*f32Lanes512)))
+				roundBF16x16(load16(pt, 0).Mul(av), k).Store((*[f32Lanes512]uint32)(unsafe.Add(pt, 8*f32Lanes512)))
 			}
 		} else {
 			bv, mdyv, muv := broadcastAt16(pb, c), broadcastAt16(pmdy, c), broadcastAt16(pmu, c)
 			for ; j+f32Lanes512 <= e; j += f32Lanes512 {
 				v := loadBF16x16(pdy, j, by16).Sub(mdyv).MulAdd(av, loadBF16x16(px, j, by16).Sub(muv).Mul(bv))
-				storeBF16x16(roundBF16x16(v, &k), pdx, j)
+				storeBF16x16(roundBF16x16(v, k), pdx, j)
 			}
 			if r > 0 {
 				v := load16(pt, 0).Sub(mdyv).MulAdd(av, load16(pt, f32Lanes512).Sub(muv).Mul(bv))
-				roundBF16x16(v, &k).Store((*[f32Lanes512]uint32)(unsafe.Add(pt, 8*f32Lanes512)))
+				roundBF16x16(v, k).Store((*[f32Lanes512]uint32)(unsafe.Add(pt, 8*f32Lanes512)))
 			}
 		}
 		for q := range r {
@@ -425,10 +425,10 @@ func narrowBFloat16x16(dst []BFloat16, src []float32) {
 	n := len(src)
 	dst = dst[:n]
 	ps, pd := ptr32(src), unsafe.Pointer(unsafe.SliceData(dst))
-	k := newBF16Rounding16()
+	k := &bf16Round16
 	j := 0
 	for ; j+f32Lanes512 <= n; j += f32Lanes512 {
-		storeBF16x16(roundBF16x16(load16(ps, j), &k), pd, j)
+		storeBF16x16(roundBF16x16(load16(ps, j), k), pd, j)
 	}
 	archsimd.ClearAVXUpperBits()
 	for ; j < n; j++ {

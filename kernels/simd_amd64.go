@@ -78,6 +78,10 @@ func init() {
 	if !archsimd.X86.AVX2() || !archsimd.X86.FMA() {
 		return // the portable loops stay in place
 	}
+	bf16Round8 = newBF16Rounding8()
+	if canAVX512() {
+		bf16Round16 = newBF16Rounding16()
+	}
 	selectLoops(canAVX512())
 	simdSums = func(d Dims, off int, dy, x []float32, mean, sumDy, sumDyXc []float64) {
 		if d.Layout == ChannelsLast {
@@ -607,7 +611,7 @@ func applyPlanesBF16(C, S, c, pos int, t *affine32, dy, x, dx []BFloat16) {
 	t.needPadded()
 	pdy, px, pdx := unsafe.Pointer(unsafe.SliceData(dy)), unsafe.Pointer(unsafe.SliceData(x)), unsafe.Pointer(unsafe.SliceData(dx))
 	pa, pb, pmdy, pmu := ptr32(t.A), ptr32(t.B), ptr32(t.MeanDy), ptr32(t.Mean)
-	k := newBF16Rounding8()
+	k := &bf16Round8
 	by16 := k.by16
 	var tail [3 * f32Lanes]uint32 // a run's last few: dy and x widened, then dx rounded
 	pt := unsafe.Pointer(&tail)
@@ -624,20 +628,20 @@ func applyPlanesBF16(C, S, c, pos int, t *affine32, dy, x, dx []BFloat16) {
 		av := broadcastAt8(pa, c)
 		if t.ScaleOnly {
 			for ; j+f32Lanes <= e; j += f32Lanes {
-				storeBF16x8(roundBF16x8(loadBF16x8(pdy, j, by16).Mul(av), &k), pdx, j)
+				storeBF16x8(roundBF16x8(loadBF16x8(pdy, j, by16).Mul(av), k), pdx, j)
 			}
 			if r > 0 {
-				roundBF16x8(load8(pt, 0).Mul(av), &k).Store((*[f32Lanes]uint32)(unsafe.Add(pt, 8*f32Lanes)))
+				roundBF16x8(load8(pt, 0).Mul(av), k).Store((*[f32Lanes]uint32)(unsafe.Add(pt, 8*f32Lanes)))
 			}
 		} else {
 			bv, mdyv, muv := broadcastAt8(pb, c), broadcastAt8(pmdy, c), broadcastAt8(pmu, c)
 			for ; j+f32Lanes <= e; j += f32Lanes {
 				v := loadBF16x8(pdy, j, by16).Sub(mdyv).MulAdd(av, loadBF16x8(px, j, by16).Sub(muv).Mul(bv))
-				storeBF16x8(roundBF16x8(v, &k), pdx, j)
+				storeBF16x8(roundBF16x8(v, k), pdx, j)
 			}
 			if r > 0 {
 				v := load8(pt, 0).Sub(mdyv).MulAdd(av, load8(pt, f32Lanes).Sub(muv).Mul(bv))
-				roundBF16x8(v, &k).Store((*[f32Lanes]uint32)(unsafe.Add(pt, 8*f32Lanes)))
+				roundBF16x8(v, k).Store((*[f32Lanes]uint32)(unsafe.Add(pt, 8*f32Lanes)))
 			}
 		}
 		for q := range r {
@@ -662,7 +666,7 @@ func loadBF16x8(p unsafe.Pointer, i int, by16 archsimd.Uint32x8) archsimd.Float3
 // roundBF16x8 returns v's lanes rounded to bfloat16 as BFloat16FromFloat32
 // rounds them (to nearest even by adding 0x7fff plus the lowest kept bit,
 // NaN kept quiet), each in the low half of its lane, with k's constants
-// (newBF16Rounding8, made once a loop). The shifts take their count from a
+// (bf16Round8). The shifts take their count from a
 // vector (VPSRLVD): ShiftAllRight with a constant count loads it with a
 // legacy-SSE MOVQ on every pass, which stalls for the AVX/SSE transition on
 // Intel CPUs (go test -bench 'TrainingGrad$/BFloat16' shows it).
@@ -680,6 +684,14 @@ type bf16Rounding8 struct {
 	abs, bias, one, quiet, by16 archsimd.Uint32x8
 	inf                         archsimd.Int32x8
 }
+
+// bf16Round8 holds roundBF16x8's constants (newBF16Rounding8) where the
+// CPU has AVX2 (init). The loops read them through a pointer: a copy of the
+// struct into a loop's frame is made of 16-byte moves, legacy SSE, which
+// the loop's first wide loads of it then wait for (a store that cannot be
+// forwarded), and which stall for the AVX/SSE transition on Intel CPUs
+// (applyPlanesBF16x16 spent a third of its time there, on planes of 3136).
+var bf16Round8 bf16Rounding8
 
 // newBF16Rounding8 returns roundBF16x8's constants.
 func newBF16Rounding8() bf16Rounding8 {
@@ -1013,10 +1025,10 @@ func narrowBFloat16(dst []BFloat16, src []float32) {
 	n := len(src)
 	dst = dst[:n]
 	ps, pd := ptr32(src), unsafe.Pointer(unsafe.SliceData(dst))
-	k := newBF16Rounding8()
+	k := &bf16Round8
 	j := 0
 	for ; j+f32Lanes <= n; j += f32Lanes {
-		storeBF16x8(roundBF16x8(load8(ps, j), &k), pd, j)
+		storeBF16x8(roundBF16x8(load8(ps, j), k), pd, j)
 	}
 	archsimd.ClearAVXUpperBits()
 	for ; j < n; j++ {

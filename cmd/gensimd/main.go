@@ -82,6 +82,7 @@ var vocabulary = map[string]string{
 	"storeMasked8": "storeMasked16",
 	// bfloat16's rounding constants
 	"bf16Rounding8": "bf16Rounding16",
+	"bf16Round8":    "bf16Round16",
 	// FusedBatchNormGradEx's mask of a vector from its bits
 	"maskFromBits8": "maskFromBits16",
 }

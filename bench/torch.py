@@ -19,7 +19,7 @@ per call over its chains.
 
 At each thread count (1, and every core the process may use) three
 processes stay up, PyTorch, gobn, and PyTorch again, a second process of
-the same PyTorch, and take turns chain by chain on each case, a few
+the same PyTorch, and take turns chain by chain on each case, 20
 milliseconds apart, in rounds over the cases: a shared machine's speed
 drifts by more than the sides differ over the minutes a process takes to
 run every case, and turns meet the drift on all three alike. PyTorch
@@ -62,12 +62,17 @@ CHAIN_ELEMENTS = 1 << 23
 CHAIN_MAX = 50
 # A case is timed, a round, for about CASE_SECONDS, at least MIN_CHAINS
 # chains of each side after WARMUP chains; the sides take turns TURN_GAP
-# apart, so that one side's threads, spinning after its chain (TensorFlow's
-# and OpenMP's do for a while), do not take the next side's cores.
-CASE_SECONDS = 0.6
+# apart, so that one side's threads, spinning after its chain, do not take
+# the next side's cores: PyTorch's OpenMP threads (libgomp) spin for about
+# 9 ms of CPU time after a chain of 8x2048x7x7 on 2 threads, TensorFlow's
+# and gobn's for 1-2 (time.process_time() across a sleep after a chain),
+# and with a gap of 5 ms the side after PyTorch lost part of a core for
+# the first milliseconds of its chain. The order of the turns also rotates
+# round by round, so that each side follows each other one alike.
+CASE_SECONDS = 1.0
 MIN_CHAINS = 5
 WARMUP = 2
-TURN_GAP = 0.005
+TURN_GAP = 0.02
 EPSILON = 1e-3
 GOAL = 1.2  # the least ratio PyTorch/gobn a case should reach
 
@@ -281,19 +286,21 @@ class Child:
         self.proc.wait()
 
 
-def time_case(children, i):
+def time_case(children, i, seconds=CASE_SECONDS):
     """{side: [seconds per call of each chain]} of case i, the sides taking
     turns chain by chain, TURN_GAP apart, for at least MIN_CHAINS turns and
-    CASE_SECONDS."""
+    seconds."""
     for child in children.values():
         if child.ask(f"case {i}") != "ready":
             raise SystemExit(f"bench.torch: {child.name} did not prepare case {i}")
     times = {side: [] for side in children}
+    order = list(children)
     start = time.perf_counter()
-    while len(times["gobn"]) < MIN_CHAINS or time.perf_counter() - start < CASE_SECONDS:
-        for side, child in children.items():
+    while len(times["gobn"]) < MIN_CHAINS or time.perf_counter() - start < seconds:
+        for side in order:
             time.sleep(TURN_GAP)
-            times[side].append(float(child.ask("time")))
+            times[side].append(float(children[side].ask("time")))
+        order = order[1:] + order[:1]  # each side in turn after each other one
     return times
 
 
@@ -335,6 +342,8 @@ def main():
                         help="passes over the cases at each thread count, the sides taking turns on each")
     parser.add_argument("--threads", default="", help="thread counts, e.g. 1,2 (default: 1 and every core)")
     parser.add_argument("--quick", action="store_true", help="four cases, one round: a smoke run")
+    parser.add_argument("--case-seconds", type=float, default=CASE_SECONDS,
+                        help=f"how long a case is timed a round (default {CASE_SECONDS})")
     parser.add_argument("--only", default="", help="the cases whose name contains this, e.g. 'NCHW 8x512x7x7'")
     parser.add_argument("--record", default="", help="write the record here (make bench-torch: bench/torch.json)")
     parser.add_argument("--triad", default="", help="cmd/triad's binary, where Go is not (default: go run ./cmd/triad)")
@@ -372,7 +381,7 @@ def main():
         try:
             for r in range(rounds):
                 for i in range(len(cases)):
-                    for side, times in time_case(children, i).items():
+                    for side, times in time_case(children, i, args.case_seconds).items():
                         chains[i][side] += times
                 print(f"bench.torch: {threads} thread(s), round {r + 1}/{rounds} done", file=sys.stderr)
         finally:

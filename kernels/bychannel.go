@@ -147,6 +147,30 @@ func (j *byChannelJob[T]) run(u int) {
 	}
 	t := j.t
 	C, S := int(d.C), int(d.S)
+	// FusedBatchNormGradEx's float32 planes with dz formed from y in the
+	// plane loops (gradMask.planesInRegisters), y read again by the second
+	// pass, from cache: in the blocks of the block path (gradMask.blocks),
+	// whose bits they give.
+	var maskedPlanes func(lo, hi, blk int, sums, apply bool)
+	if j.mask.planesInRegisters(lanes, t) {
+		dy32, x32, y32 := any(dy).([]float32), any(x).([]float32), any(j.mask.y).([]float32)
+		dx32, _ := any(dx).([]float32)
+		mean32 := t.f32.Mean[:len(t.f32.Mean)+meanPad]
+		upper := j.mask.form.act.upper
+		maskedPlanes = func(lo, hi, blk int, sums, apply bool) {
+			blk = min(blk, maxBlockLen)
+			for o := lo; o < hi; o += blk {
+				e := min(o+blk, hi)
+				if sums {
+					simdMaskedPlaneLanes(C, S, o, dy32[o:e], x32[o:e], y32[o:e], mean32, lanes, upper)
+				}
+				if apply {
+					simdMaskedApplyPlanes(C, S, o/S%C, o%S, t.f32, dy32[o:e], x32[o:e], y32[o:e], dx32[o:e], upper)
+				}
+				splits.maskPlanes.Add(1)
+			}
+		}
+	}
 	// A block's sums and dx, in the blocks forBlocks would convert. In
 	// the sweep both run on each block; else the sums of every block of
 	// the unit's channels come first, then their coefficients, then dx.
@@ -170,6 +194,8 @@ func (j *byChannelJob[T]) run(u int) {
 		switch {
 		case fused:
 			fusedBlocks(lo, hi, blk, true, j.sweep)
+		case maskedPlanes != nil:
+			maskedPlanes(lo, hi, blk, true, j.sweep)
 		case j.mask != nil && j.sweep:
 			j.mask.blocks(lo, hi, blk, dy, x, dx, true, sweep32, sweep64)
 		case j.mask != nil:
@@ -192,6 +218,8 @@ func (j *byChannelJob[T]) run(u int) {
 		switch {
 		case fused:
 			fusedBlocks(lo, hi, blk, false, true)
+		case maskedPlanes != nil:
+			maskedPlanes(lo, hi, blk, false, true)
 		case j.mask != nil:
 			j.mask.blocks(lo, hi, blk, dy, x, dx, true, apply32, apply64)
 		default:

@@ -66,6 +66,7 @@ func ResetSplitStats() {
 	splits.maskRegisters.Store(0)
 	splits.maskStreamed.Store(0)
 	splits.maskBF16Rows.Store(0)
+	splits.maskPlanes.Store(0)
 	splits.ranges.Store(0)
 	splits.helperRanges.Store(0)
 	splits.waitNanos.Store(0)
@@ -111,3 +112,20 @@ func WithoutBFloat16MaskRows() (restore func()) {
 	simdMaskRowsBFloat16, simdUnmaskRowsBFloat16 = nil, nil
 	return func() { simdMaskRowsBFloat16, simdUnmaskRowsBFloat16 = m, u }
 }
+
+// MaskedPlanes returns how many blocks of FusedBatchNormGradEx's by-channel
+// units had their dz formed in the masked plane loops since
+// ResetSplitStats.
+func MaskedPlanes() uint64 { return splits.maskPlanes.Load() }
+
+// WithoutMaskedPlanes turns off the masked plane loops, so that
+// FusedBatchNormGradEx's by-channel units form dz in blocks, and returns
+// the function that turns them back on.
+func WithoutMaskedPlanes() (restore func()) {
+	s, a := simdMaskedPlaneLanes, simdMaskedApplyPlanes
+	simdMaskedPlaneLanes, simdMaskedApplyPlanes = nil, nil
+	return func() { simdMaskedPlaneLanes, simdMaskedApplyPlanes = s, a }
+}
+
+// MaskedPlanesAvailable reports whether the masked plane loops are in use.
+func MaskedPlanesAvailable() bool { return simdMaskedPlaneLanes != nil }

@@ -208,6 +208,20 @@ func (m *gradMask[T]) inRegisters(pd Dims) bool {
 		pd.C%8 == 0 && m.form.granule%8 == 0
 }
 
+// planesInRegisters reports whether a by-channel unit's passes form dz
+// in the plane loops (simdMaskedPlaneLanes, simdMaskedApplyPlanes) rather
+// than in blocks of memory: float32 planes summed in lanes (lanes not
+// nil), a Relu or Relu6, no side_input_backprop to write, and an
+// x_backprop t writes neither streamed nor scale-only.
+func (m *gradMask[T]) planesInRegisters(lanes []float64, t affine) bool {
+	if m == nil {
+		return false
+	}
+	_, f32 := any(m.y).([]float32)
+	return f32 && simdMaskedPlaneLanes != nil && lanes != nil && !m.form.act.identity && m.side == nil &&
+		t.f32 != nil && !t.f32.Stream && !t.f32.ScaleOnly
+}
+
 // sumsInRegisters is sweep's first pass of two where inRegisters: the
 // sums of dz, m's bits written granule by granule (each block one).
 func (m *gradMask[T]) sumsInRegisters(j *sweepJob[T], lo, hi int, a, b []float64) {

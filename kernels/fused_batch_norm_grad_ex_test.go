@@ -541,3 +541,63 @@ func TestFusedBatchNormGradExBFloat16Rows(t *testing.T) {
 		}
 	}
 }
+
+// TestFusedBatchNormGradExMaskedPlanes runs float32 channels-first units
+// (FormByChannel) whose dz the masked plane loops form from y where they
+// load dy (AVX-512 assembly): planes of 800 (whole vectors), 49 (a tail of
+// one) and 9 (runs shorter than a vector), Relu and Relu6, training (an
+// inference's x_backprop is scale-only, which these loops have no form
+// of), on one core and four, with a NaN and an infinite dy masked
+// off and a NaN y, against the float64 reference; the loops must have
+// formed every block's dz, and the outputs must be the bits of the same
+// call with them off (dz formed in blocks of memory), and the same on four
+// cores as on one.
+func TestFusedBatchNormGradExMaskedPlanes(t *testing.T) {
+	if !kernels.MaskedPlanesAvailable() {
+		t.Skip("no masked plane loops on this CPU or build (AVX-512 and BMI2)")
+	}
+	defer kernels.SetByChannel(kernels.SetByChannel(true))
+	rng := rand.New(rand.NewPCG(77, 8))
+	for _, sc := range []shapeCase{{"", 4, 96, 800}, {"", 8, 400, 49}, {"", 8, 2048, 9}} {
+		for _, m := range []exMode{{"Relu", true, false}, {"Relu6", true, false}} {
+			in := newExInputs[float32](rng, m.training, kernels.ChannelsFirst, sc)
+			// channels 5 and 9 of the first sample: a NaN dy and an infinite one masked off
+			in.dy[5*sc.S+1], in.y[5*sc.S+1] = float32(math.NaN()), -1
+			off := float32(-2)
+			if m.activation == "Relu6" {
+				off = 7
+			}
+			in.dy[9*sc.S+2], in.y[9*sc.S+2] = float32(math.Inf(-1)), off
+			in.y[2*sc.S+3] = float32(math.NaN())
+			var first exOutputs[float32]
+			for _, cores := range []int{1, 4} {
+				t.Run(fmt.Sprintf("S=%d/%v/cores=%d", sc.S, m, cores), func(t *testing.T) {
+					onMachine(t, cores)
+					p := kernels.TrainingPlan(in.dims, in.dy, in.x, nil)
+					require.Equal(t, kernels.FormByChannel, p.Form, "%+v", p)
+					kernels.ResetSplitStats()
+					got := checkEx(t, m, in)
+					// every unit's planes, sample by sample, a block at least in each pass
+					require.GreaterOrEqual(t, kernels.MaskedPlanes(), uint64(2*p.Units*sc.N), "blocks of dz formed by the masked plane loops")
+					assert.True(t, math.IsNaN(float64(got.offsetBackprop[5])), "offset_backprop of a NaN dy's channel")
+					assert.True(t, math.IsNaN(float64(got.offsetBackprop[9])), "offset_backprop of an infinite dy's channel")
+					assert.False(t, math.IsNaN(float64(got.offsetBackprop[2])), "offset_backprop where y is NaN")
+					restore := kernels.WithoutMaskedPlanes()
+					kernels.ResetSplitStats()
+					blocked := runEx(t, m, in)
+					restore()
+					require.Zero(t, kernels.MaskedPlanes(), "the masked plane loops, turned off")
+					requireSameBits(t, "x_backprop, dz in blocks and in registers", got.dx, blocked.dx)
+					requireSameBits(t, "scale_backprop, dz in blocks and in registers", got.scaleBackprop, blocked.scaleBackprop)
+					requireSameBits(t, "offset_backprop, dz in blocks and in registers", got.offsetBackprop, blocked.offsetBackprop)
+					if cores == 1 {
+						first = got
+					} else {
+						requireSameBits(t, "x_backprop on four cores and one", got.dx, first.dx)
+						requireSameBits(t, "scale_backprop on four cores and one", got.scaleBackprop, first.scaleBackprop)
+					}
+				})
+			}
+		}
+	}
+}

@@ -138,6 +138,12 @@ var (
 	// them. L, off and len(dy) are multiples of eight.
 	simdMaskedSums  func(L, off int, dy, x, y []float32, mean, a, b []float64, bits unsafe.Pointer, upper bool)
 	simdMaskedApply func(L, off int, t *affine32, dy, x, dx []float32, bits unsafe.Pointer)
+	// simdMaskedPlaneLanes and simdMaskedApplyPlanes are simdPlaneLanes and
+	// the float32 planes' applyAffine (neither streaming nor scale-only) of
+	// dz = dy·m, m the Relu's (upper: Relu6's) formed from y in the vector
+	// loops, by-channel units' second pass reading y again (AVX-512 only).
+	simdMaskedPlaneLanes  func(C, S, off int, dy, x, y, mean []float32, lanes []float64, upper bool)
+	simdMaskedApplyPlanes func(C, S, c, pos int, t *affine32, dy, x, y, dx []float32, upper bool)
 )
 
 // aligned32 reports whether s is not empty and starts on a 32-byte boundary,

@@ -15,14 +15,6 @@
 // two.
 // m's bits: element e's at bit e of the bytes at bits, sixteen a vector.
 
-// MASK_CONSTANTS sets 0 in Z24, 6 in Z25 and 1 in Z26.
-#define MASK_CONSTANTS \
-	VXORPS       Z24, Z24, Z24; \
-	MOVL         $0x40c00000, AX; \
-	VPBROADCASTD AX, Z25; \
-	MOVL         $0x3f800000, AX; \
-	VPBROADCASTD AX, Z26
-
 // RELU sets K1 to the lanes of Z12 (y) above 0; RELU6 to those in (0, 6).
 #define RELU \
 	VCMPPS $0x1e, Z24, Z12, K1

@@ -50,6 +50,10 @@ type splitCounter struct {
 	// rows whose dz was formed in bfloat16 for the bfloat16 row loops
 	// (gradMask.bfloat16Rows).
 	maskBF16Rows atomic.Uint64
+	// maskPlanes counts the blocks of FusedBatchNormGradEx's by-channel
+	// units whose dz the masked plane loops formed
+	// (gradMask.planesInRegisters).
+	maskPlanes atomic.Uint64
 	// ranges and helperRanges count the ranges that calls with helpers
 	// ran, and those of them that a helper ran; waitNanos the time their
 	// callers waited, out of ranges, for the helpers' last: SplitShares.

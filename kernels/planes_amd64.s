@@ -1,6 +1,7 @@
 //go:build goexperiment.simd && amd64
 
 #include "textflag.h"
+#include "tiles_amd64.h"
 
 // The channels-first loops over runs of one channel (a plane, or the part
 // of one a block holds) on AVX-512 vectors, with the runs' loop inside:
@@ -11,6 +12,152 @@
 // in the sums of a run of 16 elements or more, by the high r bits of its
 // last vector.
 
+// SUMS_RUNS(dyv, dylo, dyhi, dystep) is the body of the sums' runs loops:
+// dyv loads a vector of dz into Z5 from dy at SI, dylo the tail's low
+// lanes in K1, dyhi the high lanes of the run's last vector, R14 bytes
+// back; dystep steps what else they read by the tail's BX elements. The
+// channel's mean is broadcast from the frame's mean, through R12.
+#define SUMS_RUNS(dyv, dylo, dyhi, dystep) \
+	MOVQ n+0(FP), CX; \
+	MOVQ C+8(FP), R10; \
+	MOVQ S+16(FP), DX; \
+	MOVQ c+24(FP), R11; \
+	MOVQ pos+32(FP), R13; \
+	MOVQ dy+40(FP), SI; \
+	MOVQ x+48(FP), DI; \
+	MOVQ lanes+64(FP), R9; \
+	NEGQ R13; \
+	ADDQ DX, R13; \
+	TESTQ CX, CX; \
+	JZ    done; \
+run: \
+	CMPQ    R13, CX; \
+	CMOVQGT CX, R13; \
+	MOVQ    R11, AX; \
+	SHLQ    $7, AX; \
+	ADDQ    R9, AX; \
+	MOVQ    mean+56(FP), R12; \
+	VBROADCASTSS (R12)(R11*4), Z2; \
+	VMOVUPD (AX), Z3; \
+	VMOVUPD 64(AX), Z4; \
+	MOVQ    R13, BX; \
+group: \
+	VXORPS Z0, Z0, Z0; \
+	VXORPS Z1, Z1, Z1; \
+	MOVQ   $16, R15; \
+vec: \
+	CMPQ        BX, $16; \
+	JLT         tail; \
+	dyv; \
+	VMOVUPS     (DI), Z6; \
+	VSUBPS      Z2, Z6, Z6; \
+	VADDPS      Z5, Z0, Z0; \
+	VFMADD231PS Z6, Z5, Z1; \
+	ADDQ        $64, SI; \
+	ADDQ        $64, DI; \
+	SUBQ        $16, BX; \
+	DECQ        R15; \
+	JNZ         vec; \
+	JMP         fold; \
+tail: \
+	TESTQ BX, BX; \
+	JZ    fold; \
+	MOVL  $0xffff, R12; \
+	CMPQ  R13, $16; \
+	JGE   last; \
+	BZHIL BX, R12, R14; \
+	KMOVW R14, K1; \
+	dylo; \
+	VMOVUPS.Z (DI), K1, Z6; \
+	JMP   masked; \
+last: \
+	MOVL  $16, R14; \
+	SUBL  BX, R14; \
+	BZHIL R14, R12, R14; \
+	XORL  R12, R14; \
+	KMOVW R14, K1; \
+	MOVQ  BX, R14; \
+	SUBQ  $16, R14; \
+	SHLQ  $2, R14; \
+	dyhi; \
+	VMOVUPS.Z (DI)(R14*1), K1, Z6; \
+masked: \
+	VSUBPS.Z    Z2, Z6, K1, Z6; \
+	VADDPS      Z5, Z0, Z0; \
+	VFMADD231PS Z6, Z5, Z1; \
+	LEAQ        (SI)(BX*4), SI; \
+	LEAQ        (DI)(BX*4), DI; \
+	dystep; \
+	XORQ        BX, BX; \
+fold: \
+	VEXTRACTF32X8 $1, Z0, Y7; \
+	VCVTPS2PD     Y0, Z8; \
+	VCVTPS2PD     Y7, Z7; \
+	VADDPD        Z7, Z8, Z8; \
+	VADDPD        Z8, Z3, Z3; \
+	VEXTRACTF32X8 $1, Z1, Y7; \
+	VCVTPS2PD     Y1, Z8; \
+	VCVTPS2PD     Y7, Z7; \
+	VADDPD        Z7, Z8, Z8; \
+	VADDPD        Z8, Z4, Z4; \
+	TESTQ         BX, BX; \
+	JNZ           group; \
+	VMOVUPD Z3, (AX); \
+	VMOVUPD Z4, 64(AX); \
+	SUBQ    R13, CX; \
+	MOVQ    DX, R13; \
+	INCQ    R11; \
+	CMPQ    R11, R10; \
+	JNE     next; \
+	XORQ    R11, R11; \
+next: \
+	TESTQ CX, CX; \
+	JNZ   run; \
+done: \
+	VZEROUPPER; \
+	RET
+
+// The masked x_backprop loops (applyPlanesReluRuns512, below): y at R12,
+// so mu from the frame through AX; op's dy in Z5 becomes dz = dy·m (DZ)
+// before op. (Macros that name the frame's arguments stand before the
+// first TEXT, where go vet checks no frame against them.)
+#define MU_FRAME \
+	MOVQ         mu+88(FP), AX; \
+	VBROADCASTSS (AX)(R13*4), Z3
+#define MASKED_OP(act, op) \
+	VMOVUPS (R12), Z12; \
+	ADDQ    $64, R12; \
+	DZ(act); \
+	op
+#define MASKED_OPTAIL(act, op) \
+	VMOVUPS.Z (R12), K1, Z12; \
+	LEAQ      (R12)(BX*4), R12; \
+	DZ(act); \
+	op
+#define MASKED_APPLY_ARGS \
+	MOVQ n+0(FP), CX; \
+	MOVQ C+8(FP), R14; \
+	MOVQ S+16(FP), DX; \
+	MOVQ c+24(FP), R13; \
+	MOVQ pos+32(FP), R15; \
+	MOVQ dy+40(FP), SI; \
+	MOVQ x+48(FP), DI; \
+	MOVQ dx+56(FP), R8; \
+	MOVQ a+64(FP), R9; \
+	MOVQ b+72(FP), R10; \
+	MOVQ mdy+80(FP), R11; \
+	MOVQ y+96(FP), R12; \
+	MASK_CONSTANTS; \
+	NEGQ R15; \
+	ADDQ DX, R15; \
+	TESTQ CX, CX; \
+	JZ    done
+
+#define DY_FULL VMOVUPS (SI), Z5
+#define DY_LOW VMOVUPS.Z (SI), K1, Z5
+#define DY_HIGH VMOVUPS.Z (SI)(R14*1), K1, Z5
+#define NO_STEP
+
 // func sumsPlaneLanesRuns512(n, C, S, c, pos int, dy, x, mean, lanes unsafe.Pointer)
 // For the n elements at dy and x, runs of channel c's plane of S from pos
 // on, then the next channels' (wrapping at C), adds each run's Σdy and
@@ -18,125 +165,62 @@
 // halves added, into channel c's float64 lanes at lanes[16c:] (Σdy's
 // eight) and lanes[16c+8:].
 TEXT ·sumsPlaneLanesRuns512(SB), NOSPLIT, $0-72
-	MOVQ n+0(FP), CX
-	MOVQ C+8(FP), R10
-	MOVQ S+16(FP), DX
-	MOVQ c+24(FP), R11
-	MOVQ pos+32(FP), R13
-	MOVQ dy+40(FP), SI
-	MOVQ x+48(FP), DI
-	MOVQ mean+56(FP), R8
-	MOVQ lanes+64(FP), R9
-	NEGQ R13
-	ADDQ DX, R13 // the first run's length, S − pos, before n bounds it
-	TESTQ CX, CX
-	JZ    done
+	SUMS_RUNS(DY_FULL, DY_LOW, DY_HIGH, NO_STEP)
 
-run:
-	CMPQ    R13, CX
-	CMOVQGT CX, R13 // R13: this run's length
-	MOVQ    R11, AX
-	SHLQ    $7, AX
-	ADDQ    R9, AX  // the channel's lanes
-	VBROADCASTSS (R8)(R11*4), Z2
-	VMOVUPD (AX), Z3
-	VMOVUPD 64(AX), Z4
-	MOVQ    R13, BX // the run's elements left
+// FusedBatchNormGradEx's masked plane loops: dz = dy·m formed where dy is
+// loaded, m from y at R8 (the sums) or R12 (x_backprop) in K2, as
+// mask_amd64.s forms it (MASK_CONSTANTS, tiles_amd64.h: 0 in Z24, 6 in Z25,
+// 1 in Z26): the block loops' dz (maskRows512), bit for bit. A tail's y is
+// loaded as its dy, the lanes off zero, and so off the activation.
+#define PLANE_RELU VCMPPS $0x1e, Z24, Z12, K2
+#define PLANE_RELU6 \
+	VCMPPS $0x1e, Z24, Z12, K2; \
+	VCMPPS $0x11, Z25, Z12, K2, K2
+#define DZ(act) \
+	act; \
+	VMOVAPS.Z Z26, K2, Z8; \
+	VMULPS    Z8, Z5, Z5
+#define DZ_FULL(act, yp) \
+	VMOVUPS (SI), Z5; \
+	VMOVUPS (yp), Z12; \
+	DZ(act); \
+	ADDQ    $64, yp
+#define DZ_LOW(act, yp) \
+	VMOVUPS.Z (SI), K1, Z5; \
+	VMOVUPS.Z (yp), K1, Z12; \
+	DZ(act)
+#define DZ_HIGH(act, yp) \
+	VMOVUPS.Z (SI)(R14*1), K1, Z5; \
+	VMOVUPS.Z (yp)(R14*1), K1, Z12; \
+	DZ(act)
+#define Y_STEP(yp) LEAQ (yp)(BX*4), yp
 
-group:
-	VXORPS Z0, Z0, Z0
-	VXORPS Z1, Z1, Z1
-	MOVQ   $16, R15
+// func sumsPlaneLanesReluRuns512(n, C, S, c, pos int, dy, x, mean, lanes, y unsafe.Pointer)
+// sumsPlaneLanesRuns512 of dz = dy·m, m = 0 < y.
+TEXT ·sumsPlaneLanesReluRuns512(SB), NOSPLIT, $0-80
+	MOVQ y+72(FP), R8
+	MASK_CONSTANTS
+	SUMS_RUNS(DZ_FULL(PLANE_RELU, R8), DZ_LOW(PLANE_RELU, R8), DZ_HIGH(PLANE_RELU, R8), Y_STEP(R8))
 
-vec:
-	CMPQ        BX, $16
-	JLT         tail
-	VMOVUPS     (SI), Z5
-	VMOVUPS     (DI), Z6
-	VSUBPS      Z2, Z6, Z6
-	VADDPS      Z5, Z0, Z0
-	VFMADD231PS Z6, Z5, Z1
-	ADDQ        $64, SI
-	ADDQ        $64, DI
-	SUBQ        $16, BX
-	DECQ        R15
-	JNZ         vec
-	JMP         fold
+// func sumsPlaneLanesRelu6Runs512(n, C, S, c, pos int, dy, x, mean, lanes, y unsafe.Pointer)
+// sumsPlaneLanesRuns512 of dz = dy·m, m = 0 < y < 6.
+TEXT ·sumsPlaneLanesRelu6Runs512(SB), NOSPLIT, $0-80
+	MOVQ y+72(FP), R8
+	MASK_CONSTANTS
+	SUMS_RUNS(DZ_FULL(PLANE_RELU6, R8), DZ_LOW(PLANE_RELU6, R8), DZ_HIGH(PLANE_RELU6, R8), Y_STEP(R8))
 
-tail:
-	TESTQ BX, BX
-	JZ    fold
-	MOVL  $0xffff, R12
-	CMPQ  R13, $16
-	JGE   last
-	BZHIL BX, R12, R14 // the low r lanes, from the tail's first element
-	KMOVW R14, K1
-	VMOVUPS.Z (SI), K1, Z5
-	VMOVUPS.Z (DI), K1, Z6
-	JMP   masked
-
-last:
-	MOVL  $16, R14
-	SUBL  BX, R14
-	BZHIL R14, R12, R14
-	XORL  R12, R14 // the high r lanes of the run's last vector
-	KMOVW R14, K1
-	MOVQ  BX, R14
-	SUBQ  $16, R14
-	SHLQ  $2, R14  // −(16 − r)·4: from the tail back to the last vector
-	VMOVUPS.Z (SI)(R14*1), K1, Z5
-	VMOVUPS.Z (DI)(R14*1), K1, Z6
-
-masked:
-	VSUBPS.Z    Z2, Z6, K1, Z6
-	VADDPS      Z5, Z0, Z0
-	VFMADD231PS Z6, Z5, Z1
-	LEAQ        (SI)(BX*4), SI
-	LEAQ        (DI)(BX*4), DI
-	XORQ        BX, BX
-
-fold:
-	VEXTRACTF32X8 $1, Z0, Y7
-	VCVTPS2PD     Y0, Z8
-	VCVTPS2PD     Y7, Z7
-	VADDPD        Z7, Z8, Z8
-	VADDPD        Z8, Z3, Z3
-	VEXTRACTF32X8 $1, Z1, Y7
-	VCVTPS2PD     Y1, Z8
-	VCVTPS2PD     Y7, Z7
-	VADDPD        Z7, Z8, Z8
-	VADDPD        Z8, Z4, Z4
-	TESTQ         BX, BX
-	JNZ           group
-
-	VMOVUPD Z3, (AX)
-	VMOVUPD Z4, 64(AX)
-	SUBQ    R13, CX
-	MOVQ    DX, R13 // the next runs start their planes
-	INCQ    R11
-	CMPQ    R11, R10
-	JNE     next
-	XORQ    R11, R11
-
-next:
-	TESTQ CX, CX
-	JNZ   run
-
-done:
-	VZEROUPPER
-	RET
-
-// APPLY_RUNS(op, optail, run, vec, tail, next, wrap, done) is
+// APPLY_RUNS(op, optail, bmu, run, vec, tail, next, wrap, done) is
 // applyPlanesRuns512's loop: op writes a vector's dx into Z5 from dy in Z5
-// (and x from (DI)), optail the tail's, x masked by K1.
-#define APPLY_RUNS(op, optail, run, vec, tail, next, wrap, done) \
+// (and x from (DI)), optail the tail's, x masked by K1 (BX elements); bmu
+// broadcasts the channel's mu into Z3.
+#define APPLY_RUNS(op, optail, bmu, run, vec, tail, next, wrap, done) \
 run: \
 	CMPQ    R15, CX; \
 	CMOVQGT CX, R15; \
 	VBROADCASTSS (R9)(R13*4), Z0; \
 	VBROADCASTSS (R10)(R13*4), Z1; \
 	VBROADCASTSS (R11)(R13*4), Z2; \
-	VBROADCASTSS (R12)(R13*4), Z3; \
+	bmu; \
 	MOVQ    R15, BX; \
 vec: \
 	CMPQ    BX, $16; \
@@ -187,6 +271,7 @@ done: \
 #define X_TAIL VMOVUPS.Z (DI), K1, Z6
 #define SCALE \
 	VMULPS Z0, Z5, Z5
+#define MU_R12 VBROADCASTSS (R12)(R13*4), Z3
 
 // func applyPlanesRuns512(n, C, S, c, pos int, dy, x, dx, a, b, mdy, mu unsafe.Pointer, scaleOnly bool)
 // For the n elements at dy and x, runs of channel c's plane of S from pos
@@ -213,8 +298,20 @@ TEXT ·applyPlanesRuns512(SB), NOSPLIT, $0-97
 	MOVBQZX scaleOnly+96(FP), AX
 	TESTQ AX, AX
 	JNZ   srun
-	APPLY_RUNS(AFFINE(X_FULL), AFFINE(X_TAIL), arun, avec, atail, anext, awrap, adone)
-	APPLY_RUNS(SCALE, SCALE, srun, svec, stail, snext, swrap, sdone)
+	APPLY_RUNS(AFFINE(X_FULL), AFFINE(X_TAIL), MU_R12, arun, avec, atail, anext, awrap, adone)
+	APPLY_RUNS(SCALE, SCALE, MU_R12, srun, svec, stail, snext, swrap, sdone)
+
+// func applyPlanesReluRuns512(n, C, S, c, pos int, dy, x, dx, a, b, mdy, mu, y unsafe.Pointer)
+// applyPlanesRuns512 (not scale-only) of dz = dy·m, m = 0 < y.
+TEXT ·applyPlanesReluRuns512(SB), NOSPLIT, $0-104
+	MASKED_APPLY_ARGS
+	APPLY_RUNS(MASKED_OP(PLANE_RELU, AFFINE(X_FULL)), MASKED_OPTAIL(PLANE_RELU, AFFINE(X_TAIL)), MU_FRAME, run, vec, tail, next, wrap, done)
+
+// func applyPlanesRelu6Runs512(n, C, S, c, pos int, dy, x, dx, a, b, mdy, mu, y unsafe.Pointer)
+// applyPlanesRuns512 (not scale-only) of dz = dy·m, m = 0 < y < 6.
+TEXT ·applyPlanesRelu6Runs512(SB), NOSPLIT, $0-104
+	MASKED_APPLY_ARGS
+	APPLY_RUNS(MASKED_OP(PLANE_RELU6, AFFINE(X_FULL)), MASKED_OPTAIL(PLANE_RELU6, AFFINE(X_TAIL)), MU_FRAME, run, vec, tail, next, wrap, done)
 
 // func hasBMI2() bool
 // Reports whether the CPU has BMI2 (CPUID leaf 7, EBX bit 8), which every

@@ -66,6 +66,59 @@ func sumsPlaneLanesRuns512(n, C, S, c, pos int, dy, x, mean, lanes unsafe.Pointe
 //go:noescape
 func applyPlanesRuns512(n, C, S, c, pos int, dy, x, dx, a, b, mdy, mu unsafe.Pointer, scaleOnly bool)
 
+// sumsPlaneLanesReluRuns512 and sumsPlaneLanesRelu6Runs512 are
+// sumsPlaneLanesRuns512 of FusedBatchNormGradEx's dz = dy·m, m formed from y
+// where dy is loaded; applyPlanesReluRuns512 and applyPlanesRelu6Runs512
+// applyPlanesRuns512's (not scale-only) (planes_amd64.s).
+//
+//go:noescape
+func sumsPlaneLanesReluRuns512(n, C, S, c, pos int, dy, x, mean, lanes, y unsafe.Pointer)
+
+//go:noescape
+func sumsPlaneLanesRelu6Runs512(n, C, S, c, pos int, dy, x, mean, lanes, y unsafe.Pointer)
+
+//go:noescape
+func applyPlanesReluRuns512(n, C, S, c, pos int, dy, x, dx, a, b, mdy, mu, y unsafe.Pointer)
+
+//go:noescape
+func applyPlanesRelu6Runs512(n, C, S, c, pos int, dy, x, dx, a, b, mdy, mu, y unsafe.Pointer)
+
+// sumsPlaneLanesMask512 is sumsPlaneLanesAsm512 of dz = dy·m, m the Relu's
+// (upper: Relu6's) from y.
+func sumsPlaneLanesMask512(C, S, off int, dy, x, y, mean []float32, lanes []float64, upper bool) {
+	n := len(x)
+	if n == 0 {
+		return
+	}
+	needLen(n, dy, y)
+	needLen(C+meanPad, mean)
+	needLen(planeLanes*C, lanes)
+	loop := sumsPlaneLanesReluRuns512
+	if upper {
+		loop = sumsPlaneLanesRelu6Runs512
+	}
+	loop(n, C, S, off/S%C, off%S, ptr32(dy), ptr32(x), ptr32(mean), ptr64(lanes), ptr32(y))
+}
+
+// applyPlanesMask512 is applyPlanesAsm512 of dz = dy·m, m the Relu's
+// (upper: Relu6's) from y; t is not scale-only.
+func applyPlanesMask512(C, S, c, pos int, t *affine32, dy, x, y, dx []float32, upper bool) {
+	n := len(x)
+	if n == 0 {
+		return
+	}
+	if t.ScaleOnly {
+		panic("kernels: the masked plane loops have no scale-only form")
+	}
+	needLen(n, dy, y, dx)
+	needLen(C, t.A, t.B, t.MeanDy, t.Mean)
+	loop := applyPlanesReluRuns512
+	if upper {
+		loop = applyPlanesRelu6Runs512
+	}
+	loop(n, C, S, c, pos, ptr32(dy), ptr32(x), ptr32(dx), ptr32(t.A), ptr32(t.B), ptr32(t.MeanDy), ptr32(t.Mean), ptr32(y))
+}
+
 // hasBMI2 reports whether the CPU has BMI2, which the assembly plane loops
 // use (planes_amd64.s); without it the archsimd forms run.
 func hasBMI2() bool

@@ -1,6 +1,7 @@
 // The float32 sums of the AVX-512 channels-last tiles (tile_amd64.s,
 // mask_amd64.s): eight sums in Z0-Z7 over 16 rows at most, added into
-// float64 sums in memory.
+// float64 sums in memory; and the constants of FusedBatchNormGradEx's
+// masked loops (MASK_CONSTANTS, below).
 
 // FOLD(z, y, p, off) adds the sixteen float32 sums z (y its low half) into
 // the float64 sums at off(p), Y20 and Z21-Z22 temporaries.
@@ -40,3 +41,13 @@
 	VXORPS  Z5, Z5, Z5; \
 	VXORPS  Z6, Z6, Z6; \
 	VXORPS  Z7, Z7, Z7
+
+// MASK_CONSTANTS sets what FusedBatchNormGradEx's masked loops compare y
+// with and form m from (mask_amd64.s, planes_amd64.s): 0 in Z24, 6 in Z25
+// and 1 in Z26.
+#define MASK_CONSTANTS \
+	VXORPS       Z24, Z24, Z24; \
+	MOVL         $0x40c00000, AX; \
+	VPBROADCASTD AX, Z25; \
+	MOVL         $0x3f800000, AX; \
+	VPBROADCASTD AX, Z26

@@ -50,9 +50,11 @@ func (j *applyJob[T]) run(lo, hi int) {
 		simdApplyBFloat16(L, j.t.f32, dy[lo:hi], x[lo:hi], dx[lo:hi])
 		return
 	}
-	if L, ok := j.mask.bfloat16Rows(j.pd, lo, hi); ok && j.mask != nil && j.t.f32 != nil {
-		j.mask.applyBFloat16(j, L, lo, hi)
-		return
+	if j.mask != nil && j.t.f32 != nil {
+		if L, ok := j.mask.bfloat16Rows(j.pd, lo, hi); ok {
+			j.mask.applyBFloat16(j, L, lo, hi)
+			return
+		}
 	}
 	fn32 := func(off int, dy, x, dx []float32) { applyAffine(j.pd, off, j.t, dy, x, dx) }
 	fn64 := func(off int, dy, x, dx []float64) { applyAffine(j.pd, off, j.t, dy, x, dx) }

@@ -270,10 +270,12 @@ func (m *gradMask[T]) applyInRegisters(j *applyJob[T], lo, hi int) {
 // bfloat16Rows reports whether the elements at [lo, hi) are whole
 // bfloat16 rows that the bfloat16 row loops take (bfloat16Rows), with
 // their dz formed in bfloat16 blocks by the bfloat16 mask loops, and their
-// row length: rows short enough that one fits in a block buffer.
+// row length: rows of at most maxBlockLen channels, so that blocks and the
+// bits' granules (blockFor) are whole rows. (A wider row's granules are
+// blocks of maxBlockLen elements, which end inside rows.)
 func (m *gradMask[T]) bfloat16Rows(pd Dims, lo, hi int) (L int, ok bool) {
 	L, ok = bfloat16Rows[T](pd, lo, hi)
-	return L, ok && simdMaskRowsBFloat16 != nil && L <= bf16BlockLen
+	return L, ok && simdMaskRowsBFloat16 != nil && L <= maxBlockLen && (m.form.bits == nil || m.form.granule%L == 0)
 }
 
 // bf16BlockLen is the most bfloat16 elements of dz a block buffer holds.

@@ -469,7 +469,8 @@ func requireSameBits[T kernels.Element](t *testing.T, name string, got, want []T
 // have formed every block's dz, and the outputs must be the bits of
 // FusedBatchNormGrad (whose bfloat16 rows take the same row loops) on dz =
 // dy·m formed by the rule, NaNs among them; with the mask loops off (dz in
-// float32 blocks, which sum by other loops), within the tolerance.
+// float32 blocks, which sum by other loops), within the tolerance. Rows
+// wider than the bits' granules take the float32 blocks.
 func TestFusedBatchNormGradExBFloat16Rows(t *testing.T) {
 	if !kernels.AVX512Selected() {
 		t.Skip("the bfloat16 row loops are AVX-512 only")
@@ -540,6 +541,18 @@ func TestFusedBatchNormGradExBFloat16Rows(t *testing.T) {
 			})
 		}
 	}
+	// Rows wider than a granule of bits (16384 elements), which end inside
+	// them: the float32 blocks, right.
+	t.Run("rows of 16400", func(t *testing.T) {
+		onMachine(t, 2)
+		for _, act := range []string{"Relu", "Relu6"} {
+			in := newExInputs[kernels.BFloat16](rng, true, kernels.ChannelsLast, shapeCase{"", 1, 16400, 3})
+			kernels.ResetSplitStats()
+			checkEx(t, exMode{act, true, true}, in)
+			require.Zero(t, kernels.MaskedBFloat16Rows(), "%s: rows wider than the bits' granules in the bfloat16 mask loops", act)
+			require.NotZero(t, kernels.MaskBitGranules(), "%s: the bits written", act)
+		}
+	})
 }
 
 // TestFusedBatchNormGradExMaskedPlanes runs float32 channels-first units
@@ -577,8 +590,20 @@ func TestFusedBatchNormGradExMaskedPlanes(t *testing.T) {
 					require.Equal(t, kernels.FormByChannel, p.Form, "%+v", p)
 					kernels.ResetSplitStats()
 					got := checkEx(t, m, in)
-					// every unit's planes, sample by sample, a block at least in each pass
-					require.GreaterOrEqual(t, kernels.MaskedPlanes(), uint64(2*p.Units*sc.N), "blocks of dz formed by the masked plane loops")
+					// Every block of both passes: a unit's planes sample by
+					// sample, in blocks of whole planes (or a plane's pieces,
+					// were it longer than a block), as byChannelJob.planes.
+					blocks := 0
+					for u := range p.Units {
+						c0, c1 := u*p.UnitChannels, min(sc.C, (u+1)*p.UnitChannels)
+						if sc.S <= p.SumsBlock {
+							step := p.SumsBlock / sc.S * sc.S
+							blocks += sc.N * (((c1-c0)*sc.S + step - 1) / step)
+						} else {
+							blocks += sc.N * (c1 - c0) * ((sc.S + p.SumsBlock - 1) / p.SumsBlock)
+						}
+					}
+					require.Equal(t, uint64(2*blocks), kernels.MaskedPlanes(), "blocks of dz formed by the masked plane loops, both passes")
 					assert.True(t, math.IsNaN(float64(got.offsetBackprop[5])), "offset_backprop of a NaN dy's channel")
 					assert.True(t, math.IsNaN(float64(got.offsetBackprop[9])), "offset_backprop of an infinite dy's channel")
 					assert.False(t, math.IsNaN(float64(got.offsetBackprop[2])), "offset_backprop where y is NaN")

@@ -113,7 +113,7 @@ func TestBFloat16MaskLoopsMatchTheRule(t *testing.T) {
 		}
 		want, wantBits := make([]float32, n), make([]uint64, n/64)
 		maskGrad(a, want, wdy, wy, wantBits)
-		for _, pos := range []int{0, 16, 48} {
+		for _, pos := range []int{0, 16, 32, 48} {
 			got := make([]BFloat16, n-64)
 			bits := make([]uint64, n/64+1)
 			for i := range bits {

@@ -39,8 +39,9 @@
 //     (GradReduce and GradApply, the synchronized (cross-replica)
 //     gradient's halves around an all-reduce), fused_batch_norm_grad_ex.go
 //     (FusedBatchNormGradEx: FusedBatchNormGrad's passes of the gradient
-//     masked by an activation's derivative, which they form block by block
-//     where they read dy, gradMask). Each plans, then runs its plan's
+//     masked by an activation's derivative, which they form where they
+//     read dy, in the vector loops' registers or block by block, gradMask).
+//     Each plans, then runs its plan's
 //     passes; terms.go holds what they share (the lengths check,
 //     1/sqrt(σ²+ε), the affine coefficients' storage).
 //   - sumpass.go: the first pass, per-channel sums of dy and dy·(x−μ)
@@ -68,8 +69,11 @@
 //     (GOEXPERIMENT=simd), among them the channels-last sums in float32
 //     tiles, the bfloat16 rows converted in registers (rounded with
 //     AVX512_BF16 where the CPU has it) and FusedBatchNormGradEx's mask
-//     of a block with its bits (maskRows32, unmaskRows32); simd_other.go
-//     where they are absent. The AVX-512 forms of the loops that
+//     of a block with its bits (maskRows32, unmaskRows32; maskRowsBF16,
+//     unmaskRowsBF16); mask_amd64.s the AVX-512 channels-last rows that
+//     form dz in registers, planes_amd64.s the channels-first runs' loops,
+//     plain and forming dz in registers, tiles_amd64.h the macros they
+//     share; simd_other.go where they are absent. The AVX-512 forms of the loops that
 //     simd_amd64.go writes in its lane constants are generated from them
 //     (simd512_gen_amd64.go: go generate ./kernels, which runs
 //     cmd/gensimd).

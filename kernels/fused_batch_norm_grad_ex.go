@@ -76,7 +76,10 @@ func activationOf(mode string) activation {
 // another activation mode.
 //
 // dz is written to no tensor but side_input_backprop: the passes of
-// FusedBatchNormGrad form it block by block where they read dy (gradMask),
+// FusedBatchNormGrad form it where they read dy (gradMask): in the vector
+// loops' registers for float32 channels-last rows (inRegisters) and
+// channels-first units (planesInRegisters) on AVX-512, in bfloat16 blocks
+// for the bfloat16 row loops (bfloat16Rows), and elsewhere block by block
 // in a buffer the block's loops then read as dy. Per float32 element a
 // two-pass training gradient reads dy, y and x and writes m's bit in its
 // first pass, reads dy, x and the bit and writes x_backprop in its second:

@@ -152,6 +152,7 @@ func (j *byChannelJob[T]) run(u int) {
 	// pass, from cache: in the blocks of the block path (gradMask.blocks),
 	// whose bits they give.
 	var maskedPlanes func(lo, hi, blk int, sums, apply bool)
+	planeBlocks := 0 // counted once a unit (splits.maskPlanes), not on every block
 	if j.mask.planesInRegisters(lanes, t) {
 		dy32, x32, y32 := any(dy).([]float32), any(x).([]float32), any(j.mask.y).([]float32)
 		dx32, _ := any(dx).([]float32)
@@ -167,9 +168,10 @@ func (j *byChannelJob[T]) run(u int) {
 				if apply {
 					simdMaskedApplyPlanes(C, S, o/S%C, o%S, t.f32, dy32[o:e], x32[o:e], y32[o:e], dx32[o:e], upper)
 				}
-				splits.maskPlanes.Add(1)
+				planeBlocks++
 			}
 		}
+		defer func() { splits.maskPlanes.Add(uint64(planeBlocks)) }()
 	}
 	// A block's sums and dx, in the blocks forBlocks would convert. In
 	// the sweep both run on each block; else the sums of every block of

@@ -304,6 +304,8 @@ func (m *gradMask[T]) sweepBFloat16(j *sweepJob[T], L, lo, hi int, a, b []float6
 	buf := bufferPool.Get().(*blockBuffers)
 	defer bufferPool.Put(buf)
 	dzBuf := bf16Block(buf)
+	blocks := 0
+	defer func() { splits.maskBF16Rows.Add(uint64(blocks)) }() // once a call, not on every block
 	blk := max(L, min(j.blk, bf16BlockLen)/L*L)
 	for o := lo; o < hi; o += blk {
 		e := min(o+blk, hi)
@@ -322,7 +324,7 @@ func (m *gradMask[T]) sweepBFloat16(j *sweepJob[T], L, lo, hi int, a, b []float6
 			}
 			simdMaskRowsBFloat16(dz, dy[o:e], y[o:e], f.act.upper, bits, pos)
 		}
-		splits.maskBF16Rows.Add(1)
+		blocks++
 		if side != nil {
 			copy(side[o:e], dz)
 		}
@@ -345,6 +347,8 @@ func (m *gradMask[T]) applyBFloat16(j *applyJob[T], L, lo, hi int) {
 	buf := bufferPool.Get().(*blockBuffers)
 	defer bufferPool.Put(buf)
 	dzBuf := bf16Block(buf)
+	blocks := 0
+	defer func() { splits.maskBF16Rows.Add(uint64(blocks)) }() // once a call, not on every block
 	blk := max(L, min(j.blk, bf16BlockLen)/L*L)
 	for o := lo; o < hi; {
 		e := min(o+blk, hi)
@@ -360,7 +364,7 @@ func (m *gradMask[T]) applyBFloat16(j *applyJob[T], L, lo, hi int) {
 			dz = dzBuf[:e-o]
 			simdMaskRowsBFloat16(dz, dy[o:e], y[o:e], f.act.upper, nil, 0)
 		}
-		splits.maskBF16Rows.Add(1)
+		blocks++
 		if side != nil {
 			copy(side[o:e], dz)
 		}

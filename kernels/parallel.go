@@ -227,6 +227,9 @@ func parallelPasses(c crew, passes ...pass) {
 	for i, p := range passes {
 		all[i] = newClaims(p, helpers)
 		if i == 0 {
+			if !p.reverse {
+				all[i].homes, all[i].taken = helpers+1, make([]atomic.Bool, p.ranges)
+			}
 			continue
 		}
 		gates[i] = &gate{open: make(chan struct{})}
@@ -242,19 +245,19 @@ func parallelPasses(c crew, passes ...pass) {
 		// the gate open and no range to claim.
 		defer gates[i].release(all[i])
 	}
-	helper := func(h int) {
+	helper := func(h, block int) {
 		for i, c := range all {
 			if i > 0 {
 				gates[i].await()
 			}
-			c.work(h)
+			c.workFrom(h, block)
 		}
 	}
 	// Pinned threads first where there are any (threads_linux.go), then
 	// goroutines.
-	h := onHelperThreads(helpers, c.wake, c.burst, helper)
+	h := onHelperThreads(helpers, c.wake, c.burst, func(h int) { helper(h, home(h, helpers+1, true)) })
 	for i := h; i < helpers; i++ {
-		go helper(i)
+		go helper(i, home(i, helpers+1, false))
 	}
 	if h < helpers {
 		// Go puts the goroutine a go statement starts in its P's one-slot
@@ -270,6 +273,7 @@ func parallelPasses(c crew, passes ...pass) {
 	// The calling goroutine works too: a thread that calls in from C holds
 	// its goroutine locked, and parking it would leave the work to wait for
 	// another thread.
+	block := home(helpers, helpers+1, h == helpers) // its helpers all pinned, the caller is on the CPU they left
 	for i, c := range all {
 		if i > 0 {
 			if passes[i].before != nil {
@@ -277,7 +281,7 @@ func parallelPasses(c crew, passes ...pass) {
 			}
 			gates[i].release(nil)
 		}
-		c.work(helpers)
+		c.workFrom(helpers, block)
 		c.wait()
 		c.raise()
 		c.tally()
@@ -335,6 +339,10 @@ type claims struct {
 	// taken marks the ranges claimed.
 	after *claims
 	taken []atomic.Bool
+	// homes, where positive, has each worker run first a block of ranges of
+	// its own (home), then any left, last first: a first pass's ranges,
+	// given to the same CPUs call after call.
+	homes int
 }
 
 // newClaims returns the bookkeeping of pass p for the caller and helpers
@@ -354,10 +362,19 @@ func (c *claims) raise() {
 	}
 }
 
-// work runs ranges for worker w until none is left.
-func (c *claims) work(w int) {
+// work runs ranges for worker w until none is left, those of block w
+// first where c has homes.
+func (c *claims) work(w int) { c.workFrom(w, w) }
+
+// workFrom runs ranges for worker w until none is left, those of home
+// block b first where c has homes.
+func (c *claims) workFrom(w, b int) {
 	if c.after != nil {
 		c.workAffine(w)
+		return
+	}
+	if c.homes > 0 {
+		c.workHome(w, b%c.homes)
 		return
 	}
 	for {
@@ -382,6 +399,36 @@ func (c *claims) workAffine(w int) {
 	for r := range c.ranges {
 		c.take(w, r)
 	}
+}
+
+// workHome runs, for worker w, the ranges of block b of c.homes (span's)
+// still unclaimed, first first, then any range still unclaimed, last
+// first: the end of the others' blocks, which they reach last.
+func (c *claims) workHome(w, b int) {
+	lo, hi := span(c.ranges, c.homes, 1, b)
+	for r := lo; r < hi; r++ {
+		c.take(w, r)
+	}
+	for r := c.ranges - 1; r >= 0; r-- {
+		c.take(w, r)
+	}
+}
+
+// home returns the block of ranges that worker w of a pass shared in
+// blocks by as many workers runs first. On a pinned thread (pinned), or
+// on a caller whose helpers are all pinned threads, where the workers are
+// one a CPU of the process's (helperThreadSlot), it is the CPU's: a
+// tensor that calls after calls share the same way (a chain of gradients,
+// a benchmark's) stays in the caches of the cores that read it last, as
+// an OpenMP loop's static schedule keeps it, whichever CPU the caller
+// runs on. Elsewhere (goroutines, which move between CPUs) it is w's.
+func home(w, blocks int, pinned bool) int {
+	if pinned {
+		if slot := helperThreadSlot(blocks); slot >= 0 {
+			return slot
+		}
+	}
+	return w % blocks
 }
 
 // take runs range r for worker w unless another worker has claimed it or

@@ -240,14 +240,18 @@ func TestAffineClaimOrder(t *testing.T) {
 	assert.Zero(t, c.pending.Load())
 }
 
-// In a two-pass call on two workers, each range of an affine second pass
-// runs on the goroutine that ran it in the first. The ranges' functions
-// wait for each other so that the workers take turns: in the first pass
-// one runs ranges 0 and 2 and the other 1 and 3, and in the second each
-// must take its own two ranges, which the barriers let no other steal.
+// In a two-pass call on two workers, each worker runs its own block of the
+// first pass's ranges (claims.workHome), and each range of an affine second
+// pass runs on the goroutine that ran it in the first. The ranges'
+// functions wait for each other so that the workers take turns: in the
+// first pass one runs ranges 0 and 1 and the other 2 and 3 (0 meets 2, then
+// 1 meets 3: neither worker is done with its block while the other has a
+// range of its own left to take), and in the second each must take its own
+// two ranges, last first, which the same barriers let no other steal.
 func TestParallelPassesAffineOnSameWorker(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2)) // two workers, whatever the cores beyond two
-	meet := func(t *testing.T, started []chan struct{}, r, other int) {
+	meet := func(t *testing.T, started []chan struct{}, r int) {
+		other := map[int]int{0: 2, 2: 0, 1: 3, 3: 1}[r]
 		close(started[r])
 		select {
 		case <-started[other]:
@@ -262,43 +266,65 @@ func TestParallelPassesAffineOnSameWorker(t *testing.T) {
 		for r := range 4 {
 			started1[r], started2[r] = make(chan struct{}), make(chan struct{})
 		}
-		passes := []pass{
-			// Ranges 0 and 1 meet, so each worker has one; 1 waits for 2 to
-			// begin, so the worker of 0 takes 2, and 2 for 3, so the worker
-			// of 1 takes 3.
-			pass{n: 4, ranges: 4, align: 1, fn: func(r, _, _ int) {
-				firstBy[r] = goroutineID()
-				switch r {
-				case 0:
-					meet(t, started1, 0, 1)
-				case 1:
-					meet(t, started1, 1, 0)
-					<-started1[2]
-				case 2:
-					meet(t, started1, 2, 3)
-				case 3:
-					close(started1[3])
-				}
-			}},
-		}
+		passes := []pass{pass{n: 4, ranges: 4, align: 1, fn: func(r, _, _ int) {
+			firstBy[r] = goroutineID()
+			meet(t, started1, r)
+		}}}
 		if middle {
 			passes = append(passes, pass{n: 1, ranges: 1, align: 1, fn: func(int, int, int) {}})
 		}
-		passes = append(passes,
-			// Each worker's first range meets the other's, and its second
-			// meets the other's second: neither is done while the other
-			// still has a range of its own to take.
-			pass{n: 4, ranges: 4, align: 1, affine: true, fn: func(r, _, _ int) {
-				secondBy[r] = goroutineID()
-				partner := map[int]int{3: 2, 2: 3, 1: 0, 0: 1}[r]
-				meet(t, started2, r, partner)
-			}})
+		passes = append(passes, pass{n: 4, ranges: 4, align: 1, affine: true, fn: func(r, _, _ int) {
+			secondBy[r] = goroutineID()
+			meet(t, started2, r)
+		}})
 		parallelPasses(crew{workers: 2, cores: 64}, passes...)
-		require.NotEqual(t, firstBy[0], firstBy[1], "ranges 0 and 1 ran on one goroutine")
-		require.Equal(t, firstBy[0], firstBy[2])
-		require.Equal(t, firstBy[1], firstBy[3])
+		require.NotEqual(t, firstBy[0], firstBy[2], "ranges 0 and 2 ran on one goroutine")
+		require.Equal(t, firstBy[0], firstBy[1], "a worker's own block")
+		require.Equal(t, firstBy[2], firstBy[3], "a worker's own block")
 		assert.Equal(t, firstBy, secondBy, "middle pass %v: the affine pass's ranges ran on other goroutines than the first's", middle)
 	}
+}
+
+// A first pass's worker runs its own block of ranges first, first first,
+// then whatever is left of the others', last first; a range another has
+// claimed is skipped.
+func TestHomeClaimOrder(t *testing.T) {
+	for _, r := range []struct {
+		homes, block, ranges int
+		taken                []int
+		want                 []int
+	}{
+		{2, 0, 6, nil, []int{0, 1, 2, 5, 4, 3}},
+		{2, 1, 6, []int{5}, []int{3, 4, 2, 1, 0}},
+		{3, 1, 7, []int{0}, []int{2, 3, 6, 5, 4, 1}}, // blocks [0,2) [2,4) [4,7)
+		{4, 3, 2, nil, []int{1, 0}},                  // more workers than ranges: block 3 is empty
+	} {
+		var order []int
+		c := &claims{n: r.ranges, ranges: r.ranges, align: 1, homes: r.homes, taken: make([]atomic.Bool, r.ranges),
+			panics: make([]any, r.homes), done: make(chan struct{}, 1),
+			fn: func(i, lo, hi int) {
+				assert.Equal(t, [2]int{i, i + 1}, [2]int{lo, hi})
+				order = append(order, i)
+			}}
+		for _, i := range r.taken {
+			c.taken[i].Store(true)
+		}
+		c.workHome(0, r.block)
+		assert.Equal(t, r.want, order, "%+v", r)
+		assert.Zero(t, c.pending.Load())
+	}
+}
+
+// A goroutine's home block is its own number, and so is a pinned thread's
+// where the pinned threads are not one a CPU of the call's workers.
+func TestHomeBlockOfAWorker(t *testing.T) {
+	if cpus := helperThreadCPUs.Load(); cpus != nil {
+		require.Equal(t, -1, helperThreadSlot(len(*cpus)+1))
+		require.Equal(t, 1, home(len(*cpus)+2, len(*cpus)+1, true))
+	}
+	require.Equal(t, 1, home(1, 3, false))
+	require.Equal(t, 0, home(4, 2, false))
+	require.Equal(t, 1, home(1, 2, false), "goroutines: their own number, whatever CPU they are on")
 }
 
 // goroutineID returns the calling goroutine's number, from its stack trace.

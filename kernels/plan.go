@@ -161,7 +161,14 @@ const defaultSpin = 100
 // docs/performance.md, "The plan"); polling, 2 cores by make bench-torch's
 // cases, plans alternated chain by chain in one process (NHWC 8x7x7x512 and
 // 16x7x7x320, of 2^17 to 2^18 elements, ran no faster on two workers than
-// on one; NCHW 8x512x7x7 by channel took 0.78 of one's time).
+// on one; NCHW 8x512x7x7 by channel took 0.78 of one's time). Go alone,
+// once each worker took the same block of a chain's tensors call after
+// call (claims.workHome), two workers paid from 3·2^16 elements in two
+// passes (BenchmarkWorkers: 0.71-0.85 of one's time on NHWC 8x7x7x512 and
+// 16x7x7x320); inside TensorFlow, beside its own threads, the same two
+// cases took 1.27 and 1.23 times one worker's time (make bench-torch's
+// chains, the two plans' libraries alternated, best of two runs each,
+// while PyTorch against itself moved 0.6-1.6x), so two passes keep 2^17.
 func perWorkerFor(cores, polling int, passes bool) int {
 	if polling > 0 {
 		if passes {

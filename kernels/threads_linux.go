@@ -172,6 +172,11 @@ func startHelperThreads() {
 	}
 	started.Wait()
 	helperThreads.all = all
+	pinned := make([]int, len(all))
+	for i, t := range all {
+		pinned[i] = t.cpu
+	}
+	helperThreadCPUs.Store(&pinned)
 }
 
 // serve pins the thread and runs the tasks handed to it, asleep on wake in
@@ -276,6 +281,29 @@ func pinThread(cpu int) bool {
 	_, _, e := syscall.RawSyscall(syscall.SYS_SCHED_SETAFFINITY, 0, unsafe.Sizeof(m), uintptr(unsafe.Pointer(&m)))
 	return e == 0
 }
+
+// helperThreadSlot returns the position of the calling thread's CPU among
+// the pinned threads' CPUs where there is one thread for each of workers
+// CPUs, and -1 elsewhere (no pinned threads, other workers, a CPU not
+// theirs).
+func helperThreadSlot(workers int) int {
+	cpus := helperThreadCPUs.Load()
+	if cpus == nil || len(*cpus) != workers {
+		return -1
+	}
+	cpu := currentCPU()
+	for i, c := range *cpus {
+		if c == cpu && cpu >= 0 {
+			return i
+		}
+	}
+	return -1
+}
+
+// helperThreadCPUs holds the CPUs of the pinned threads once they have
+// started, -1 for one whose pinning failed (helperThreadSlot reads it
+// from any call, also those whose helpers are goroutines).
+var helperThreadCPUs atomic.Pointer[[]int]
 
 // currentCPU returns the CPU the calling thread runs on, or -1.
 func currentCPU() int {

@@ -313,3 +313,34 @@ func TestCallOnAPollingThreadsCPUNaps(t *testing.T) {
 	require.Less(t, time.Since(start), 500*time.Millisecond, "the thread slept only when its poll of a second ran out")
 	idle(t, all)
 }
+
+// With a pinned thread on each of the process's CPUs, each worker of a call
+// on all of them runs first the block of the first pass's ranges of its
+// CPU's position among the threads', whichever worker it is: range r of a
+// pass of one range a worker (each waits for all to start, so none
+// steals) runs on the r-th thread's CPU. The caller's range is on its
+// CPU's block too, unless the caller moved between claiming and running.
+func TestHomeBlocksFollowTheCPUs(t *testing.T) {
+	all := helperThreadsOrSkip(t)
+	cpus := *helperThreadCPUs.Load()
+	require.Len(t, cpus, len(all))
+	caller := goroutineID()
+	for range 20 {
+		var started sync.WaitGroup
+		started.Add(len(all))
+		ran := make([]int, len(all))
+		by := make([]uint64, len(all))
+		parallelPasses(crew{workers: len(all), cores: len(all)}, pass{n: len(all), ranges: len(all), align: 1, fn: func(r, _, _ int) {
+			ran[r], by[r] = currentCPU(), goroutineID()
+			started.Done()
+			started.Wait()
+		}})
+		for r := range all {
+			if by[r] != caller {
+				assert.Equal(t, cpus[r], ran[r], "range %d ran on a helper off its CPU's block (CPUs %v)", r, cpus)
+			}
+		}
+		assert.Contains(t, by, caller, "the caller ran none of its ranges")
+		idle(t, all)
+	}
+}

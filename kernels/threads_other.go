@@ -13,5 +13,8 @@ func onHelperThreads(n, wake int, poll bool, fn func(int)) int { return 0 }
 // helpersPolling returns 0: goroutines do not poll.
 func helpersPolling() int { return 0 }
 
+// helperThreadSlot returns -1: there are no pinned threads here.
+func helperThreadSlot(workers int) int { return -1 }
+
 // helperThreadsUsable reports false: there are no pinned threads here.
 func helperThreadsUsable() bool { return false }

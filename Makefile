@@ -22,6 +22,7 @@
 #   make multiworker the example examples/multiworker: train on WORKERS (default 2) local worker processes
 #   make bench-models  ResNet50 and MobileNetV2 training steps, stock against gobn: Keras 3 with convert, tf_keras with enable() (docs/models.md)
 #   make bench-fusion  the batch-norm gradient fused with its ReLU's against the pairs it replaces, per call (bench/fusion.json)
+#   make bench-workers  the Go kernels on one worker, on two and as planned, in chains, either side of the plan's crossovers (bench/workers.txt)
 #   make bench-torch  gobn beside PyTorch's CPU batch-norm backward at 1 thread and every core (bench/torch.json; PyTorch in .venv-torch, ~5.4 GB)
 #   make gpu-bundle  build/gpu: the CUDA path's check, for a GPU machine without Go or TensorFlow
 #   make gpu-tf-check  the device tests with TensorFlow's GPU build on GPU:0, a call's time, model steps (bench/gpu_tf.json)
@@ -42,7 +43,7 @@ LIB := build/libgobn.so
 TFLIBDIR := build/tflib
 TFLIB := $(TFLIBDIR)/libtensorflow.so
 
-.PHONY: all wheel compat bench bench-multiworker bench-models bench-fusion bench-torch multiworker demo test lint gotest gotest-shipped pytest vet race fuzz fuzz-short generate env golden clean gpu-bundle gpu-tf-check gpu-run help FORCE
+.PHONY: all wheel compat bench bench-multiworker bench-models bench-fusion bench-torch bench-workers multiworker demo test lint gotest gotest-shipped pytest vet race fuzz fuzz-short generate env golden clean gpu-bundle gpu-tf-check gpu-run help FORCE
 all: $(LIB)
 
 # The virtual environment with the pinned TensorFlow (see requirements.txt).
@@ -334,6 +335,15 @@ bench-models: $(LIB)
 BENCH_FUSION_ARGS ?=
 bench-fusion: $(LIB)
 	$(VPY) -m bench.fusion --record bench/fusion.json $(BENCH_FUSION_ARGS)
+
+# ---------------------------------------------------------------------------
+# The Go kernels alone on one worker, on two and as the plan has them, in
+# chains of calls on the same tensors (kernels' BenchmarkWorkers), with
+# GOMAXPROCS at the cores plus two so that the helpers are pinned threads,
+# as inside TensorFlow: bench/workers.txt, go test's output.
+bench-workers:
+	GOEXPERIMENT=simd go test $(GO_TAGFLAGS) -run '^$$' -bench '^BenchmarkWorkers$$' -benchtime 3s \
+		-cpu $$(( $$(nproc) + 2 )) ./kernels | tee bench/workers.txt
 
 # ---------------------------------------------------------------------------
 # gobn beside PyTorch's CPU batch-norm backward, the library a user would

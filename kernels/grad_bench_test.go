@@ -1,6 +1,7 @@
 package kernels_test
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -364,6 +365,75 @@ func BenchmarkFusedGradEx(b *testing.B) {
 			}
 			b.ReportMetric(med[1]/med[2], "pair/fused")
 			b.ReportMetric(med[0]/med[2], "v3/fused")
+		})
+	}
+}
+
+// BenchmarkWorkers times float32 training gradients in chains of ten calls
+// on the same tensors (as make bench-torch's chains run them), 200 µs apart
+// so that each chain's first call finds its helpers asleep, on one worker
+// (workers=1), on two whatever their size (two: per_worker and chunk_grain
+// small; chunks of 2^13 elements move where partial sums start, so the bits,
+// but not the work), and as the plan has them (plan), the ways' order turning
+// from chain to chain. It reports each way's median per call in µs and one
+// worker's time over each other way's (gain-two, gain-plan): the shapes
+// either side of the plan's crossovers (C = 64, 2^15 to 2^19 elements) and
+// ResNet-50's and MobileNetV2's of 2^17 to 2^20. Run it as make
+// bench-workers does, with -cpu raised above the cores by two, so that the
+// helpers are the pinned threads they are inside TensorFlow (the library
+// sets GOMAXPROCS so); at -cpu 2 they are goroutines.
+func BenchmarkWorkers(b *testing.B) {
+	type shape struct {
+		N, C, S int64
+		layout  kernels.Layout
+	}
+	var shapes []shape
+	for _, n := range []int64{1 << 15, 1 << 16, 1 << 17, 3 << 16, 1 << 18, 3 << 17, 1 << 19} {
+		for _, l := range layouts {
+			shapes = append(shapes, shape{8, 64, n / 8 / 64, l.layout})
+		}
+	}
+	for _, s := range [][3]int64{{8, 512, 7 * 7}, {16, 320, 7 * 7}, {8, 256, 14 * 14}, {16, 960, 7 * 7}, {8, 2048, 7 * 7}, {16, 384, 14 * 14}} {
+		for _, l := range layouts {
+			shapes = append(shapes, shape{s[0], s[1], s[2], l.layout})
+		}
+	}
+	for _, s := range shapes {
+		name := fmt.Sprintf("%v/%dx%dx%d", map[kernels.Layout]string{kernels.ChannelsLast: "NHWC", kernels.ChannelsFirst: "NCHW"}[s.layout], s.N, s.C, s.S)
+		b.Run(name, func(b *testing.B) {
+			args := newBenchArgs[float32](false, kernels.Dims{N: s.N, C: s.C, S: s.S, Layout: s.layout})
+			defer kernels.SetTuning(kernels.CurrentTuning())
+			plan := kernels.DefaultTuning()
+			one, two := plan, plan
+			one.Workers = 1
+			two.PerWorker, two.ChunkGrain = 1<<12, 1<<13
+			ways := []kernels.Tuning{one, two, plan}
+			times := make([][]float64, len(ways))
+			const chain = 10
+			round := 0
+			for b.Loop() {
+				round++
+				for i := range ways {
+					w := (i + round) % len(ways)
+					kernels.SetTuning(ways[w])
+					time.Sleep(200 * time.Microsecond)
+					start := time.Now()
+					for range chain {
+						kernels.TrainingGrad(args)
+					}
+					times[w] = append(times[w], float64(time.Since(start).Nanoseconds())/1e3/chain)
+				}
+			}
+			median := make([]float64, len(ways))
+			for w, t := range times {
+				slices.Sort(t)
+				median[w] = t[len(t)/2]
+			}
+			b.ReportMetric(median[0], "one-µs")
+			b.ReportMetric(median[1], "two-µs")
+			b.ReportMetric(median[2], "plan-µs")
+			b.ReportMetric(median[0]/median[1], "gain-two")
+			b.ReportMetric(median[0]/median[2], "gain-plan")
 		})
 	}
 }

@@ -255,7 +255,7 @@ func parallelPasses(c crew, passes ...pass) {
 	}
 	// Pinned threads first where there are any (threads_linux.go), then
 	// goroutines.
-	h := onHelperThreads(helpers, c.wake, c.burst, func(h int) { helper(h, home(h, helpers+1, true)) })
+	h, callerSlot := onHelperThreads(helpers, c.wake, c.burst, func(h int) { helper(h, home(h, helpers+1, true)) })
 	for i := h; i < helpers; i++ {
 		go helper(i, home(i, helpers+1, false))
 	}
@@ -273,7 +273,12 @@ func parallelPasses(c crew, passes ...pass) {
 	// The calling goroutine works too: a thread that calls in from C holds
 	// its goroutine locked, and parking it would leave the work to wait for
 	// another thread.
-	block := home(helpers, helpers+1, h == helpers) // its helpers all pinned, the caller is on the CPU they left
+	// With its helpers all pinned, the caller's block is that of the CPU
+	// they left (it read its CPU once, to leave that CPU's thread out).
+	block := helpers
+	if h == helpers && callerSlot >= 0 && oneThreadPerWorker(helpers+1) {
+		block = callerSlot
+	}
 	for i, c := range all {
 		if i > 0 {
 			if passes[i].before != nil {
@@ -362,10 +367,6 @@ func (c *claims) raise() {
 	}
 }
 
-// work runs ranges for worker w until none is left, those of block w
-// first where c has homes.
-func (c *claims) work(w int) { c.workFrom(w, w) }
-
 // workFrom runs ranges for worker w until none is left, those of home
 // block b first where c has homes.
 func (c *claims) workFrom(w, b int) {
@@ -414,10 +415,11 @@ func (c *claims) workHome(w, b int) {
 	}
 }
 
-// home returns the block of ranges that worker w of a pass shared in
-// blocks by as many workers runs first. On a pinned thread (pinned), or
-// on a caller whose helpers are all pinned threads, where the workers are
-// one a CPU of the process's (helperThreadSlot), it is the CPU's: a
+// home returns the block of ranges that helper w of a pass shared in
+// blocks by as many workers runs first. On a pinned thread (pinned), where
+// the workers are one a CPU of the process's (helperThreadSlot), it is the
+// CPU's (and the caller's, whose helpers are all pinned, that of the CPU
+// they leave: parallelPasses): a
 // tensor that calls after calls share the same way (a chain of gradients,
 // a benchmark's) stays in the caches of the cores that read it last, as
 // an OpenMP loop's static schedule keeps it, whichever CPU the caller

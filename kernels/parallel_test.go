@@ -20,9 +20,9 @@ func TestClaimsLateHelper(t *testing.T) {
 	var calls [4]atomic.Int32
 	c := &claims{n: 100, ranges: 4, align: 25, fn: func(r, lo, hi int) { calls[r].Add(1) },
 		panics: make([]any, 2), done: make(chan struct{}, 1)}
-	c.work(1) // the caller, alone
-	c.wait()  // returns: nothing in flight
-	c.work(0) // the helper, late
+	c.workFrom(1, 1) // the caller, alone
+	c.wait()         // returns: nothing in flight
+	c.workFrom(0, 0) // the helper, late
 	for r := range calls {
 		assert.Equal(t, int32(1), calls[r].Load(), "range %d", r)
 	}
@@ -53,11 +53,11 @@ func testClaimsWaitsForClaimedRange(t *testing.T, affine bool) {
 			done.Store(true)
 		}
 	}
-	go c.work(0)
+	go c.workFrom(0, 0)
 	<-started
 	returned := make(chan struct{})
 	go func() {
-		c.work(1)
+		c.workFrom(1, 1)
 		c.wait()
 		assert.True(t, done.Load(), "wait returned before the helper's range was done")
 		close(returned)
@@ -81,7 +81,7 @@ func TestSplitShares(t *testing.T) {
 			<-release
 		}
 	}
-	go c.work(0)
+	go c.workFrom(0, 0)
 	<-started
 	go func() {
 		for !c.waiting.Load() { // the caller, past its spin, blocks
@@ -90,7 +90,7 @@ func TestSplitShares(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 		close(release)
 	}()
-	c.work(1)
+	c.workFrom(1, 1)
 	c.wait()
 	c.tally()
 	r, h, w := SplitShares()
@@ -232,10 +232,10 @@ func TestAffineClaimOrder(t *testing.T) {
 			order = append(order, r)
 		}}
 	c.taken[3].Store(true) // worker 1 has claimed range 3
-	c.work(0)
+	c.workFrom(0, 0)
 	assert.Equal(t, []int{5, 2, 0, 1, 4}, order)
 	assert.Zero(t, c.pending.Load())
-	c.work(1) // nothing left
+	c.workFrom(1, 1) // nothing left
 	assert.Equal(t, []int{5, 2, 0, 1, 4}, order)
 	assert.Zero(t, c.pending.Load())
 }
@@ -297,7 +297,7 @@ func TestHomeClaimOrder(t *testing.T) {
 		{2, 0, 6, nil, []int{0, 1, 2, 5, 4, 3}},
 		{2, 1, 6, []int{5}, []int{3, 4, 2, 1, 0}},
 		{3, 1, 7, []int{0}, []int{2, 3, 6, 5, 4, 1}}, // blocks [0,2) [2,4) [4,7)
-		{4, 3, 2, nil, []int{1, 0}},                  // more workers than ranges: block 3 is empty
+		{4, 3, 2, nil, []int{1, 0}},                  // more workers than ranges: blocks 0 and 2 empty, 3 is range 1
 	} {
 		var order []int
 		c := &claims{n: r.ranges, ranges: r.ranges, align: 1, homes: r.homes, taken: make([]atomic.Bool, r.ranges),
@@ -318,13 +318,11 @@ func TestHomeClaimOrder(t *testing.T) {
 // A goroutine's home block is its own number, and so is a pinned thread's
 // where the pinned threads are not one a CPU of the call's workers.
 func TestHomeBlockOfAWorker(t *testing.T) {
-	if cpus := helperThreadCPUs.Load(); cpus != nil {
-		require.Equal(t, -1, helperThreadSlot(len(*cpus)+1))
-		require.Equal(t, 1, home(len(*cpus)+2, len(*cpus)+1, true))
-	}
 	require.Equal(t, 1, home(1, 3, false))
 	require.Equal(t, 0, home(4, 2, false))
 	require.Equal(t, 1, home(1, 2, false), "goroutines: their own number, whatever CPU they are on")
+	require.Equal(t, -1, helperThreadSlot(1000), "more workers than there are pinned threads")
+	require.Equal(t, 1, home(1001, 1000, true))
 }
 
 // goroutineID returns the calling goroutine's number, from its stack trace.

@@ -81,7 +81,9 @@ func helperThreadsUsable() bool {
 
 // onHelperThreads hands fn(0), fn(1), ... to up to n free pinned threads on
 // CPUs other than the caller's, and returns how many it handed: fn(i) for i
-// from that count on is the caller's to run. With wake positive the caller
+// from that count on is the caller's to run; and the position of the
+// thread on the caller's CPU among the pinned threads (which it left out),
+// -1 where there is none. With wake positive the caller
 // wakes only the first wake threads, and each thread woken wakes wake more
 // before it runs its task (a tree: waking fifteen threads one after the
 // other keeps the caller from its own share for fifteen system calls). A
@@ -89,16 +91,22 @@ func helperThreadsUsable() bool {
 // until Go's monitor thread takes it back, which can take 10 ms, so the
 // threads are used only while GOMAXPROCS leaves a P for the caller and one
 // more besides one per thread (capi sets 2·cores+4).
-func onHelperThreads(n, wake int, poll bool, fn func(int)) int {
+func onHelperThreads(n, wake int, poll bool, fn func(int)) (handed, callerSlot int) {
 	if n == 0 || !helperThreadsUsable() {
-		return 0
+		return 0, -1
 	}
 	helperThreads.once.Do(startHelperThreads)
 	all := helperThreads.all // at most the NumCPU threads checked above
 	if len(all) == 0 {
-		return 0
+		return 0, -1
 	}
 	cpu := currentCPU()
+	callerSlot = -1
+	for i, t := range all {
+		if t.cpu == cpu && cpu >= 0 {
+			callerSlot = i
+		}
+	}
 	crew := make([]*helperThread, 0, min(n, len(all)))
 	// Threads that poll first, which start at once, then any free one.
 	for _, first := range []bool{true, false} {
@@ -137,7 +145,7 @@ func onHelperThreads(n, wake int, poll bool, fn func(int)) int {
 		t.rouse() // the others are roused by those (task)
 	}
 	helperThreadTasks.Add(uint64(len(crew)))
-	return len(crew)
+	return len(crew), callerSlot
 }
 
 // wakes returns the threads [lo, hi) of a crew of n that thread i wakes
@@ -287,17 +295,23 @@ func pinThread(cpu int) bool {
 // CPUs, and -1 elsewhere (no pinned threads, other workers, a CPU not
 // theirs).
 func helperThreadSlot(workers int) int {
-	cpus := helperThreadCPUs.Load()
-	if cpus == nil || len(*cpus) != workers {
+	if !oneThreadPerWorker(workers) {
 		return -1
 	}
 	cpu := currentCPU()
-	for i, c := range *cpus {
+	for i, c := range *helperThreadCPUs.Load() {
 		if c == cpu && cpu >= 0 {
 			return i
 		}
 	}
 	return -1
+}
+
+// oneThreadPerWorker reports whether the pinned threads have started, one
+// for each of workers CPUs.
+func oneThreadPerWorker(workers int) bool {
+	cpus := helperThreadCPUs.Load()
+	return cpus != nil && len(*cpus) == workers
 }
 
 // helperThreadCPUs holds the CPUs of the pinned threads once they have

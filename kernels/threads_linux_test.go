@@ -43,7 +43,7 @@ func TestHelperThreadsPinned(t *testing.T) {
 	got := make([]seen, len(all))
 	var wg sync.WaitGroup
 	wg.Add(len(all))
-	handed := onHelperThreads(len(all), 0, false, func(i int) {
+	handed, _ := onHelperThreads(len(all), 0, false, func(i int) {
 		defer wg.Done()
 		got[i] = seen{currentCPU(), allowedCPUs()}
 	})
@@ -305,7 +305,7 @@ func TestCallOnAPollingThreadsCPUNaps(t *testing.T) {
 		5*time.Second, time.Millisecond, "the thread did not start polling")
 	var ran sync.WaitGroup
 	ran.Add(1)
-	handed := onHelperThreads(1, 0, false, func(int) { ran.Done() })
+	handed, _ := onHelperThreads(1, 0, false, func(int) { ran.Done() })
 	require.Equal(t, 1, handed, "the call's share went to no thread")
 	ran.Wait()
 	start := time.Now()
@@ -318,8 +318,8 @@ func TestCallOnAPollingThreadsCPUNaps(t *testing.T) {
 // on all of them runs first the block of the first pass's ranges of its
 // CPU's position among the threads', whichever worker it is: range r of a
 // pass of one range a worker (each waits for all to start, so none
-// steals) runs on the r-th thread's CPU. The caller's range is on its
-// CPU's block too, unless the caller moved between claiming and running.
+// steals) runs on the r-th thread's CPU; the caller takes the block of the
+// CPU whose thread it left out, so no helper's block is the caller's.
 func TestHomeBlocksFollowTheCPUs(t *testing.T) {
 	all := helperThreadsOrSkip(t)
 	cpus := *helperThreadCPUs.Load()

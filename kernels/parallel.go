@@ -255,9 +255,9 @@ func parallelPasses(c crew, passes ...pass) {
 	}
 	// Pinned threads first where there are any (threads_linux.go), then
 	// goroutines.
-	h, callerSlot := onHelperThreads(helpers, c.wake, c.burst, func(h int) { helper(h, home(h, helpers+1, true)) })
+	h, callerSlot := onHelperThreads(helpers, c.wake, c.burst, func(h, slot int) { helper(h, home(h, slot, helpers+1)) })
 	for i := h; i < helpers; i++ {
-		go helper(i, home(i, helpers+1, false))
+		go helper(i, home(i, -1, helpers+1))
 	}
 	if h < helpers {
 		// Go puts the goroutine a go statement starts in its P's one-slot
@@ -274,11 +274,11 @@ func parallelPasses(c crew, passes ...pass) {
 	// its goroutine locked, and parking it would leave the work to wait for
 	// another thread.
 	// With its helpers all pinned, the caller's block is that of the CPU
-	// they left (it read its CPU once, to leave that CPU's thread out).
-	block := helpers
-	if h == helpers && callerSlot >= 0 && oneThreadPerWorker(helpers+1) {
-		block = callerSlot
+	// they left.
+	if h < helpers {
+		callerSlot = -1
 	}
+	block := home(helpers, callerSlot, helpers+1)
 	for i, c := range all {
 		if i > 0 {
 			if passes[i].before != nil {
@@ -415,20 +415,18 @@ func (c *claims) workHome(w, b int) {
 	}
 }
 
-// home returns the block of ranges that helper w of a pass shared in
-// blocks by as many workers runs first. On a pinned thread (pinned), where
-// the workers are one a CPU of the process's (helperThreadSlot), it is the
-// CPU's (and the caller's, whose helpers are all pinned, that of the CPU
-// they leave: parallelPasses): a
-// tensor that calls after calls share the same way (a chain of gradients,
-// a benchmark's) stays in the caches of the cores that read it last, as
-// an OpenMP loop's static schedule keeps it, whichever CPU the caller
-// runs on. Elsewhere (goroutines, which move between CPUs) it is w's.
-func home(w, blocks int, pinned bool) int {
-	if pinned {
-		if slot := helperThreadSlot(blocks); slot >= 0 {
-			return slot
-		}
+// home returns the block of ranges that worker w of a pass shared in
+// blocks by as many workers runs first. Where the workers are one a
+// pinned thread's CPU (blocks of them), it is the CPU's, slot, the
+// thread's position among them (the caller's, whose helpers are all
+// pinned, that of the CPU they leave: parallelPasses): a tensor that calls
+// after calls share the same way (a chain of gradients, a benchmark's)
+// stays in the caches of the cores that read it last, as an OpenMP loop's
+// static schedule keeps it, whichever CPU the caller runs on. Elsewhere
+// (slot -1: goroutines, which move between CPUs) it is w's.
+func home(w, slot, blocks int) int {
+	if slot >= 0 && pinnedThreads() == blocks {
+		return slot
 	}
 	return w % blocks
 }

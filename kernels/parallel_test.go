@@ -318,11 +318,11 @@ func TestHomeClaimOrder(t *testing.T) {
 // A goroutine's home block is its own number, and so is a pinned thread's
 // where the pinned threads are not one a CPU of the call's workers.
 func TestHomeBlockOfAWorker(t *testing.T) {
-	require.Equal(t, 1, home(1, 3, false))
-	require.Equal(t, 0, home(4, 2, false))
-	require.Equal(t, 1, home(1, 2, false), "goroutines: their own number, whatever CPU they are on")
-	require.Equal(t, -1, helperThreadSlot(1000), "more workers than there are pinned threads")
-	require.Equal(t, 1, home(1001, 1000, true))
+	require.Equal(t, 1, home(1, -1, 3))
+	require.Equal(t, 0, home(4, -1, 2))
+	require.Equal(t, 1, home(1, -1, 2), "goroutines: their own number, whatever CPU they are on")
+	require.Equal(t, 5, home(5, 1, 1000), "more workers than there are pinned threads: not the thread's slot")
+	require.Equal(t, 1, home(1001, 3, 1000))
 }
 
 // goroutineID returns the calling goroutine's number, from its stack trace.

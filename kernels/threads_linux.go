@@ -37,12 +37,13 @@ type helperThread struct {
 	// polling and sleep: it cannot help that call, and would take turns
 	// with it on the CPU.
 	nap atomic.Bool
-	fn  func(int) // the task: fn(arg)
+	fn  func(arg, slot int) // the task: fn(arg, slot)
 	arg int
 	// poll has the thread poll for its next task after this one: the call
 	// came in a burst of calls (burst).
 	poll bool
 	cpu  int // the CPU it is pinned to, or -1 where pinning failed
+	slot int // its position in helperThreads.all
 }
 
 var helperThreads struct {
@@ -80,10 +81,11 @@ func helperThreadsUsable() bool {
 }
 
 // onHelperThreads hands fn(0), fn(1), ... to up to n free pinned threads on
-// CPUs other than the caller's, and returns how many it handed: fn(i) for i
-// from that count on is the caller's to run; and the position of the
-// thread on the caller's CPU among the pinned threads (which it left out),
-// -1 where there is none. With wake positive the caller
+// CPUs other than the caller's, each thread's fn(i, slot) with slot its
+// position among the pinned threads, and returns how many it handed:
+// fn(i) for i from that count on is the caller's to run; and the position
+// of the thread on the caller's CPU (which it left out), -1 where there is
+// none. With wake positive the caller
 // wakes only the first wake threads, and each thread woken wakes wake more
 // before it runs its task (a tree: waking fifteen threads one after the
 // other keeps the caller from its own share for fifteen system calls). A
@@ -91,7 +93,7 @@ func helperThreadsUsable() bool {
 // until Go's monitor thread takes it back, which can take 10 ms, so the
 // threads are used only while GOMAXPROCS leaves a P for the caller and one
 // more besides one per thread (capi sets 2·cores+4).
-func onHelperThreads(n, wake int, poll bool, fn func(int)) (handed, callerSlot int) {
+func onHelperThreads(n, wake int, poll bool, fn func(i, slot int)) (handed, callerSlot int) {
 	if n == 0 || !helperThreadsUsable() {
 		return 0, -1
 	}
@@ -128,12 +130,12 @@ func onHelperThreads(n, wake int, poll bool, fn func(int)) (handed, callerSlot i
 	}
 	task := fn
 	if wake > 0 && wake < len(crew) {
-		task = func(i int) {
+		task = func(i, slot int) {
 			lo, hi := wakes(len(crew), wake, i)
 			for _, t := range crew[lo:hi] {
 				t.rouse()
 			}
-			fn(i)
+			fn(i, slot)
 		}
 	}
 	for i, t := range crew {
@@ -174,17 +176,12 @@ func startHelperThreads() {
 	all := make([]*helperThread, len(cpus))
 	var started sync.WaitGroup
 	for i, cpu := range cpus {
-		all[i] = &helperThread{cpu: cpu}
+		all[i] = &helperThread{cpu: cpu, slot: i}
 		started.Add(1)
 		go all[i].serve(&started)
 	}
 	started.Wait()
 	helperThreads.all = all
-	pinned := make([]int, len(all))
-	for i, t := range all {
-		pinned[i] = t.cpu
-	}
-	helperThreadCPUs.Store(&pinned)
 }
 
 // serve pins the thread and runs the tasks handed to it, asleep on wake in
@@ -220,7 +217,7 @@ func (t *helperThread) serve(started *sync.WaitGroup) {
 		t.nap.Store(false)
 		fn, arg, poll := t.fn, t.arg, t.poll
 		t.fn = nil
-		fn(arg)
+		fn(arg, t.slot)
 		spin = 0
 		if poll {
 			spin = time.Duration(CurrentTuning().Spin) * time.Microsecond
@@ -290,34 +287,10 @@ func pinThread(cpu int) bool {
 	return e == 0
 }
 
-// helperThreadSlot returns the position of the calling thread's CPU among
-// the pinned threads' CPUs where there is one thread for each of workers
-// CPUs, and -1 elsewhere (no pinned threads, other workers, a CPU not
-// theirs).
-func helperThreadSlot(workers int) int {
-	if !oneThreadPerWorker(workers) {
-		return -1
-	}
-	cpu := currentCPU()
-	for i, c := range *helperThreadCPUs.Load() {
-		if c == cpu && cpu >= 0 {
-			return i
-		}
-	}
-	return -1
-}
-
-// oneThreadPerWorker reports whether the pinned threads have started, one
-// for each of workers CPUs.
-func oneThreadPerWorker(workers int) bool {
-	cpus := helperThreadCPUs.Load()
-	return cpus != nil && len(*cpus) == workers
-}
-
-// helperThreadCPUs holds the CPUs of the pinned threads once they have
-// started, -1 for one whose pinning failed (helperThreadSlot reads it
-// from any call, also those whose helpers are goroutines).
-var helperThreadCPUs atomic.Pointer[[]int]
+// pinnedThreads returns how many pinned threads there are, to a caller
+// that has handed tasks to them (onHelperThreads started them) or to one
+// of them.
+func pinnedThreads() int { return len(helperThreads.all) }
 
 // currentCPU returns the CPU the calling thread runs on, or -1.
 func currentCPU() int {

@@ -43,7 +43,7 @@ func TestHelperThreadsPinned(t *testing.T) {
 	got := make([]seen, len(all))
 	var wg sync.WaitGroup
 	wg.Add(len(all))
-	handed, _ := onHelperThreads(len(all), 0, false, func(i int) {
+	handed, _ := onHelperThreads(len(all), 0, false, func(i, _ int) {
 		defer wg.Done()
 		got[i] = seen{currentCPU(), allowedCPUs()}
 	})
@@ -164,7 +164,7 @@ func TestHelperThreadSpin(t *testing.T) {
 	hand := func() (woken uint64) {
 		before := helperThreadWakes.Load()
 		require.True(t, th.busy.CompareAndSwap(false, true), "the thread is still busy")
-		th.fn, th.arg, th.poll = func(int) { ran.Add(1) }, 0, poll
+		th.fn, th.arg, th.poll = func(int, int) { ran.Add(1) }, 0, poll
 		th.wake.Add(1)
 		th.rouse()
 		woken = helperThreadWakes.Load() - before
@@ -202,7 +202,7 @@ func TestHelperThreadSpin(t *testing.T) {
 	require.Equal(t, uint64(1), hand(), "a task handed to the thread asleep after spin 0")
 	require.Equal(t, int32(15), ran.Load())
 	// The last task ends the thread's goroutine, and with it the thread.
-	th.fn, th.arg = func(int) { runtime.Goexit() }, 0
+	th.fn, th.arg = func(int, int) { runtime.Goexit() }, 0
 	th.wake.Add(1)
 	th.rouse()
 }
@@ -298,14 +298,14 @@ func TestCallOnAPollingThreadsCPUNaps(t *testing.T) {
 	tu.Spin = 1_000_000 // a second, past maxSpin (stored as it is): the thread would poll through the test
 	tuning.Store(&tu)
 	require.True(t, th.busy.CompareAndSwap(false, true))
-	th.fn, th.arg, th.poll = func(int) {}, 0, true
+	th.fn, th.arg, th.poll = func(int, int) {}, 0, true
 	th.wake.Add(1)
 	th.rouse()
 	require.Eventually(t, func() bool { return !th.busy.Load() && !th.asleep.Load() && helpersPolling() > 0 },
 		5*time.Second, time.Millisecond, "the thread did not start polling")
 	var ran sync.WaitGroup
 	ran.Add(1)
-	handed, _ := onHelperThreads(1, 0, false, func(int) { ran.Done() })
+	handed, _ := onHelperThreads(1, 0, false, func(int, int) { ran.Done() })
 	require.Equal(t, 1, handed, "the call's share went to no thread")
 	ran.Wait()
 	start := time.Now()
@@ -322,8 +322,10 @@ func TestCallOnAPollingThreadsCPUNaps(t *testing.T) {
 // CPU whose thread it left out, so no helper's block is the caller's.
 func TestHomeBlocksFollowTheCPUs(t *testing.T) {
 	all := helperThreadsOrSkip(t)
-	cpus := *helperThreadCPUs.Load()
-	require.Len(t, cpus, len(all))
+	cpus := make([]int, len(all))
+	for i, h := range all {
+		cpus[i] = h.cpu
+	}
 	caller := goroutineID()
 	for range 20 {
 		var started sync.WaitGroup

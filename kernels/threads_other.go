@@ -8,16 +8,15 @@ import "sync/atomic"
 
 var helperThreadTasks, helperThreadWakes, helperThreadSpins atomic.Uint64
 
-func onHelperThreads(n, wake int, poll bool, fn func(int)) (handed, callerSlot int) { return 0, -1 }
+func onHelperThreads(n, wake int, poll bool, fn func(i, slot int)) (handed, callerSlot int) {
+	return 0, -1
+}
 
 // helpersPolling returns 0: goroutines do not poll.
 func helpersPolling() int { return 0 }
 
-// helperThreadSlot returns -1: there are no pinned threads here.
-func helperThreadSlot(workers int) int { return -1 }
-
-// oneThreadPerWorker reports false: there are no pinned threads here.
-func oneThreadPerWorker(workers int) bool { return false }
+// pinnedThreads returns 0: there are no pinned threads here.
+func pinnedThreads() int { return 0 }
 
 // helperThreadsUsable reports false: there are no pinned threads here.
 func helperThreadsUsable() bool { return false }

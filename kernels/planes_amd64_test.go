@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/big"
 	"math/rand/v2"
+	"reflect"
 	"runtime/debug"
 	"syscall"
 	"testing"
@@ -341,14 +342,19 @@ func seq(lo, hi int) []int {
 }
 
 // The bfloat16 plane loops (simdPlaneLanesBFloat16 and
-// simdApplyPlanesBFloat16, at either width) against the float32 loops on
-// the widened planes, and narrowBFloat16 on their dx, bit for bit: runs of
-// every length up to 81 started and ended mid-plane, both forms of dx,
-// dx written over dy, and elements that round up, tie, overflow to
-// infinity and are NaN.
+// simdApplyPlanesBFloat16, at either width, in assembly where the float32
+// ones are) against the float32 loops on the widened planes, and
+// narrowBFloat16 on their dx, bit for bit: runs of every length up to 81
+// started and ended mid-plane, both forms of dx, dx written over dy, and
+// elements that round up, tie, overflow to infinity and are NaN.
 func TestBFloat16PlanesMatchFloat32Planes(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 13))
 	forEachLoopSet(func(wide bool, _ *rowLoops) {
+		if wide && planesInAsm {
+			inUse := func(f any) uintptr { return reflect.ValueOf(f).Pointer() }
+			require.Equal(t, inUse(sumsPlaneLanesBF16Asm512), inUse(simdPlaneLanesBFloat16), "the bfloat16 sums' loop in assembly is not in use")
+			require.Equal(t, inUse(applyPlanesBF16Asm512), inUse(simdApplyPlanesBFloat16), "the bfloat16 x_backprop loop in assembly is not in use")
+		}
 		planeCases(func(C, S, c, pos, n int) {
 			dy, x := make([]BFloat16, n), make([]BFloat16, n)
 			for i := range n {
@@ -419,5 +425,41 @@ func TestScaleOnlyPlanesLeaveXUnread(t *testing.T) {
 	forEachLoopSet(func(wide bool, _ *rowLoops) {
 		require.False(t, faults(true), "wide=%v: the scale-only planes read x", wide)
 		require.True(t, faults(false), "wide=%v: the affine planes left x unread (the mapping does not fault)", wide)
+	})
+}
+
+// TestPlaneTailsReadNoFurther: the plane loops, float32 and bfloat16 at
+// either width, read and write nothing past their slices: each slice ends
+// where a page that faults on any access begins, and the runs' tails are
+// shorter than a vector.
+func TestPlaneTailsReadNoFurther(t *testing.T) {
+	const page = 1 << 12
+	mem, err := syscall.Mmap(-1, 0, 8*page, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	require.NoError(t, err)
+	defer syscall.Munmap(mem)
+	for p := 1; p < 8; p += 2 { // pages 1, 3, 5 and 7 fault
+		require.NoError(t, syscall.Mprotect(mem[p*page:(p+1)*page], syscall.PROT_NONE))
+	}
+	const C, S = 3, 21
+	endingAt := func(p, n, size int) unsafe.Pointer { return unsafe.Pointer(&mem[(p+1)*page-n*size]) }
+	forEachLoopSet(func(wide bool, _ *rowLoops) {
+		for _, n := range []int{5, 21, 37, 47} {
+			f32 := func(p int) []float32 { return unsafe.Slice((*float32)(endingAt(p, n, 4)), n) }
+			b16 := func(p int) []BFloat16 { return unsafe.Slice((*BFloat16)(endingAt(p, n, 2)), n) }
+			aff := paddedAffine32(make([]float32, C), make([]float32, C), make([]float32, C), make([]float32, C))
+			mean, lanes := make([]float32, C+meanPad), make([]float64, planeLanes*C)
+			func() {
+				defer func() {
+					if r := recover(); r != nil {
+						t.Fatalf("wide=%v n=%d: a plane loop touched the page past its slice: %v", wide, n, r)
+					}
+				}()
+				defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+				simdPlaneLanes(C, S, 0, f32(0), f32(2), mean, lanes)
+				applyPlanes(C, S, 0, 0, aff, f32(0), f32(2), f32(4))
+				simdPlaneLanesBFloat16(C, S, 0, b16(0), b16(2), mean, lanes)
+				simdApplyPlanesBFloat16(C, S, 0, 0, aff, b16(0), b16(2), b16(4))
+			}()
+		}
 	})
 }

@@ -138,6 +138,51 @@ func sumsPlaneLanesAsm512(C, S, off int, dy, x, mean []float32, lanes []float64)
 	sumsPlaneLanesRuns512(n, C, S, off/S%C, off%S, ptr32(dy), ptr32(x), ptr32(mean), ptr64(lanes))
 }
 
+// sumsPlaneLanesBF16Runs512 and applyPlanesBF16Runs512 are the runs' loops
+// of sumsPlaneLanesBF16x16 and applyPlanesBF16x16 (planes_bf16_amd64.s),
+// which the bfloat16 plane paths call through sumsPlaneLanesBF16Asm512 and
+// applyPlanesBF16Asm512.
+//
+//go:noescape
+func sumsPlaneLanesBF16Runs512(n, C, S, c, pos int, dy, x, mean, lanes unsafe.Pointer)
+
+//go:noescape
+func applyPlanesBF16Runs512(n, C, S, c, pos int, dy, x, dx, a, b, mdy, mu unsafe.Pointer, scaleOnly bool)
+
+// sumsPlaneLanesBF16Asm512 is sumsPlaneLanesBF16x16, its loop in assembly.
+func sumsPlaneLanesBF16Asm512(C, S, off int, dy, x []BFloat16, mean []float32, lanes []float64) {
+	n := len(x)
+	if n == 0 {
+		return
+	}
+	needLenBF16(n, dy)
+	needLen(C+meanPad, mean)
+	needLen(planeLanes*C, lanes)
+	sumsPlaneLanesBF16Runs512(n, C, S, off/S%C, off%S, ptrBF16(dy), ptrBF16(x), ptr32(mean), ptr64(lanes))
+}
+
+// applyPlanesBF16Asm512 is applyPlanesBF16x16, its loop in assembly.
+func applyPlanesBF16Asm512(C, S, c, pos int, t *affine32, dy, x, dx []BFloat16) {
+	n := len(x)
+	if n == 0 {
+		return
+	}
+	needLenBF16(n, dy, dx)
+	needLen(C, t.A, t.B, t.MeanDy, t.Mean)
+	applyPlanesBF16Runs512(n, C, S, c, pos, ptrBF16(dy), ptrBF16(x), ptrBF16(dx), ptr32(t.A), ptr32(t.B), ptr32(t.MeanDy), ptr32(t.Mean), t.ScaleOnly)
+}
+
+// needLenBF16 is needLen for bfloat16 slices.
+func needLenBF16(n int, s ...[]BFloat16) {
+	for _, v := range s {
+		if len(v) < n {
+			panic("kernels: slice shorter than the loop")
+		}
+	}
+}
+
+func ptrBF16(s []BFloat16) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(s)) }
+
 // applyPlanesAsm512 is applyPlanes512, its loop in assembly.
 func applyPlanesAsm512(C, S, c, pos int, t *affine32, dy, x, dx []float32) {
 	n := len(x)

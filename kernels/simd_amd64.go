@@ -63,6 +63,7 @@ func selectLoops(wide bool) {
 		simdMaskedPlaneLanes, simdMaskedApplyPlanes = nil, nil
 		if planesInAsm {
 			applyPlanes, simdPlaneLanes = applyPlanesAsm512, sumsPlaneLanesAsm512
+			simdPlaneLanesBFloat16, simdApplyPlanesBFloat16 = sumsPlaneLanesBF16Asm512, applyPlanesBF16Asm512
 			simdMaskedPlaneLanes, simdMaskedApplyPlanes = sumsPlaneLanesMask512, applyPlanesMask512
 		}
 		simdMaskRows, simdUnmaskRows, maskedInUse = maskRows512, unmaskRows512, avx512Masked

@@ -14,8 +14,13 @@ Each side times chains: K calls in a row, each call's x_backprop the next
 one's y_backprop, as a network's layers hand on their gradient (a
 tf.function of K calls for gobn, a Python loop for PyTorch, whose eager
 calls have no graph to build), K the same on both sides and chosen from the
-case's size so that a chain takes milliseconds. A case's time is the median
-per call over its chains.
+case's size so that a chain takes milliseconds. Each timed chain follows an
+untimed run of the same chain, back to back, as a network's batch norms
+follow other ops inside a training step: on the 2-core VM of the record,
+the first milliseconds after the idle between turns ran slower on both
+sides, by about the same time a call, and PyTorch's OpenMP threads, which
+spin on after a chain, are awake as they are between a step's ops. A
+case's time is the median per call over its timed chains.
 
 At each thread count (1, and every core the process may use) three
 processes stay up, PyTorch, gobn, and PyTorch again, a second process of
@@ -237,8 +242,8 @@ def gobn_side(threads):
 
 def serve(prepare, cases):
     """A child's loop: a line "case I" prepares cases[I] and warms it up, a
-    line "time" times one chain of it; each is answered by a line, the
-    seconds per call for "time"."""
+    line "time" runs one chain of it and times the next, back to back; each
+    is answered by a line, the seconds per call for "time"."""
     run, k = None, 1
     for line in sys.stdin:
         word = line.split()
@@ -248,6 +253,7 @@ def serve(prepare, cases):
                 run()
             print("ready", flush=True)
         elif word[0] == "time":
+            run()  # after the idle between turns, back to back with the timed chain
             t0 = time.perf_counter()
             run()
             print((time.perf_counter() - t0) / k, flush=True)

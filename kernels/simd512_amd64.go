@@ -155,7 +155,7 @@ func sumsPlaneLanesBF16Asm512(C, S, off int, dy, x []BFloat16, mean []float32, l
 	if n == 0 {
 		return
 	}
-	needLenBF16(n, dy)
+	needLen(n, dy)
 	needLen(C+meanPad, mean)
 	needLen(planeLanes*C, lanes)
 	sumsPlaneLanesBF16Runs512(n, C, S, off/S%C, off%S, ptrBF16(dy), ptrBF16(x), ptr32(mean), ptr64(lanes))
@@ -167,18 +167,9 @@ func applyPlanesBF16Asm512(C, S, c, pos int, t *affine32, dy, x, dx []BFloat16) 
 	if n == 0 {
 		return
 	}
-	needLenBF16(n, dy, dx)
+	needLen(n, dy, dx)
 	needLen(C, t.A, t.B, t.MeanDy, t.Mean)
 	applyPlanesBF16Runs512(n, C, S, c, pos, ptrBF16(dy), ptrBF16(x), ptrBF16(dx), ptr32(t.A), ptr32(t.B), ptr32(t.MeanDy), ptr32(t.Mean), t.ScaleOnly)
-}
-
-// needLenBF16 is needLen for bfloat16 slices.
-func needLenBF16(n int, s ...[]BFloat16) {
-	for _, v := range s {
-		if len(v) < n {
-			panic("kernels: slice shorter than the loop")
-		}
-	}
 }
 
 func ptrBF16(s []BFloat16) unsafe.Pointer { return unsafe.Pointer(unsafe.SliceData(s)) }

@@ -157,7 +157,7 @@ func store4d(v archsimd.Float64x4, p unsafe.Pointer, i int) {
 func quad(v archsimd.Float64x4) archsimd.Float64x4 { return v }
 
 // needLen panics unless every slice in s has at least n elements.
-func needLen[F native](n int, s ...[]F) {
+func needLen[E any](n int, s ...[]E) {
 	for _, v := range s {
 		if len(v) < n {
 			panic("kernels: slice shorter than the loop")

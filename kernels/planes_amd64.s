@@ -2,6 +2,7 @@
 
 #include "textflag.h"
 #include "tiles_amd64.h"
+#include "planes_amd64.h"
 
 // The channels-first loops over runs of one channel (a plane, or the part
 // of one a block holds) on AVX-512 vectors, with the runs' loop inside:
@@ -12,110 +13,19 @@
 // in the sums of a run of 16 elements or more, by the high r bits of its
 // last vector.
 
-// SUMS_RUNS(dyv, dylo, dyhi, dystep) is the body of the sums' runs loops:
-// dyv loads a vector of dz into Z5 from dy at SI, dylo the tail's low
-// lanes in K1, dyhi the high lanes of the run's last vector, R14 bytes
-// back; dystep steps what else they read by the tail's BX elements. The
-// channel's mean is broadcast from the frame's mean, through R12.
-#define SUMS_RUNS(dyv, dylo, dyhi, dystep) \
-	MOVQ n+0(FP), CX; \
-	MOVQ C+8(FP), R10; \
-	MOVQ S+16(FP), DX; \
-	MOVQ c+24(FP), R11; \
-	MOVQ pos+32(FP), R13; \
-	MOVQ dy+40(FP), SI; \
-	MOVQ x+48(FP), DI; \
-	MOVQ lanes+64(FP), R9; \
-	NEGQ R13; \
-	ADDQ DX, R13; \
-	TESTQ CX, CX; \
-	JZ    done; \
-run: \
-	CMPQ    R13, CX; \
-	CMOVQGT CX, R13; \
-	MOVQ    R11, AX; \
-	SHLQ    $7, AX; \
-	ADDQ    R9, AX; \
-	MOVQ    mean+56(FP), R12; \
-	VBROADCASTSS (R12)(R11*4), Z2; \
-	VMOVUPD (AX), Z3; \
-	VMOVUPD 64(AX), Z4; \
-	MOVQ    R13, BX; \
-group: \
-	VXORPS Z0, Z0, Z0; \
-	VXORPS Z1, Z1, Z1; \
-	MOVQ   $16, R15; \
-vec: \
-	CMPQ        BX, $16; \
-	JLT         tail; \
-	dyv; \
-	VMOVUPS     (DI), Z6; \
-	VSUBPS      Z2, Z6, Z6; \
-	VADDPS      Z5, Z0, Z0; \
-	VFMADD231PS Z6, Z5, Z1; \
-	ADDQ        $64, SI; \
-	ADDQ        $64, DI; \
-	SUBQ        $16, BX; \
-	DECQ        R15; \
-	JNZ         vec; \
-	JMP         fold; \
-tail: \
-	TESTQ BX, BX; \
-	JZ    fold; \
-	MOVL  $0xffff, R12; \
-	CMPQ  R13, $16; \
-	JGE   last; \
-	BZHIL BX, R12, R14; \
-	KMOVW R14, K1; \
-	dylo; \
-	VMOVUPS.Z (DI), K1, Z6; \
-	JMP   masked; \
-last: \
-	MOVL  $16, R14; \
-	SUBL  BX, R14; \
-	BZHIL R14, R12, R14; \
-	XORL  R12, R14; \
-	KMOVW R14, K1; \
-	MOVQ  BX, R14; \
-	SUBQ  $16, R14; \
-	SHLQ  $2, R14; \
-	dyhi; \
-	VMOVUPS.Z (DI)(R14*1), K1, Z6; \
-masked: \
-	VSUBPS.Z    Z2, Z6, K1, Z6; \
-	VADDPS      Z5, Z0, Z0; \
-	VFMADD231PS Z6, Z5, Z1; \
-	LEAQ        (SI)(BX*4), SI; \
-	LEAQ        (DI)(BX*4), DI; \
-	dystep; \
-	XORQ        BX, BX; \
-fold: \
-	VEXTRACTF32X8 $1, Z0, Y7; \
-	VCVTPS2PD     Y0, Z8; \
-	VCVTPS2PD     Y7, Z7; \
-	VADDPD        Z7, Z8, Z8; \
-	VADDPD        Z8, Z3, Z3; \
-	VEXTRACTF32X8 $1, Z1, Y7; \
-	VCVTPS2PD     Y1, Z8; \
-	VCVTPS2PD     Y7, Z7; \
-	VADDPD        Z7, Z8, Z8; \
-	VADDPD        Z8, Z4, Z4; \
-	TESTQ         BX, BX; \
-	JNZ           group; \
-	VMOVUPD Z3, (AX); \
-	VMOVUPD Z4, 64(AX); \
-	SUBQ    R13, CX; \
-	MOVQ    DX, R13; \
-	INCQ    R11; \
-	CMPQ    R11, R10; \
-	JNE     next; \
-	XORQ    R11, R11; \
-next: \
-	TESTQ CX, CX; \
-	JNZ   run; \
-done: \
-	VZEROUPPER; \
-	RET
+// The float32 elements: four bytes, loaded and stored as they are.
+#define ELEM_BYTES 4
+#define ELEM_SHIFT 2
+#define VEC_BYTES 64
+#define X_VEC VMOVUPS (DI), Z6
+#define X_LOW VMOVUPS.Z (DI), K1, Z6
+#define X_HIGH VMOVUPS.Z (DI)(R14*1), K1, Z6
+#define DY_VEC VMOVUPS (SI), Z5
+#define DY_TAIL VMOVUPS.Z (SI), K1, Z5
+#define DX_STORE VMOVUPS Z5, (R8)
+#define DX_STORE_TAIL VMOVUPS Z5, K1, (R8)
+#define X_FULL VMOVUPS (DI), Z6
+#define X_TAIL VMOVUPS.Z (DI), K1, Z6
 
 // The masked x_backprop loops (applyPlanesReluRuns512, below): y at R12,
 // so mu from the frame through AX; op's dy in Z5 becomes dz = dy·m (DZ)
@@ -208,70 +118,6 @@ TEXT ·sumsPlaneLanesRelu6Runs512(SB), NOSPLIT, $0-80
 	MOVQ y+72(FP), R8
 	MASK_CONSTANTS
 	SUMS_RUNS(DZ_FULL(PLANE_RELU6, R8), DZ_LOW(PLANE_RELU6, R8), DZ_HIGH(PLANE_RELU6, R8), Y_STEP(R8))
-
-// APPLY_RUNS(op, optail, bmu, run, vec, tail, next, wrap, done) is
-// applyPlanesRuns512's loop: op writes a vector's dx into Z5 from dy in Z5
-// (and x from (DI)), optail the tail's, x masked by K1 (BX elements); bmu
-// broadcasts the channel's mu into Z3.
-#define APPLY_RUNS(op, optail, bmu, run, vec, tail, next, wrap, done) \
-run: \
-	CMPQ    R15, CX; \
-	CMOVQGT CX, R15; \
-	VBROADCASTSS (R9)(R13*4), Z0; \
-	VBROADCASTSS (R10)(R13*4), Z1; \
-	VBROADCASTSS (R11)(R13*4), Z2; \
-	bmu; \
-	MOVQ    R15, BX; \
-vec: \
-	CMPQ    BX, $16; \
-	JLT     tail; \
-	VMOVUPS (SI), Z5; \
-	op; \
-	VMOVUPS Z5, (R8); \
-	ADDQ    $64, SI; \
-	ADDQ    $64, DI; \
-	ADDQ    $64, R8; \
-	SUBQ    $16, BX; \
-	JMP     vec; \
-tail: \
-	TESTQ   BX, BX; \
-	JZ      next; \
-	MOVL    $0xffff, AX; \
-	BZHIL   BX, AX, AX; \
-	KMOVW   AX, K1; \
-	VMOVUPS.Z (SI), K1, Z5; \
-	optail; \
-	VMOVUPS Z5, K1, (R8); \
-	LEAQ    (SI)(BX*4), SI; \
-	LEAQ    (DI)(BX*4), DI; \
-	LEAQ    (R8)(BX*4), R8; \
-next: \
-	SUBQ    R15, CX; \
-	MOVQ    DX, R15; \
-	INCQ    R13; \
-	CMPQ    R13, R14; \
-	JNE     wrap; \
-	XORQ    R13, R13; \
-wrap: \
-	TESTQ   CX, CX; \
-	JNZ     run; \
-done: \
-	VZEROUPPER; \
-	RET
-
-// AFFINE: dx = (dy − mdy)·a + (x − mu)·b, x loaded as load loads it;
-// SCALE: dx = dy·a, x unread.
-#define AFFINE(load) \
-	load; \
-	VSUBPS      Z3, Z6, Z6; \
-	VMULPS      Z1, Z6, Z6; \
-	VSUBPS      Z2, Z5, Z5; \
-	VFMADD132PS Z0, Z6, Z5
-#define X_FULL VMOVUPS (DI), Z6
-#define X_TAIL VMOVUPS.Z (DI), K1, Z6
-#define SCALE \
-	VMULPS Z0, Z5, Z5
-#define MU_R12 VBROADCASTSS (R12)(R13*4), Z3
 
 // func applyPlanesRuns512(n, C, S, c, pos int, dy, x, dx, a, b, mdy, mu unsafe.Pointer, scaleOnly bool)
 // For the n elements at dy and x, runs of channel c's plane of S from pos

@@ -1,11 +1,13 @@
 //go:build goexperiment.simd && amd64
 
 #include "textflag.h"
+#include "planes_amd64.h"
 
 // The channels-first bfloat16 loops over runs of one channel on AVX-512
-// vectors: planes_amd64.s's float32 loops, each bfloat16 widened where it
-// is loaded (zero-extended to 32 bits and shifted up 16: exact) and dx
-// rounded to bfloat16 where it is stored (to nearest even, a NaN quieted),
+// vectors: planes_amd64.s's float32 loops (planes_amd64.h), each bfloat16
+// widened where it is loaded (zero-extended to 32 bits and shifted up 16:
+// exact) and dx rounded to bfloat16 where it is stored (to nearest even, a
+// NaN quieted),
 // sumsPlaneLanesBF16x16's and applyPlanesBF16x16's arithmetic in their
 // order, bit for bit, where archsimd's compiler kept the loops' pointers on
 // the stack and copied each run's tail through memory. A run's tail of
@@ -49,6 +51,36 @@
 	MOVL         $0x40, AX; \
 	VPBROADCASTD AX, Z24
 
+// The bfloat16 elements: two bytes, widened where they are loaded, dx
+// rounded where it is stored.
+#define ELEM_BYTES 2
+#define ELEM_SHIFT 1
+#define VEC_BYTES 32
+#define DY_FULL WIDEN_BF16((SI), Z5)
+#define DY_LOW \
+	VMOVDQU16.Z (SI), K1, Y5; \
+	WIDEN_BF16(Y5, Z5)
+#define DY_HIGH \
+	VPMOVZXWD (SI)(R14*1), Z5; \
+	VPSLLD.Z  $16, Z5, K1, Z5
+#define NO_STEP
+#define X_VEC WIDEN_BF16((DI), Z6)
+#define X_LOW \
+	VMOVDQU16.Z (DI), K1, Y6; \
+	WIDEN_BF16(Y6, Z6)
+#define X_HIGH WIDEN_BF16((DI)(R14*1), Z6)
+#define X_FULL X_VEC
+#define X_TAIL X_LOW
+#define DY_VEC DY_FULL
+#define DY_TAIL DY_LOW
+#define DX_STORE \
+	ROUND_BF16; \
+	VPMOVDW Z5, (R8)
+#define DX_STORE_TAIL \
+	ROUND_BF16; \
+	VPMOVDW   Z5, Y5; \
+	VMOVDQU16 Y5, K1, (R8)
+
 // func sumsPlaneLanesBF16Runs512(n, C, S, c, pos int, dy, x, mean, lanes unsafe.Pointer)
 // For the n bfloat16 elements at dy and x, runs of channel c's plane of S
 // from pos on, then the next channels' (wrapping at C), adds each run's
@@ -57,185 +89,7 @@
 // (Σdy's eight) and lanes[16c+8:]: sumsPlaneLanesRuns512 on the widened
 // planes.
 TEXT ·sumsPlaneLanesBF16Runs512(SB), NOSPLIT, $0-72
-	MOVQ  n+0(FP), CX
-	MOVQ  C+8(FP), R10
-	MOVQ  S+16(FP), DX
-	MOVQ  c+24(FP), R11
-	MOVQ  pos+32(FP), R13
-	MOVQ  dy+40(FP), SI
-	MOVQ  x+48(FP), DI
-	MOVQ  mean+56(FP), R8
-	MOVQ  lanes+64(FP), R9
-	NEGQ  R13
-	ADDQ  DX, R13 // the first run's length, S − pos, before n bounds it
-	TESTQ CX, CX
-	JZ    sdone
-
-srun:
-	CMPQ         R13, CX
-	CMOVQGT      CX, R13
-	MOVQ         R11, AX
-	SHLQ         $7, AX
-	ADDQ         R9, AX
-	VBROADCASTSS (R8)(R11*4), Z2
-	VMOVUPD      (AX), Z3
-	VMOVUPD      64(AX), Z4
-	MOVQ         R13, BX
-
-sgroup:
-	VXORPS Z0, Z0, Z0
-	VXORPS Z1, Z1, Z1
-	MOVQ   $16, R15
-
-svec:
-	CMPQ        BX, $16
-	JLT         stail
-	WIDEN_BF16((SI), Z5)
-	WIDEN_BF16((DI), Z6)
-	VSUBPS      Z2, Z6, Z6
-	VADDPS      Z5, Z0, Z0
-	VFMADD231PS Z6, Z5, Z1
-	ADDQ        $32, SI
-	ADDQ        $32, DI
-	SUBQ        $16, BX
-	DECQ        R15
-	JNZ         svec
-	JMP         sfold
-
-stail:
-	TESTQ BX, BX
-	JZ    sfold
-	MOVL  $0xffff, R12
-	CMPQ  R13, $16
-	JGE   slast
-	BZHIL BX, R12, R14
-	KMOVW R14, K1
-	VMOVDQU16.Z (SI), K1, Y5
-	VMOVDQU16.Z (DI), K1, Y6
-	WIDEN_BF16(Y5, Z5)
-	WIDEN_BF16(Y6, Z6)
-	JMP   smasked
-
-slast:
-	MOVL     $16, R14
-	SUBL     BX, R14
-	BZHIL    R14, R12, R14
-	XORL     R12, R14
-	KMOVW    R14, K1
-	MOVQ     BX, R14
-	SUBQ     $16, R14
-	SHLQ     $1, R14
-	VPMOVZXWD (SI)(R14*1), Z5
-	VPSLLD.Z $16, Z5, K1, Z5
-	WIDEN_BF16((DI)(R14*1), Z6)
-
-smasked:
-	VSUBPS.Z    Z2, Z6, K1, Z6
-	VADDPS      Z5, Z0, Z0
-	VFMADD231PS Z6, Z5, Z1
-	LEAQ        (SI)(BX*2), SI
-	LEAQ        (DI)(BX*2), DI
-	XORQ        BX, BX
-
-sfold:
-	VEXTRACTF32X8 $1, Z0, Y7
-	VCVTPS2PD     Y0, Z8
-	VCVTPS2PD     Y7, Z7
-	VADDPD        Z7, Z8, Z8
-	VADDPD        Z8, Z3, Z3
-	VEXTRACTF32X8 $1, Z1, Y7
-	VCVTPS2PD     Y1, Z8
-	VCVTPS2PD     Y7, Z7
-	VADDPD        Z7, Z8, Z8
-	VADDPD        Z8, Z4, Z4
-	TESTQ         BX, BX
-	JNZ           sgroup
-	VMOVUPD       Z3, (AX)
-	VMOVUPD       Z4, 64(AX)
-	SUBQ          R13, CX
-	MOVQ          DX, R13
-	INCQ          R11
-	CMPQ          R11, R10
-	JNE           snext
-	XORQ          R11, R11
-
-snext:
-	TESTQ CX, CX
-	JNZ   srun
-
-sdone:
-	VZEROUPPER
-	RET
-
-// APPLY_BF16_RUNS(op, xfull, xtail, run, vec, tail, next, wrap, done) is
-// applyPlanesBF16Runs512's loop: op writes a vector's dx into Z5 from dy
-// in Z5 and x in Z6, which xfull loads for a whole vector and xtail for a
-// tail (masked by K1, BX elements) where op reads it.
-#define APPLY_BF16_RUNS(op, xfull, xtail, run, vec, tail, next, wrap, done) \
-run: \
-	CMPQ    R15, CX; \
-	CMOVQGT CX, R15; \
-	VBROADCASTSS (R9)(R13*4), Z0; \
-	VBROADCASTSS (R10)(R13*4), Z1; \
-	VBROADCASTSS (R11)(R13*4), Z2; \
-	VBROADCASTSS (R12)(R13*4), Z3; \
-	MOVQ    R15, BX; \
-vec: \
-	CMPQ    BX, $16; \
-	JLT     tail; \
-	WIDEN_BF16((SI), Z5); \
-	xfull; \
-	op; \
-	ROUND_BF16; \
-	VPMOVDW Z5, (R8); \
-	ADDQ    $32, SI; \
-	ADDQ    $32, DI; \
-	ADDQ    $32, R8; \
-	SUBQ    $16, BX; \
-	JMP     vec; \
-tail: \
-	TESTQ   BX, BX; \
-	JZ      next; \
-	MOVL    $0xffff, AX; \
-	BZHIL   BX, AX, AX; \
-	KMOVW   AX, K1; \
-	VMOVDQU16.Z (SI), K1, Y5; \
-	WIDEN_BF16(Y5, Z5); \
-	xtail; \
-	op; \
-	ROUND_BF16; \
-	VPMOVDW Z5, Y5; \
-	VMOVDQU16 Y5, K1, (R8); \
-	LEAQ    (SI)(BX*2), SI; \
-	LEAQ    (DI)(BX*2), DI; \
-	LEAQ    (R8)(BX*2), R8; \
-next: \
-	SUBQ    R15, CX; \
-	MOVQ    DX, R15; \
-	INCQ    R13; \
-	CMPQ    R13, R14; \
-	JNE     wrap; \
-	XORQ    R13, R13; \
-wrap: \
-	TESTQ   CX, CX; \
-	JNZ     run; \
-done: \
-	VZEROUPPER; \
-	RET
-
-// AFFINE_BF16: dx = (dy − mdy)·a + (x − mu)·b; SCALE_BF16: dx = dy·a, x
-// unread.
-#define X_FULL_BF16 WIDEN_BF16((DI), Z6)
-#define X_TAIL_BF16 \
-	VMOVDQU16.Z (DI), K1, Y6; \
-	WIDEN_BF16(Y6, Z6)
-#define AFFINE_BF16 \
-	VSUBPS      Z3, Z6, Z6; \
-	VMULPS      Z1, Z6, Z6; \
-	VSUBPS      Z2, Z5, Z5; \
-	VFMADD132PS Z0, Z6, Z5
-#define SCALE_BF16 VMULPS Z0, Z5, Z5
-#define NO_X
+	SUMS_RUNS(DY_FULL, DY_LOW, DY_HIGH, NO_STEP)
 
 // func applyPlanesBF16Runs512(n, C, S, c, pos int, dy, x, dx, a, b, mdy, mu unsafe.Pointer, scaleOnly bool)
 // For the n bfloat16 elements at dy and x, runs of channel c's plane of S
@@ -259,10 +113,10 @@ TEXT ·applyPlanesBF16Runs512(SB), NOSPLIT, $0-97
 	NEGQ R15
 	ADDQ DX, R15 // the first run's length, S − pos, before n bounds it
 	TESTQ CX, CX
-	JZ    adone
+	JZ    sdone
 	BF16_CONSTANTS
 	MOVBQZX scaleOnly+96(FP), AX
 	TESTQ AX, AX
-	JNZ   xrun
-	APPLY_BF16_RUNS(AFFINE_BF16, X_FULL_BF16, X_TAIL_BF16, arun, avec, atail, anext, awrap, adone)
-	APPLY_BF16_RUNS(SCALE_BF16, NO_X, NO_X, xrun, xvec, xtail, xnext, xwrap, xdone)
+	JNZ   srun
+	APPLY_RUNS(AFFINE(X_FULL), AFFINE(X_TAIL), MU_R12, arun, avec, atail, anext, awrap, adone)
+	APPLY_RUNS(SCALE, SCALE, MU_R12, srun, svec, stail, snext, swrap, sdone)

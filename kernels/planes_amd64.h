@@ -1,0 +1,175 @@
+// The AVX-512 channels-first runs' loops (planes_amd64.s for float32,
+// planes_bf16_amd64.s for bfloat16): each file defines how its elements
+// are loaded and stored and how wide they are, then expands these loops.
+
+// SUMS_RUNS(dyv, dylo, dyhi, dystep) is the body of the sums' runs loops:
+// dyv loads a vector of dz into Z5 from dy at SI, dylo the tail's low
+// lanes in K1, dyhi the high lanes of the run's last vector, R14 bytes
+// back; dystep steps what else they read by the tail's BX elements. The
+// channel's mean is broadcast from the frame's mean, through R12. x is
+// loaded into Z6 by X_VEC, X_LOW and X_HIGH likewise, and the elements are
+// ELEM_BYTES wide (ELEM_SHIFT its log2, VEC_BYTES a vector's sixteen):
+// macros of the file that includes this one.
+#define SUMS_RUNS(dyv, dylo, dyhi, dystep) \
+	MOVQ n+0(FP), CX; \
+	MOVQ C+8(FP), R10; \
+	MOVQ S+16(FP), DX; \
+	MOVQ c+24(FP), R11; \
+	MOVQ pos+32(FP), R13; \
+	MOVQ dy+40(FP), SI; \
+	MOVQ x+48(FP), DI; \
+	MOVQ lanes+64(FP), R9; \
+	NEGQ R13; \
+	ADDQ DX, R13; \
+	TESTQ CX, CX; \
+	JZ    done; \
+run: \
+	CMPQ    R13, CX; \
+	CMOVQGT CX, R13; \
+	MOVQ    R11, AX; \
+	SHLQ    $7, AX; \
+	ADDQ    R9, AX; \
+	MOVQ    mean+56(FP), R12; \
+	VBROADCASTSS (R12)(R11*4), Z2; \
+	VMOVUPD (AX), Z3; \
+	VMOVUPD 64(AX), Z4; \
+	MOVQ    R13, BX; \
+group: \
+	VXORPS Z0, Z0, Z0; \
+	VXORPS Z1, Z1, Z1; \
+	MOVQ   $16, R15; \
+vec: \
+	CMPQ        BX, $16; \
+	JLT         tail; \
+	dyv; \
+	X_VEC; \
+	VSUBPS      Z2, Z6, Z6; \
+	VADDPS      Z5, Z0, Z0; \
+	VFMADD231PS Z6, Z5, Z1; \
+	ADDQ        $VEC_BYTES, SI; \
+	ADDQ        $VEC_BYTES, DI; \
+	SUBQ        $16, BX; \
+	DECQ        R15; \
+	JNZ         vec; \
+	JMP         fold; \
+tail: \
+	TESTQ BX, BX; \
+	JZ    fold; \
+	MOVL  $0xffff, R12; \
+	CMPQ  R13, $16; \
+	JGE   last; \
+	BZHIL BX, R12, R14; \
+	KMOVW R14, K1; \
+	dylo; \
+	X_LOW; \
+	JMP   masked; \
+last: \
+	MOVL  $16, R14; \
+	SUBL  BX, R14; \
+	BZHIL R14, R12, R14; \
+	XORL  R12, R14; \
+	KMOVW R14, K1; \
+	MOVQ  BX, R14; \
+	SUBQ  $16, R14; \
+	SHLQ  $ELEM_SHIFT, R14; \
+	dyhi; \
+	X_HIGH; \
+masked: \
+	VSUBPS.Z    Z2, Z6, K1, Z6; \
+	VADDPS      Z5, Z0, Z0; \
+	VFMADD231PS Z6, Z5, Z1; \
+	LEAQ        (SI)(BX*ELEM_BYTES), SI; \
+	LEAQ        (DI)(BX*ELEM_BYTES), DI; \
+	dystep; \
+	XORQ        BX, BX; \
+fold: \
+	VEXTRACTF32X8 $1, Z0, Y7; \
+	VCVTPS2PD     Y0, Z8; \
+	VCVTPS2PD     Y7, Z7; \
+	VADDPD        Z7, Z8, Z8; \
+	VADDPD        Z8, Z3, Z3; \
+	VEXTRACTF32X8 $1, Z1, Y7; \
+	VCVTPS2PD     Y1, Z8; \
+	VCVTPS2PD     Y7, Z7; \
+	VADDPD        Z7, Z8, Z8; \
+	VADDPD        Z8, Z4, Z4; \
+	TESTQ         BX, BX; \
+	JNZ           group; \
+	VMOVUPD Z3, (AX); \
+	VMOVUPD Z4, 64(AX); \
+	SUBQ    R13, CX; \
+	MOVQ    DX, R13; \
+	INCQ    R11; \
+	CMPQ    R11, R10; \
+	JNE     next; \
+	XORQ    R11, R11; \
+next: \
+	TESTQ CX, CX; \
+	JNZ   run; \
+done: \
+	VZEROUPPER; \
+	RET
+
+// APPLY_RUNS(op, optail, bmu, run, vec, tail, next, wrap, done) is
+// applyPlanesRuns512's loop: op writes a vector's dx into Z5 from dy in Z5
+// (and x from (DI)), optail the tail's, x masked by K1 (BX elements); bmu
+// broadcasts the channel's mu into Z3. dy is loaded into Z5 by DY_VEC and
+// DY_TAIL, dx stored from it by DX_STORE and DX_STORE_TAIL: macros of the
+// file that includes this one, as ELEM_BYTES and VEC_BYTES are.
+#define APPLY_RUNS(op, optail, bmu, run, vec, tail, next, wrap, done) \
+run: \
+	CMPQ    R15, CX; \
+	CMOVQGT CX, R15; \
+	VBROADCASTSS (R9)(R13*4), Z0; \
+	VBROADCASTSS (R10)(R13*4), Z1; \
+	VBROADCASTSS (R11)(R13*4), Z2; \
+	bmu; \
+	MOVQ    R15, BX; \
+vec: \
+	CMPQ    BX, $16; \
+	JLT     tail; \
+	DY_VEC; \
+	op; \
+	DX_STORE; \
+	ADDQ    $VEC_BYTES, SI; \
+	ADDQ    $VEC_BYTES, DI; \
+	ADDQ    $VEC_BYTES, R8; \
+	SUBQ    $16, BX; \
+	JMP     vec; \
+tail: \
+	TESTQ   BX, BX; \
+	JZ      next; \
+	MOVL    $0xffff, AX; \
+	BZHIL   BX, AX, AX; \
+	KMOVW   AX, K1; \
+	DY_TAIL; \
+	optail; \
+	DX_STORE_TAIL; \
+	LEAQ    (SI)(BX*ELEM_BYTES), SI; \
+	LEAQ    (DI)(BX*ELEM_BYTES), DI; \
+	LEAQ    (R8)(BX*ELEM_BYTES), R8; \
+next: \
+	SUBQ    R15, CX; \
+	MOVQ    DX, R15; \
+	INCQ    R13; \
+	CMPQ    R13, R14; \
+	JNE     wrap; \
+	XORQ    R13, R13; \
+wrap: \
+	TESTQ   CX, CX; \
+	JNZ     run; \
+done: \
+	VZEROUPPER; \
+	RET
+
+// AFFINE: dx = (dy − mdy)·a + (x − mu)·b, x loaded as load loads it;
+// SCALE: dx = dy·a, x unread.
+#define AFFINE(load) \
+	load; \
+	VSUBPS      Z3, Z6, Z6; \
+	VMULPS      Z1, Z6, Z6; \
+	VSUBPS      Z2, Z5, Z5; \
+	VFMADD132PS Z0, Z6, Z5
+#define SCALE \
+	VMULPS Z0, Z5, Z5
+#define MU_R12 VBROADCASTSS (R12)(R13*4), Z3

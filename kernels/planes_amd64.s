@@ -10,8 +10,8 @@
 // for bit, where archsimd's compiler kept the loop's pointers and sums on
 // the stack and its masks in vectors. A run's tail of r < 16 elements is
 // masked by the low r bits (BZHI of 0xffff: BMI2, which hasBMI2 checks), or,
-// in the sums of a run of 16 elements or more, by the high r bits of its
-// last vector.
+// in the sums of a run of 16 elements or more and in x_backprop written
+// over dy, by the high r bits of its last vector.
 
 // The float32 elements: four bytes, loaded and stored as they are.
 #define ELEM_BYTES 4
@@ -24,8 +24,17 @@
 #define DY_TAIL VMOVUPS.Z (SI), K1, Z5
 #define DX_STORE VMOVUPS Z5, (R8)
 #define DX_STORE_TAIL VMOVUPS Z5, K1, (R8)
+#define DX_STORE_LAST VMOVUPS Z5, K1, -64(R8)(BX*4)
 #define X_FULL VMOVUPS (DI), Z6
 #define X_TAIL VMOVUPS.Z (DI), K1, Z6
+
+// A run's last sixteen elements, loaded before its stores (APPLY_RUNS):
+// dy, x where the loop reads it, y where it masks dy.
+#define PRELOAD_DY VMOVUPS -64(SI)(BX*4), Z14
+#define PRELOAD_DY_X \
+	PRELOAD_DY; \
+	VMOVUPS -64(DI)(BX*4), Z15
+#define X_LAST VMOVAPS Z15, Z6
 
 // The masked x_backprop loops (applyPlanesReluRuns512, below): y at R12,
 // so mu from the frame through AX; op's dy in Z5 becomes dz = dy·m (DZ)
@@ -44,9 +53,16 @@
 	LEAQ      (R12)(BX*4), R12; \
 	DZ(act); \
 	op
+#define MASKED_PRELOAD \
+	PRELOAD_DY_X; \
+	VMOVUPS -64(R12)(BX*4), Z16
+#define MASKED_OPLAST(act, op) \
+	VMOVAPS Z16, Z12; \
+	LEAQ    (R12)(BX*4), R12; \
+	DZ(act); \
+	op
 #define MASKED_APPLY_ARGS \
 	MOVQ n+0(FP), CX; \
-	MOVQ C+8(FP), R14; \
 	MOVQ S+16(FP), DX; \
 	MOVQ c+24(FP), R13; \
 	MOVQ pos+32(FP), R15; \
@@ -126,7 +142,6 @@ TEXT ·sumsPlaneLanesRelu6Runs512(SB), NOSPLIT, $0-80
 // unread: only its pointer steps), the tails by masked loads and stores.
 TEXT ·applyPlanesRuns512(SB), NOSPLIT, $0-97
 	MOVQ n+0(FP), CX
-	MOVQ C+8(FP), R14
 	MOVQ S+16(FP), DX
 	MOVQ c+24(FP), R13
 	MOVQ pos+32(FP), R15
@@ -144,20 +159,20 @@ TEXT ·applyPlanesRuns512(SB), NOSPLIT, $0-97
 	MOVBQZX scaleOnly+96(FP), AX
 	TESTQ AX, AX
 	JNZ   srun
-	APPLY_RUNS(AFFINE(X_FULL), AFFINE(X_TAIL), MU_R12, arun, avec, atail, anext, awrap, adone)
-	APPLY_RUNS(SCALE, SCALE, MU_R12, srun, svec, stail, snext, swrap, sdone)
+	APPLY_RUNS(AFFINE(X_FULL), AFFINE(X_TAIL), PRELOAD_DY_X, AFFINE(X_LAST), MU_R12, arun, avec, atail, alow, alast, astep, anext, awrap, adone)
+	APPLY_RUNS(SCALE, SCALE, PRELOAD_DY, SCALE, MU_R12, srun, svec, stail, slow, slast, sstep, snext, swrap, sdone)
 
 // func applyPlanesReluRuns512(n, C, S, c, pos int, dy, x, dx, a, b, mdy, mu, y unsafe.Pointer)
 // applyPlanesRuns512 (not scale-only) of dz = dy·m, m = 0 < y.
 TEXT ·applyPlanesReluRuns512(SB), NOSPLIT, $0-104
 	MASKED_APPLY_ARGS
-	APPLY_RUNS(MASKED_OP(PLANE_RELU, AFFINE(X_FULL)), MASKED_OPTAIL(PLANE_RELU, AFFINE(X_TAIL)), MU_FRAME, run, vec, tail, next, wrap, done)
+	APPLY_RUNS(MASKED_OP(PLANE_RELU, AFFINE(X_FULL)), MASKED_OPTAIL(PLANE_RELU, AFFINE(X_TAIL)), MASKED_PRELOAD, MASKED_OPLAST(PLANE_RELU, AFFINE(X_LAST)), MU_FRAME, run, vec, tail, low, last, step, next, wrap, done)
 
 // func applyPlanesRelu6Runs512(n, C, S, c, pos int, dy, x, dx, a, b, mdy, mu, y unsafe.Pointer)
 // applyPlanesRuns512 (not scale-only) of dz = dy·m, m = 0 < y < 6.
 TEXT ·applyPlanesRelu6Runs512(SB), NOSPLIT, $0-104
 	MASKED_APPLY_ARGS
-	APPLY_RUNS(MASKED_OP(PLANE_RELU6, AFFINE(X_FULL)), MASKED_OPTAIL(PLANE_RELU6, AFFINE(X_TAIL)), MU_FRAME, run, vec, tail, next, wrap, done)
+	APPLY_RUNS(MASKED_OP(PLANE_RELU6, AFFINE(X_FULL)), MASKED_OPTAIL(PLANE_RELU6, AFFINE(X_TAIL)), MASKED_PRELOAD, MASKED_OPLAST(PLANE_RELU6, AFFINE(X_LAST)), MU_FRAME, run, vec, tail, low, last, step, next, wrap, done)
 
 // func hasBMI2() bool
 // Reports whether the CPU has BMI2 (CPUID leaf 7, EBX bit 8), which every

@@ -3,6 +3,7 @@
 package kernels
 
 import (
+	"fmt"
 	"math"
 	"math/big"
 	"math/rand/v2"
@@ -181,6 +182,14 @@ func TestChannelsFirstLoopsMatchTheirLanes(t *testing.T) {
 				applyPlanes(C, S, c, pos, aff, dy[:n], x[:n], got[:n])
 				for k := range got {
 					require.Equal(t, math.Float32bits(want[k]), math.Float32bits(got[k]), "wide=%v C=%d S=%d c=%d pos=%d n=%d scaleOnly=%v: dx[%d]", wide, C, S, c, pos, n, scaleOnly, k)
+				}
+				// In place, as TensorFlow has the kernels write x_backprop
+				// over dy: the AVX-512 loop's runs end in their last
+				// vector, loaded before their stores (APPLY_RUNS).
+				inPlace := append([]float32(nil), dy[:n]...)
+				applyPlanes(C, S, c, pos, aff, inPlace, x[:n], inPlace)
+				for k := range inPlace {
+					require.Equal(t, math.Float32bits(want[k]), math.Float32bits(inPlace[k]), "wide=%v C=%d S=%d c=%d pos=%d n=%d scaleOnly=%v: dx[%d] in place", wide, C, S, c, pos, n, scaleOnly, k)
 				}
 			}
 		})
@@ -462,4 +471,42 @@ func TestPlaneTailsReadNoFurther(t *testing.T) {
 			}()
 		}
 	})
+}
+
+// BenchmarkApplyPlanes times the channels-first x_backprop loop alone
+// (applyChannelsFirst32) on 7x7 and 14x14 planes of 512 channels, in L2
+// and past it, with x_backprop in a buffer of its own and written over dy,
+// as TensorFlow has the kernels do where nothing else reads dy: the runs'
+// tails are stored differently in place (APPLY_RUNS in planes_amd64.h).
+func BenchmarkApplyPlanes(b *testing.B) {
+	const C = 512
+	for _, S := range []int{49, 196} {
+		for _, N := range []int{1, 2, 8} {
+			d := Dims{N: int64(N), C: C, S: int64(S), Layout: ChannelsFirst}
+			n := N * C * S
+			dy, x, dx := make([]float32, n), make([]float32, n), make([]float32, n)
+			for i := range dy {
+				dy[i], x[i] = float32(i%7), float32(i%5)
+			}
+			sc := getScratch()
+			t := newAffine(sc, make([]float64, C))
+			for c := range C {
+				t.A[c], t.B[c], t.MeanDy[c] = 1, 2, 3
+			}
+			t = t.withFloat32(sc)
+			for _, inPlace := range []bool{false, true} {
+				out := dx
+				if inPlace {
+					out = dy
+				}
+				name := map[bool]string{false: "own", true: "inPlace"}[inPlace]
+				b.Run(fmt.Sprintf("%dx%dx%d/%s", d.N, d.C, d.S, name), func(b *testing.B) {
+					b.SetBytes(int64(12 * n))
+					for b.Loop() {
+						applyChannelsFirst32(C, S, 0, t.f32, dy, x, out)
+					}
+				})
+			}
+		}
+	}
 }

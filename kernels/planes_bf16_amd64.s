@@ -80,6 +80,15 @@
 	ROUND_BF16; \
 	VPMOVDW   Z5, Y5; \
 	VMOVDQU16 Y5, K1, (R8)
+#define DX_STORE_LAST \
+	ROUND_BF16; \
+	VPMOVDW   Z5, Y5; \
+	VMOVDQU16 Y5, K1, -32(R8)(BX*2)
+#define PRELOAD_DY WIDEN_BF16(-32(SI)(BX*2), Z14)
+#define PRELOAD_DY_X \
+	PRELOAD_DY; \
+	WIDEN_BF16(-32(DI)(BX*2), Z15)
+#define X_LAST VMOVAPS Z15, Z6
 
 // func sumsPlaneLanesBF16Runs512(n, C, S, c, pos int, dy, x, mean, lanes unsafe.Pointer)
 // For the n bfloat16 elements at dy and x, runs of channel c's plane of S
@@ -99,7 +108,6 @@ TEXT ·sumsPlaneLanesBF16Runs512(SB), NOSPLIT, $0-72
 // applyPlanesRuns512 on the widened planes, then narrowBFloat16.
 TEXT ·applyPlanesBF16Runs512(SB), NOSPLIT, $0-97
 	MOVQ n+0(FP), CX
-	MOVQ C+8(FP), R14
 	MOVQ S+16(FP), DX
 	MOVQ c+24(FP), R13
 	MOVQ pos+32(FP), R15
@@ -118,5 +126,5 @@ TEXT ·applyPlanesBF16Runs512(SB), NOSPLIT, $0-97
 	MOVBQZX scaleOnly+96(FP), AX
 	TESTQ AX, AX
 	JNZ   srun
-	APPLY_RUNS(AFFINE(X_FULL), AFFINE(X_TAIL), MU_R12, arun, avec, atail, anext, awrap, adone)
-	APPLY_RUNS(SCALE, SCALE, MU_R12, srun, svec, stail, snext, swrap, sdone)
+	APPLY_RUNS(AFFINE(X_FULL), AFFINE(X_TAIL), PRELOAD_DY_X, AFFINE(X_LAST), MU_R12, arun, avec, atail, alow, alast, astep, anext, awrap, adone)
+	APPLY_RUNS(SCALE, SCALE, PRELOAD_DY, SCALE, MU_R12, srun, svec, stail, slow, slast, sstep, snext, swrap, sdone)

@@ -127,7 +127,7 @@ done: \
 // stores them. The masked store then ends where the run ends. A masked
 // store whose vector reaches past the run holds up the next run's loads of
 // dy there until it is written (the processor does not forward a masked
-// store's bytes): NCHW 7x7 planes in place took 1.5–1.9 times as long. With
+// store's bytes): NCHW 7x7 planes in place took 1.4–1.6 times as long. With
 // a dx of its own the low tail stays (its stores meet no load; the last
 // sixteen's masked store, which overlaps the vector before it, cost 7x7
 // planes there up to a fifth more).

@@ -43,6 +43,9 @@ func testTrainingGradByChannel[T kernels.Element](t *testing.T) {
 				if _, wide := any(in.x).([]float64); on && !wide && kernels.PlaneLanesInUse() {
 					require.NotZero(t, kernels.PlaneLaneUnits(), "the units' planes were not summed in lanes")
 				}
+				if _, f32 := any(in.x).([]float32); on && f32 && kernels.ChannelLanesInUse() {
+					require.NotZero(t, kernels.ChannelLaneUnits(), "the units' planes were not summed channel by channel")
+				}
 			})
 		}
 	}
@@ -104,7 +107,8 @@ func TestByChannelOnlyWhere(t *testing.T) {
 	}
 }
 
-// The by-channel sums in float32 lanes (simdPlaneLanes) stay within sumsBound
+// The by-channel sums in float32 lanes (simdPlaneLanes, or simdChannelLanes
+// where the AVX-512 assembly runs) stay within sumsBound
 // against the float64 reference where the terms span twenty binary orders
 // of magnitude and cancel: planes of 49 and planes longer than a block,
 // whose runs fold their lanes more than once.
@@ -123,6 +127,9 @@ func TestByChannelSumsWithinBound(t *testing.T) {
 			kernels.ResetSplitStats()
 			_, scaleBackprop, offsetBackprop := runFused(t, true, in)
 			require.NotZero(t, kernels.PlaneLaneUnits())
+			if kernels.ChannelLanesInUse() {
+				require.NotZero(t, kernels.ChannelLaneUnits(), "the units' planes were not summed channel by channel")
+			}
 			want, d := in.want(true), in.dims
 			dyAbs, dyXcAbs := make([]float64, sc.C), make([]float64, sc.C)
 			for i := range in.dy {

@@ -62,6 +62,7 @@ func ResetSplitStats() {
 	splits.affine.Store(0)
 	splits.folds.Store(0)
 	splits.planeLanes.Store(0)
+	splits.channelLanes.Store(0)
 	splits.maskBits.Store(0)
 	splits.maskRegisters.Store(0)
 	splits.maskStreamed.Store(0)
@@ -87,6 +88,14 @@ func PlaneLanesInUse() bool { return simdPlaneLanes != nil }
 // PlaneLaneUnits returns how many by-channel units summed their planes in
 // lanes (simdPlaneLanes) since ResetSplitStats.
 func PlaneLaneUnits() uint64 { return splits.planeLanes.Load() }
+
+// ChannelLanesInUse reports whether by-channel training units sum float32
+// planes channel by channel (simdChannelLanes: the AVX-512 assembly).
+func ChannelLanesInUse() bool { return simdChannelLanes != nil }
+
+// ChannelLaneUnits returns how many by-channel units summed their float32
+// planes channel by channel since ResetSplitStats.
+func ChannelLaneUnits() uint64 { return splits.channelLanes.Load() }
 
 // MaskBitGranules returns how many granules' mask bits FusedBatchNormGradEx's
 // two-pass forms wrote since ResetSplitStats.

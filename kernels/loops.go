@@ -117,6 +117,10 @@ var (
 	// channel's planeLanes float64 lanes, added up by reducePlaneLanes once
 	// the channel's planes are summed.
 	simdPlaneLanes func(C, S, off int, dy, x, mean []float32, lanes []float64)
+	// simdChannelLanes sums a by-channel unit's float32 planes into the
+	// same lanes channel by channel, over N samples of C channels of S
+	// elements, where the AVX-512 assembly loops run (nil elsewhere).
+	simdChannelLanes func(N, C, S, c0, c1 int, dy, x, mean []float32, lanes []float64)
 	// simdPlaneLanesBFloat16 and simdApplyPlanesBFloat16 are simdPlaneLanes
 	// and the float32 planes' applyAffine over bfloat16 planes, converting
 	// in the vector loops: the same sums and dx, bit for bit, as through

@@ -40,6 +40,7 @@ type splitCounter struct {
 	affine                atomic.Uint64 // the calls with an affine pass after the first
 	folds                 atomic.Uint64 // the calls that added up their chunks' sums in ranges (Plan.Folds)
 	planeLanes            atomic.Uint64 // the by-channel units whose planes were summed in lanes (simdPlaneLanes)
+	channelLanes          atomic.Uint64 // those of them summed channel by channel (simdChannelLanes)
 	maskBits              atomic.Uint64 // the granules whose mask bits FusedBatchNormGradEx's first pass wrote (maskForm)
 	// maskRegisters counts the pieces of FusedBatchNormGradEx's two passes
 	// whose dz the vector loops formed (gradMask.inRegisters), and

@@ -2,6 +2,34 @@
 // planes_bf16_amd64.s for bfloat16): each file defines how its elements
 // are loaded and stored and how wide they are, then expands these loops.
 
+// FOLD_LANES widens the sums' float32 lanes, Σdy's in Z0 and
+// Σdy·(x−mean)'s in Z1, adds each lane to the one eight further, and adds
+// those into the channel's float64 lanes in Z3 and Z4.
+#define FOLD_LANES \
+	VEXTRACTF32X8 $1, Z0, Y7; \
+	VCVTPS2PD     Y0, Z8; \
+	VCVTPS2PD     Y7, Z7; \
+	VADDPD        Z7, Z8, Z8; \
+	VADDPD        Z8, Z3, Z3; \
+	VEXTRACTF32X8 $1, Z1, Y7; \
+	VCVTPS2PD     Y1, Z8; \
+	VCVTPS2PD     Y7, Z7; \
+	VADDPD        Z7, Z8, Z8; \
+	VADDPD        Z8, Z4, Z4
+
+// HIGH_TAIL sets K1 to the high BX lanes of a run's last vector and R14
+// to that vector's offset in bytes from SI (BX − 16 elements), R12
+// holding 0xffff.
+#define HIGH_TAIL \
+	MOVL  $16, R14; \
+	SUBL  BX, R14; \
+	BZHIL R14, R12, R14; \
+	XORL  R12, R14; \
+	KMOVW R14, K1; \
+	MOVQ  BX, R14; \
+	SUBQ  $16, R14; \
+	SHLQ  $ELEM_SHIFT, R14
+
 // SUMS_RUNS(dyv, dylo, dyhi, dystep) is the body of the sums' runs loops:
 // dyv loads a vector of dz into Z5 from dy at SI, dylo the tail's low
 // lanes in K1, dyhi the high lanes of the run's last vector, R14 bytes
@@ -64,14 +92,7 @@ tail: \
 	X_LOW; \
 	JMP   masked; \
 last: \
-	MOVL  $16, R14; \
-	SUBL  BX, R14; \
-	BZHIL R14, R12, R14; \
-	XORL  R12, R14; \
-	KMOVW R14, K1; \
-	MOVQ  BX, R14; \
-	SUBQ  $16, R14; \
-	SHLQ  $ELEM_SHIFT, R14; \
+	HIGH_TAIL; \
 	dyhi; \
 	X_HIGH; \
 masked: \
@@ -83,16 +104,7 @@ masked: \
 	dystep; \
 	XORQ        BX, BX; \
 fold: \
-	VEXTRACTF32X8 $1, Z0, Y7; \
-	VCVTPS2PD     Y0, Z8; \
-	VCVTPS2PD     Y7, Z7; \
-	VADDPD        Z7, Z8, Z8; \
-	VADDPD        Z8, Z3, Z3; \
-	VEXTRACTF32X8 $1, Z1, Y7; \
-	VCVTPS2PD     Y1, Z8; \
-	VCVTPS2PD     Y7, Z7; \
-	VADDPD        Z7, Z8, Z8; \
-	VADDPD        Z8, Z4, Z4; \
+	FOLD_LANES; \
 	TESTQ         BX, BX; \
 	JNZ           group; \
 	VMOVUPD Z3, (AX); \

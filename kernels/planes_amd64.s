@@ -191,3 +191,103 @@ TEXT ·hasBMI2(SB), NOSPLIT, $0-1
 	MOVB  BX, ret+0(FP)
 nobmi2:
 	RET
+
+// CFOLD is sumsChannelLanesRuns512's FOLD_LANES, which then starts the
+// float32 lanes and their count afresh.
+#define CFOLD \
+	FOLD_LANES; \
+	VXORPS        Z0, Z0, Z0; \
+	VXORPS        Z1, Z1, Z1; \
+	MOVQ          $16, R15
+
+// func sumsChannelLanesRuns512(N, stride, S, c0, c1 int, dy, x, mean, lanes unsafe.Pointer)
+// For channels c0 to c1 of N samples stride elements apart, planes of S
+// elements at dy and x (plane n of channel c at n·stride + c·S), adds each
+// channel's Σdy and Σdy·(x−mean[c]) into its float64 lanes at lanes[16c:]
+// as sumsPlaneLanesRuns512 does, but over the channel's planes one after
+// the other: the float32 lanes run on across its planes and are widened
+// every 16 vectors (a plane's masked tail one of them) and at the
+// channel's end, rather than at the end of every plane.
+TEXT ·sumsChannelLanesRuns512(SB), NOSPLIT, $0-72
+	MOVQ stride+8(FP), R10
+	SHLQ $2, R10          // a sample's stride in bytes
+	MOVQ S+16(FP), DX
+	MOVQ c0+24(FP), R11
+	MOVQ c1+32(FP), R13
+	MOVQ lanes+64(FP), R9
+	CMPQ R11, R13
+	JGE  cdone
+cchan:
+	MOVQ         R11, AX
+	SHLQ         $7, AX
+	ADDQ         R9, AX
+	MOVQ         mean+56(FP), R12
+	VBROADCASTSS (R12)(R11*4), Z2
+	VMOVUPD      (AX), Z3
+	VMOVUPD      64(AX), Z4
+	VXORPS       Z0, Z0, Z0
+	VXORPS       Z1, Z1, Z1
+	MOVQ         $16, R15
+	MOVQ         R11, R8
+	IMULQ        DX, R8
+	SHLQ         $2, R8   // plane (0, c)'s offset in bytes
+	MOVQ         N+0(FP), CX
+cplane:
+	MOVQ dy+40(FP), SI
+	ADDQ R8, SI
+	MOVQ x+48(FP), DI
+	ADDQ R8, DI
+	MOVQ DX, BX
+cvec:
+	CMPQ        BX, $16
+	JLT         ctail
+	VMOVUPS     (SI), Z5
+	VMOVUPS     (DI), Z6
+	VSUBPS      Z2, Z6, Z6
+	VADDPS      Z5, Z0, Z0
+	VFMADD231PS Z6, Z5, Z1
+	ADDQ        $64, SI
+	ADDQ        $64, DI
+	SUBQ        $16, BX
+	DECQ        R15
+	JNZ         cvec
+	CFOLD
+	JMP         cvec
+ctail:
+	TESTQ BX, BX
+	JZ    cnext
+	MOVL  $0xffff, R12
+	CMPQ  DX, $16
+	JGE   clast
+	BZHIL BX, R12, R14
+	KMOVW R14, K1
+	VMOVUPS.Z (SI), K1, Z5
+	VMOVUPS.Z (DI), K1, Z6
+	JMP   cmasked
+clast:
+	HIGH_TAIL
+	VMOVUPS.Z (SI)(R14*1), K1, Z5
+	VMOVUPS.Z (DI)(R14*1), K1, Z6
+cmasked:
+	VSUBPS.Z    Z2, Z6, K1, Z6
+	VADDPS      Z5, Z0, Z0
+	VFMADD231PS Z6, Z5, Z1
+	DECQ        R15
+	JNZ         cnext
+	CFOLD
+cnext:
+	ADDQ R10, R8
+	DECQ CX
+	JNZ  cplane
+	CMPQ R15, $16
+	JEQ  cstore
+	CFOLD
+cstore:
+	VMOVUPD Z3, (AX)
+	VMOVUPD Z4, 64(AX)
+	INCQ    R11
+	CMPQ    R11, R13
+	JLT     cchan
+cdone:
+	VZEROUPPER
+	RET

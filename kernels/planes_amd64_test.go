@@ -468,6 +468,11 @@ func TestPlaneTailsReadNoFurther(t *testing.T) {
 				applyPlanes(C, S, 0, 0, aff, f32(0), f32(2), f32(4))
 				simdPlaneLanesBFloat16(C, S, 0, b16(0), b16(2), mean, lanes)
 				simdApplyPlanesBFloat16(C, S, 0, 0, aff, b16(0), b16(2), b16(4))
+				if simdChannelLanes != nil {
+					// Two channels of planes of n/2 elements (18 and 23
+					// of the last two: a masked last vector), one sample.
+					simdChannelLanes(1, 2, n/2, 0, 2, f32(0)[n%2:], f32(2)[n%2:], mean, lanes)
+				}
 			}()
 		}
 	})
@@ -506,6 +511,98 @@ func BenchmarkApplyPlanes(b *testing.B) {
 						applyChannelsFirst32(C, S, 0, t.f32, dy, x, out)
 					}
 				})
+			}
+		}
+	}
+}
+
+// channelLanesModel is sumsChannelLanesRuns512 spelled out lane by lane in
+// scalar code for one channel: its planes (dy[k], x[k]) one after the
+// other through sixteen float32 lanes, each plane's tail of r < 16
+// elements one step more in the last r lanes where the plane has 16 or
+// more (the first r where it has fewer); every foldRows steps, and after
+// the last plane, each lane widened and added to the one eight further,
+// and that added into la and lb.
+func channelLanesModel(la, lb []float64, dy, x [][]float32, mu float64) {
+	const W = f32Lanes512
+	mu32 := float32(mu)
+	sa, sb := make([]float32, W), make([]float32, W)
+	steps := 0
+	fold := func() {
+		for l := range W / 2 {
+			la[l] += float64(sa[l]) + float64(sa[l+W/2])
+			lb[l] += float64(sb[l]) + float64(sb[l+W/2])
+		}
+		clear(sa)
+		clear(sb)
+		steps = 0
+	}
+	step := func(d, v []float32, lane0, from, r int) {
+		for l := range W {
+			g, xc := float32(0), float32(0)
+			if l >= lane0 && l < lane0+r {
+				g, xc = d[from+l-lane0], v[from+l-lane0]-mu32
+			}
+			sa[l] += g
+			sb[l] = fma32(g, xc, sb[l])
+		}
+		if steps++; steps == foldRows {
+			fold()
+		}
+	}
+	for k := range dy {
+		m, j := len(dy[k]), 0
+		for ; j+W <= m; j += W {
+			step(dy[k], x[k], 0, j, W)
+		}
+		if r := m - j; r > 0 {
+			if m >= W {
+				step(dy[k], x[k], W-r, j, r)
+			} else {
+				step(dy[k], x[k], 0, j, r)
+			}
+		}
+	}
+	if steps > 0 {
+		fold()
+	}
+}
+
+// The channel-major plane sums (sumsChannelLanesAsm512) against
+// channelLanesModel, bit for bit: planes of 1 to 81 elements and of 196
+// and 3136, one to five samples, the unit's channels a part of C, the
+// lanes starting from earlier sums.
+func TestChannelLanesMatchTheirModel(t *testing.T) {
+	if !planesInAsm {
+		t.Skip("the AVX-512 assembly loops need AVX-512 and BMI2")
+	}
+	rng := rand.New(rand.NewPCG(11, 13))
+	const C = 4
+	for _, S := range append([]int{196, 3136}, seq(1, 81)...) {
+		for _, N := range []int{1, 2, 5} {
+			dy, x := randomF32(rng, N*C*S), randomF32(rng, N*C*S)
+			mean := make([]float64, C)
+			for c := range mean {
+				mean[c] = float64(float32(rng.NormFloat64()))
+			}
+			start := make([]float64, planeLanes*C)
+			for k := range start {
+				start[k] = rng.NormFloat64()
+			}
+			c0, c1 := 1, 3
+			want, got := append([]float64(nil), start...), append([]float64(nil), start...)
+			for c := c0; c < c1; c++ {
+				var pdy, px [][]float32
+				for n := range N {
+					o := (n*C + c) * S
+					pdy, px = append(pdy, dy[o:o+S]), append(px, x[o:o+S])
+				}
+				l := want[planeLanes*c : planeLanes*(c+1)]
+				channelLanesModel(l[:8], l[8:], pdy, px, mean[c])
+			}
+			sumsChannelLanesAsm512(N, C, S, c0, c1, dy, x, means32(mean), got)
+			for k := range got {
+				require.Equal(t, math.Float64bits(want[k]), math.Float64bits(got[k]), "S=%d N=%d lane %d", S, N, k)
 			}
 		}
 	}

@@ -473,3 +473,22 @@ func unmaskRowsBF16(dz, dy []BFloat16, bits []uint64, pos int) {
 	}
 	archsimd.ClearAVXUpperBits()
 }
+
+// sumsChannelLanesRuns512 sums a by-channel unit's float32 planes channel
+// by channel (planes_amd64.s).
+//
+//go:noescape
+func sumsChannelLanesRuns512(N, stride, S, c0, c1 int, dy, x, mean, lanes unsafe.Pointer)
+
+// sumsChannelLanesAsm512 adds channels [c0, c1)'s sums over the N samples
+// of dy and x (channels first, C channels of S elements) into their
+// float64 lanes, channel by channel (sumsChannelLanesRuns512).
+func sumsChannelLanesAsm512(N, C, S, c0, c1 int, dy, x, mean []float32, lanes []float64) {
+	if c0 >= c1 || N == 0 || S == 0 {
+		return
+	}
+	needLen(N*C*S, dy, x)
+	needLen(C+meanPad, mean)
+	needLen(planeLanes*C, lanes)
+	sumsChannelLanesRuns512(N, C*S, S, c0, c1, ptr32(dy), ptr32(x), ptr32(mean), ptr64(lanes))
+}

@@ -60,9 +60,9 @@ func selectLoops(wide bool) {
 		simdSumsBFloat16, simdApplyBFloat16 = sumsRowsBF16, applyRowsBF16
 		simdMaskRowsBFloat16, simdUnmaskRowsBFloat16 = maskRowsBF16, unmaskRowsBF16
 		simdPlaneLanes, simdPlaneLanesBFloat16, simdApplyPlanesBFloat16 = sumsPlaneLanes512, sumsPlaneLanesBF16x16, applyPlanesBF16x16
-		simdMaskedPlaneLanes, simdMaskedApplyPlanes = nil, nil
+		simdMaskedPlaneLanes, simdMaskedApplyPlanes, simdChannelLanes = nil, nil, nil
 		if planesInAsm {
-			applyPlanes, simdPlaneLanes = applyPlanesAsm512, sumsPlaneLanesAsm512
+			applyPlanes, simdPlaneLanes, simdChannelLanes = applyPlanesAsm512, sumsPlaneLanesAsm512, sumsChannelLanesAsm512
 			simdPlaneLanesBFloat16, simdApplyPlanesBFloat16 = sumsPlaneLanesBF16Asm512, applyPlanesBF16Asm512
 			simdMaskedPlaneLanes, simdMaskedApplyPlanes = sumsPlaneLanesMask512, applyPlanesMask512
 		}
@@ -72,7 +72,7 @@ func selectLoops(wide bool) {
 		simdWidenBFloat16, simdNarrowBFloat16 = widenBFloat16, narrowBFloat16
 		simdSumsBFloat16, simdApplyBFloat16 = nil, nil
 		simdMaskRowsBFloat16, simdUnmaskRowsBFloat16 = nil, nil
-		simdMaskedPlaneLanes, simdMaskedApplyPlanes = nil, nil
+		simdMaskedPlaneLanes, simdMaskedApplyPlanes, simdChannelLanes = nil, nil, nil
 		simdPlaneLanes, simdPlaneLanesBFloat16, simdApplyPlanesBFloat16 = sumsPlaneLanes32, sumsPlaneLanesBF16, applyPlanesBF16
 		simdMaskRows, simdUnmaskRows, maskedInUse = maskRows32, unmaskRows32, avx2Masked
 	}

@@ -208,16 +208,7 @@ func planeLanesModel(W int, la, lb []float64, dy, x []float32, mu float64) {
 	for j := 0; j < m; {
 		sa, sb := make([]float32, W), make([]float32, W)
 		k := 0
-		step := func(lane0, from, r int) {
-			for l := range W {
-				g, xc := float32(0), float32(0)
-				if l >= lane0 && l < lane0+r {
-					g, xc = dy[from+l-lane0], x[from+l-lane0]-mu32
-				}
-				sa[l] += g
-				sb[l] = fma32(g, xc, sb[l])
-			}
-		}
+		step := func(lane0, from, r int) { laneStep(sa, sb, dy, x, lane0, from, r, mu32) }
 		for ; k < foldRows && j+W <= m; k++ {
 			step(0, j, W)
 			j += W
@@ -235,6 +226,20 @@ func planeLanesModel(W int, la, lb []float64, dy, x []float32, mu float64) {
 			la[l] += float64(sa[l]) + float64(sa[l+W/2])
 			lb[l] += float64(sb[l]) + float64(sb[l+W/2])
 		}
+	}
+}
+
+// laneStep is one step of the lane models: lanes lane0 to lane0+r of sa
+// and sb take dy and dy·(x−mu) of elements from, from+1, ... (fma32 for the
+// products); the others add exactly zero.
+func laneStep(sa, sb, dy, x []float32, lane0, from, r int, mu float32) {
+	for l := range sa {
+		g, xc := float32(0), float32(0)
+		if l >= lane0 && l < lane0+r {
+			g, xc = dy[from+l-lane0], x[from+l-lane0]-mu
+		}
+		sa[l] += g
+		sb[l] = fma32(g, xc, sb[l])
 	}
 }
 
@@ -538,14 +543,7 @@ func channelLanesModel(la, lb []float64, dy, x [][]float32, mu float64) {
 		steps = 0
 	}
 	step := func(d, v []float32, lane0, from, r int) {
-		for l := range W {
-			g, xc := float32(0), float32(0)
-			if l >= lane0 && l < lane0+r {
-				g, xc = d[from+l-lane0], v[from+l-lane0]-mu32
-			}
-			sa[l] += g
-			sb[l] = fma32(g, xc, sb[l])
-		}
+		laneStep(sa, sb, d, v, lane0, from, r, mu32)
 		if steps++; steps == foldRows {
 			fold()
 		}

@@ -18,7 +18,8 @@ import "unsafe"
 // the channel's whole planes one sample after the other
 // (simdChannelLanes). Either way the arithmetic is the same whatever the
 // units, so the plan may size them by the cores and the caches and the
-// result still does not depend on them nor on how many goroutines ran. A unit has at most an eighth of a core's L2 in bytes of one tensor
+// result still does not depend on them nor on how many goroutines ran. A
+// unit has at most an eighth of a core's L2 in bytes of one tensor
 // (unitFor: its dy, x and x_backprop stay in L2 between its two passes),
 // and there are units enough for every worker (unitsPerWorker).
 

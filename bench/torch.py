@@ -14,13 +14,14 @@ Each side times chains: K calls in a row, each call's x_backprop the next
 one's y_backprop, as a network's layers hand on their gradient (a
 tf.function of K calls for gobn, a Python loop for PyTorch, whose eager
 calls have no graph to build), K the same on both sides and chosen from the
-case's size so that a chain takes milliseconds. Each timed chain follows an
-untimed run of the same chain, back to back, as a network's batch norms
-follow other ops inside a training step: on the 2-core VM of the record,
-the first milliseconds after the idle between turns ran slower on both
-sides, by about the same time a call, and PyTorch's OpenMP threads, which
-spin on after a chain, are awake as they are between a step's ops. A
-case's time is the median per call over its timed chains.
+case's size so that a chain takes milliseconds. Each timed chain follows
+untimed runs of the same chain, back to back, for WARM_SECONDS at least,
+as a network's batch norms follow other ops inside a training step: on
+the 2-core VM of the record, the first milliseconds after the idle between
+turns ran slower, and longer so for gobn's two workers than for PyTorch's
+two threads (WARM_SECONDS says by how much), and PyTorch's OpenMP threads,
+which spin on after a chain, are awake as they are between a step's ops.
+A case's time is the median per call over its timed chains.
 
 At each thread count (1, and every core the process may use) three
 processes stay up, PyTorch, gobn, and PyTorch again, a second process of
@@ -78,6 +79,19 @@ CASE_SECONDS = 1.0
 MIN_CHAINS = 5
 WARMUP = 2
 TURN_GAP = 0.02
+# Before each timed chain a side runs the chain untimed, back to back, for
+# at least WARM_SECONDS (once at least). After the 20 ms idle of a turn
+# the 2-core VM of the record ran both sides slower for a while: chains of
+# NCHW 8x256x14x14 (20 calls, about 3 ms), the first to the sixth after
+# 20 ms of sleep, took gobn at two workers 0.202, 0.169, 0.155, 0.146,
+# 0.146 and 0.144 ms a call, PyTorch at two threads 0.169, 0.141, 0.141,
+# 0.141, 0.139 and 0.141; at one thread gobn 0.301, 0.238, 0.229, 0.224,
+# 0.223, 0.222, PyTorch 0.252, 0.236, 0.236, 0.235, 0.235, 0.234. (The
+# same with gobn's kernels alone in Go: a 20 ms busy loop on both CPUs in
+# place of the sleep, or a 1 ms sleep, left the second chain at the speed
+# of the sixth.) One untimed chain, as before, timed gobn's second chain,
+# still 17 % slow, against PyTorch's at full speed.
+WARM_SECONDS = 0.012
 EPSILON = 1e-3
 GOAL = 1.2  # the least ratio PyTorch/gobn a case should reach
 
@@ -242,8 +256,9 @@ def gobn_side(threads):
 
 def serve(prepare, cases):
     """A child's loop: a line "case I" prepares cases[I] and warms it up, a
-    line "time" runs one chain of it and times the next, back to back; each
-    is answered by a line, the seconds per call for "time"."""
+    line "time" runs its chain for WARM_SECONDS at least and times the
+    next, back to back; each is answered by a line, the seconds per call
+    for "time"."""
     run, k = None, 1
     for line in sys.stdin:
         word = line.split()
@@ -253,7 +268,10 @@ def serve(prepare, cases):
                 run()
             print("ready", flush=True)
         elif word[0] == "time":
+            warm = time.perf_counter() + WARM_SECONDS
             run()  # after the idle between turns, back to back with the timed chain
+            while time.perf_counter() < warm:
+                run()
             t0 = time.perf_counter()
             run()
             print((time.perf_counter() - t0) / k, flush=True)

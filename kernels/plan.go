@@ -39,11 +39,17 @@ type Machine struct {
 }
 
 // maxL3PerCore bounds the last-level cache a plan counts on per CPU that
-// shares it. A virtual machine may report its host's whole cache: the
-// 2-core VM make bench ran on reports an L3 of 260 MiB shared by its two
-// CPUs, where x_backprop measured best streamed from 8 MiB on, as a 32 MiB
-// L3 has it.
-const maxL3PerCore = 16 << 20
+// shares it. A virtual machine may report its host's whole cache, which it
+// shares with the host's other guests: the 2-core Xeon VM of the records
+// reports 480 MiB (an earlier one 260) for its two CPUs. There, in chains
+// of calls inside TensorFlow, each call's x_backprop the next one's
+// y_backprop as in a network's backward pass, x_backprops of 8.4 to 33.5
+// MB took 0.70-0.98 of the time through the caches that they took
+// streamed, and those of 51 and 77 MB 1.02-1.17 times as long: a quarter
+// of 2·80 MiB, 40 MiB, falls between (streamFrom). At 16 MiB a CPU, as
+// before, x_backprop streamed from 8 MiB on, as BenchmarkTrainingGradOutput
+// had chosen Go alone, where nothing reads x_backprop after the call.
+const maxL3PerCore = 80 << 20
 
 // lastLevel returns the last-level cache the plan counts on, in bytes: the
 // tuning's where it sets one, else the machine's, bounded by maxL3PerCore a
@@ -625,7 +631,8 @@ func unitRunChannels(S int) int { return (minUnitRun + S - 1) / S }
 // of its own that stream: a quarter of the last-level cache (from 8 MiB, 24
 // for x, dy and x_backprop, on a 32 MiB L3, x_backprop no longer stays in
 // cache for whatever reads it next; BenchmarkTrainingGradOutput chose 2^21
-// elements there), or the tuning's StreamBytes.
+// elements there; maxL3PerCore has what chains inside TensorFlow chose on a
+// VM), or the tuning's StreamBytes.
 func streamFrom(m Machine, t Tuning) int {
 	if t.StreamBytes > 0 {
 		return t.StreamBytes

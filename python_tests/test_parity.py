@@ -79,15 +79,38 @@ def test_fused_batch_norm_grad_parity(gobn, op_key, dtype, data_format, is_train
     check_fused_parity(gobn, op_key, dtype, data_format, is_training, shape, mode, seed)
 
 
-# A float32 training gradient of at least 2^21 elements whose x_backprop has a
-# buffer of its own is written with non-temporal stores (kernels'
-# minStreamElements) when its channels-last rows or channels-first planes are
-# whole vectors, as here: C = 256, H·W = 2048. In place (over_y_backprop) it
-# is not. The Go tests check which calls stream; these check the outcome
-# through TensorFlow, where the buffers are TensorFlow's.
+# A float32 training gradient whose x_backprop has an aligned buffer of its
+# own of at least the plan's stream_bytes (a quarter of the last-level cache
+# it counts on, unless set) is written with non-temporal stores when its
+# channels-last rows or channels-first planes are whole vectors, as here:
+# C = 256, H·W = 2048. In place (over_y_backprop) it is not. The test sets
+# stream_bytes below the tensor's 8 MiB (gobnCPUPlan), so that it streams
+# whatever the machine's cache. The Go tests check which calls stream; these
+# check the outcome through TensorFlow, where the buffers are TensorFlow's.
+@pytest.fixture
+def streaming_plan(gobn):
+    """The CPU kernels' tuning with stream_bytes=4096 for the test, the
+    tuning before it after."""
+    import ctypes
+    import json
+
+    from gobn import _library
+
+    fn = _library.handle().gobnCPUPlan
+    fn.restype, fn.argtypes = ctypes.c_void_p, [ctypes.c_char_p]
+
+    def plan(spec):
+        return json.loads(_library._take_string(fn(spec.encode() if spec is not None else None)))
+
+    before = plan(None)["tuning"]
+    assert "stream_bytes=4096" in plan("stream_bytes=4096")["tuning"]
+    yield
+    plan(before)
+
+
 @pytest.mark.parametrize("mode", ["eager", "function", "over_y_backprop"])
 @pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
-def test_streamed_x_backprop_parity(gobn, data_format, mode):
+def test_streamed_x_backprop_parity(gobn, streaming_plan, data_format, mode):
     check_fused_parity(gobn, V3, tf.float32, data_format, True, (4, 32, 64, 256), mode, seed=53)
 
 

@@ -39,7 +39,26 @@ def test_a_child_prepares_a_case_and_times_its_chains(monkeypatch, capsys):
         calls.append(("prepare", case))
         return (lambda: calls.append("chain")), 4
     monkeypatch.setattr("sys.stdin", io.StringIO("case 1\ntime\ntime\n"))
+    monkeypatch.setattr(bench_torch, "WARM_SECONDS", 0)
     bench_torch.serve(prepare, ["a", "b"])
     answers = capsys.readouterr().out.split()
     assert answers[0] == "ready" and len(answers) == 3 and all(float(a) >= 0 for a in answers[1:])
     assert calls == [("prepare", "b")] + ["chain"] * (bench_torch.WARMUP + 2 * 2)  # each timed chain after one untimed
+
+
+def test_a_timed_chain_follows_warm_seconds_of_untimed_ones(monkeypatch, capsys):
+    """Before each timed chain the child runs the chain back to back for
+    WARM_SECONDS at least: chains of 2 ms, 10 ms of them, five or more
+    untimed before each timed one."""
+    import io
+    import time
+    chains = []
+
+    def prepare(case):
+        return (lambda: (time.sleep(0.002), chains.append(1))), 4
+    monkeypatch.setattr("sys.stdin", io.StringIO("case 0\ntime\ntime\n"))
+    monkeypatch.setattr(bench_torch, "WARM_SECONDS", 0.01)
+    bench_torch.serve(prepare, ["a"])
+    answers = capsys.readouterr().out.split()
+    assert answers[0] == "ready" and len(answers) == 3 and all(float(a) >= 0.0005 for a in answers[1:])
+    assert len(chains) >= bench_torch.WARMUP + 2 * (5 + 1)
